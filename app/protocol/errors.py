@@ -1,0 +1,56 @@
+"""The error hierarchy of the protocol core.
+
+Every failure that can befall an element carries a machine ``reason`` (a SPEC 1.2 reason
+code, or ``malformed`` for a local parse failure, SPEC 6) and a human ``detail``. Callers
+branch on ``reason``; people read ``detail``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Rejection reasons: the SPEC 1.2 codes plus the local ``malformed`` (SPEC 6)."""
+
+    BAD_SIGNATURE = "bad-signature"
+    UNTRUSTED_KEY = "untrusted-key"
+    WRONG_AUDIENCE = "wrong-audience"
+    STALE = "stale"
+    REPLAY = "replay"
+    EQUIVOCATION = "equivocation"
+    BROKEN_CHAIN = "broken-chain"
+    CYCLE = "cycle"
+    TOO_DEEP = "too-deep"
+    UNVERIFIABLE_REF = "unverifiable-ref"
+    REF_MISMATCH = "ref-mismatch"
+    POLICY = "policy"
+    # A local verdict only: never sent as a status reason (SPEC 6 [profile]).
+    MALFORMED = "malformed"
+
+
+class HandoffError(Exception):
+    """Base of every error the protocol core raises about an element.
+
+    ``reason`` is the machine code; ``detail`` is one sentence for people.
+    """
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class MalformedError(HandoffError):
+    """The octets are not a well-formed element of this profile (SPEC 1, 2, 3)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(Reason.MALFORMED, detail)
+
+
+class CheckFailed(HandoffError):
+    """A receiver check (SPEC 6, 7, 5) failed with ``reason``."""
+
+
+class TrustConfigError(Exception):
+    """The trust configuration is unusable (SPEC 4). A configuration error, not a verdict."""
