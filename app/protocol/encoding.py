@@ -22,6 +22,10 @@ MAX_DEPTH = 32
 
 DIGEST_OCTETS = 32
 _B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
+_B64_VALUE = {
+    ch: i
+    for i, ch in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+}
 # The largest integer JSON can carry without loss in every implementation (SPEC 1.1).
 MAX_SAFE_INT = 2**53 - 1
 
@@ -41,13 +45,15 @@ def b64url_decode(text: str, *, what: str) -> bytes:
         raise MalformedError(f"{what} is not base64url without padding")
     if len(text) % 4 == 1:
         raise MalformedError(f"{what} has an impossible base64url length")
+    # Canonical form: the unused low bits of the last character are zero, so no second
+    # spelling of the same octets exists (RFC 4648 section 3.5).
+    rem = len(text) % 4
+    if rem and _B64_VALUE[text[-1]] & (0x0F if rem == 2 else 0x03):
+        raise MalformedError(f"{what} is not canonical base64url (unused bits set)")
     try:
         data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError) as exc:  # pragma: no cover - alphabet checked above
         raise MalformedError(f"{what} is not valid base64url") from exc
-    # Canonical form: re-encoding gives back exactly the same text, so no unused bit is set.
-    if b64url_encode(data) != text:
-        raise MalformedError(f"{what} is not canonical base64url (unused bits set)")
     return data
 
 
@@ -77,6 +83,8 @@ def check_depth(data: bytes | str, *, what: str) -> None:
     input cannot exhaust the stack.
     """
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    if text.count("{") + text.count("[") <= MAX_DEPTH:
+        return  # cannot nest deeper than the brackets it has: skip the scan
     depth = 0
     in_string = False
     escaped = False
@@ -111,6 +119,11 @@ def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+_STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs_without_duplicates, parse_constant=_reject_constant
+)
+
+
 def strict_json_loads(data: bytes, *, what: str) -> Any:
     """Parse strict UTF-8 JSON: no BOM, no UTF-16, no duplicate members, no NaN/Infinity,
     bounded depth. Raises MalformedError with ``what`` named in the detail.
@@ -123,11 +136,7 @@ def strict_json_loads(data: bytes, *, what: str) -> Any:
         raise MalformedError(f"{what} is not strict UTF-8") from exc
     check_depth(text, what=what)
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_pairs_without_duplicates,
-            parse_constant=_reject_constant,
-        )
+        return _STRICT_DECODER.decode(text)
     except MalformedError as exc:
         raise MalformedError(f"{what}: {exc.detail}") from exc
     except (ValueError, RecursionError) as exc:

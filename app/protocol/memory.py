@@ -53,6 +53,16 @@ class SeenStatuses(Protocol):
     def add_status(self, digest: bytes) -> None: ...
 
 
+class SignatureCache(Protocol):
+    """Remembers which elements verified under which trust configuration, so a chain
+    element seen again is not verified again; a changed trust store (another
+    fingerprint) misses the cache and re-verifies."""
+
+    def verified(self, digest: bytes, trust_fingerprint: str) -> bool: ...
+
+    def mark_verified(self, digest: bytes, trust_fingerprint: str) -> None: ...
+
+
 @dataclass
 class InMemoryState:
     """All three memories in process memory, for one ``verify`` run."""

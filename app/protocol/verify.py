@@ -12,7 +12,14 @@ from . import cose, jws
 from .chain import check_chain, check_too_deep
 from .errors import CheckFailed, MalformedError, Reason
 from .handoff import HandoffObject, StatusObject, parse_object
-from .memory import InMemoryState, OfferIndex, ReplayMemory, SeenStatuses, replay_result
+from .memory import (
+    InMemoryState,
+    OfferIndex,
+    ReplayMemory,
+    SeenStatuses,
+    SignatureCache,
+    replay_result,
+)
 from .model import Element, Form, Offer, Status, StatusState
 from .refs import ObjectIndex, RefPolicy, check_refs
 from .signature import verify_element
@@ -93,6 +100,7 @@ class Verifier:
     replay: ReplayMemory = field(default_factory=InMemoryState)
     offers: OfferIndex | None = None
     statuses: SeenStatuses | None = None
+    signature_cache: SignatureCache | None = None
 
     def __post_init__(self) -> None:
         # One in-memory state can serve all three roles; fall back to the replay object
@@ -103,6 +111,15 @@ class Verifier:
             self.statuses = (
                 self.replay if isinstance(self.replay, InMemoryState) else InMemoryState()
             )
+
+    def check_signature(self, element: Element) -> None:
+        """SPEC 6.1, through the cache when one is configured. Raises CheckFailed."""
+        cache, fingerprint = self.signature_cache, self.trust.fingerprint
+        if cache is not None and cache.verified(element.digest, fingerprint):
+            return
+        verify_element(element, self.trust)
+        if cache is not None:
+            cache.mark_verified(element.digest, fingerprint)
 
     # -- entry points --------------------------------------------------------------------
 
@@ -175,7 +192,7 @@ class Verifier:
 
     def _signature(self, element: Element, run: _Run) -> None:
         try:
-            verify_element(element, self.trust)
+            self.check_signature(element)
         except CheckFailed as exc:
             raise run.fail("signature", exc.reason, exc.detail) from exc
         assert self.offers is not None
@@ -264,7 +281,7 @@ class Verifier:
                 element,
                 obj.chain,
                 parse=lambda octets: parse_element(octets, obj.form),
-                verify_signature=lambda el: verify_element(el, self.trust),
+                verify_signature=self.check_signature,
                 receiver=ctx.receiver,
                 skew=self.policy.skew,
                 report=run.verdict.chain,
