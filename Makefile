@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install lint typecheck vectors bench clean
+.PHONY: run test install system-deps lint typecheck vectors bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,16 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# PostgreSQL server binaries for the throwaway test cluster. Installed with apt-get when
+# missing (CI runs as root on Debian); elsewhere the PostgreSQL tests say what is missing.
+system-deps:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing PostgreSQL server binaries (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "PostgreSQL server binaries not found; set HANDOFF_TRACE_NO_PG=1 to skip them"; fi; \
+	fi
 
 # Until the dashboard exists, the main job verifies the bundled example captures.
 # Exit status 1 only means some example elements were rejected, which they are meant to be.
@@ -28,7 +38,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck
+test: system-deps lint typecheck
 	$(BIN)/python tests/vectors/generate.py --check
 	$(BIN)/pytest -q
 

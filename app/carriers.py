@@ -24,6 +24,13 @@ Choices this module makes where SPEC is silent:
   ``notifications/cancelled``, ``result._meta`` of any MCP result (a response does not name
   its method), the message of A2A send requests and replies, ``params.metadata`` of A2A
   cancel requests.
+- ``role`` is positional: where the object sat, not what it claims to be. A bare handoff or
+  status object is ``offer-carrier`` when it has ``offer``, else ``status-carrier`` (a
+  ``canceled`` is only known once the element is decoded); a bare A2A message takes its
+  sender's role (user: offer, agent: status).
+- A capture record's ``received_at`` may be a float (floored to whole seconds); a null member
+  counts as absent; a record inside a record is an error. An array payload is a JSON-RPC
+  batch (one level), its items named ``source[i]``.
 """
 
 from __future__ import annotations
@@ -308,19 +315,7 @@ _A2A_SEND = {
 _A2A_CANCEL = {"CancelTask": Carrier.A2A_1_0, "tasks/cancel": Carrier.A2A_0_3}
 _MCP_METHODS = {"tools/call": Role.OFFER, "notifications/cancelled": Role.CANCEL}
 
-_TASK_STATES_1_0 = frozenset(
-    {
-        "TASK_STATE_UNSPECIFIED",
-        "TASK_STATE_SUBMITTED",
-        "TASK_STATE_WORKING",
-        "TASK_STATE_COMPLETED",
-        "TASK_STATE_FAILED",
-        "TASK_STATE_CANCELED",
-        "TASK_STATE_INPUT_REQUIRED",
-        "TASK_STATE_REJECTED",
-        "TASK_STATE_AUTH_REQUIRED",
-    }
-)
+# A2A 0.3 task state names and their A2A 1.0 equivalents.
 _TASK_STATES_0_3 = {
     "submitted": "TASK_STATE_SUBMITTED",
     "working": "TASK_STATE_WORKING",
@@ -332,6 +327,8 @@ _TASK_STATES_0_3 = {
     "auth-required": "TASK_STATE_AUTH_REQUIRED",
     "unknown": "TASK_STATE_UNSPECIFIED",
 }
+# The 0.3 names cover every 1.0 state.
+_TASK_STATES_1_0 = frozenset(_TASK_STATES_0_3.values())
 
 
 def _request(value: Mapping[str, Any], context: _Context) -> Iterator[Found]:
@@ -396,14 +393,15 @@ def _a2a_object(obj: Mapping[str, Any], context: _Context, *, role: Role | None)
         elif kind in ("task", "status-update"):
             yield from _a2a_task(obj, context, carrier=Carrier.A2A_0_3)
         return
-    # A2A 1.0 SendMessageResponse / StreamResponse: exactly one of these members.
+    # A2A 1.0 SendMessageResponse / StreamResponse: exactly one of these members. (A bare
+    # send request's params look the same; the message's own clues then give the version.)
     message = obj.get("message")
     task = obj.get("task")
     update = _field(obj, "statusUpdate", "status_update")
     if isinstance(message, Mapping):
-        yield from _a2a_message(message, context, carrier=Carrier.A2A_1_0, role=role)
+        yield from _a2a_message(message, context, carrier=None, role=role)
     elif isinstance(task, Mapping):
-        yield from _a2a_task(task, context, carrier=Carrier.A2A_1_0)
+        yield from _a2a_task(task, context, carrier=None)
     elif isinstance(update, Mapping):
         yield from _a2a_task(update, context, carrier=Carrier.A2A_1_0)
     elif _field(obj, "messageId", "message_id") is not None:
@@ -416,11 +414,29 @@ def _version_of(obj: Mapping[str, Any]) -> Carrier:
     """A2A version of an object without a version-bearing envelope (0.3 clues, else 1.0)."""
     status = obj.get("status")
     state = status.get("state") if isinstance(status, Mapping) else None
-    if obj.get("role") in ("user", "agent") or (
-        isinstance(state, str) and state in _TASK_STATES_0_3
+    if (
+        "kind" in obj
+        or obj.get("role") in ("user", "agent")
+        or (isinstance(state, str) and state in _TASK_STATES_0_3)
     ):
         return Carrier.A2A_0_3
     return Carrier.A2A_1_0
+
+
+_SENDER_ROLES = {
+    "ROLE_USER": Role.OFFER,
+    "user": Role.OFFER,
+    "ROLE_AGENT": Role.STATUS,
+    "agent": Role.STATUS,
+}
+
+
+def _sender_role(sender: object, value: object) -> Role:
+    """A bare message's role: the user side sends offers, the agent side answers with
+    statuses. Without a known sender role the object itself tells."""
+    if isinstance(sender, str) and sender in _SENDER_ROLES:
+        return _SENDER_ROLES[sender]
+    return Role.OFFER if isinstance(value, Mapping) and "offer" in value else Role.STATUS
 
 
 def _a2a_message(
@@ -438,19 +454,13 @@ def _a2a_message(
     metadata = message.get("metadata")
     if not isinstance(metadata, Mapping) or A2A_EXTENSION_URI not in metadata:
         return
-    if role is None:
-        # A bare message: the user side sends offers, the agent side answers with statuses.
-        sender = message.get("role")
-        role = Role.OFFER if sender in ("ROLE_USER", "user") else Role.STATUS
-        if sender not in ("ROLE_USER", "user", "ROLE_AGENT", "agent"):
-            value = metadata[A2A_EXTENSION_URI]
-            role = Role.OFFER if isinstance(value, Mapping) and "offer" in value else Role.STATUS
+    value = metadata[A2A_EXTENSION_URI]
     yield _carried(
-        metadata[A2A_EXTENSION_URI],
+        value,
         context,
         "message.metadata",
         carrier=carrier or _version_of(message),
-        role=role,
+        role=role or _sender_role(message.get("role"), value),
         # The carrying message's contextId; a task status message may omit it, then the
         # task's own contextId is the dialog.
         dialog=_text(_field(message, "contextId", "context_id")) or task_context,
