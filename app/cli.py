@@ -190,13 +190,16 @@ def _read_inputs(names: Sequence[str]) -> list[tuple[str, bytes]]:
     return inputs
 
 
+# Bidirectional formatting characters (Unicode UAX #9): they reorder the text after them.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def _visible(text: str | None, width: int) -> str:
     """Escape control and bidi characters so a hostile detail cannot reshape the table."""
     if not text:
         return ""
     out = "".join(
-        ch if ch.isprintable() and not 0x202A <= ord(ch) <= 0x2069 else f"\\u{ord(ch):04x}"
-        for ch in text
+        ch if ch.isprintable() and ch not in _BIDI else f"\\u{ord(ch):04x}" for ch in text
     )
     return out if len(out) <= width else out[: width - 1] + "…"
 
