@@ -21,7 +21,7 @@ MAX_ELEMENT_OCTETS = 64 * 1024
 MAX_DEPTH = 32
 
 DIGEST_OCTETS = 32
-_B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
+_B64URL = re.compile(r"^[A-Za-z0-9_-]*\Z")  # \Z: $ would also match before a final \n
 _B64_VALUE = {
     ch: i
     for i, ch in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")

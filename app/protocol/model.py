@@ -41,10 +41,10 @@ class RefKind(StrEnum):
     LEARNLOG_HEAD = "learnlog-head"
 
 
-HOP_RE = re.compile(r"^[A-Za-z0-9_-]{22,64}$")
-_PRINTABLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
+HOP_RE = re.compile(r"^[A-Za-z0-9_-]{22,64}\Z")  # \Z: $ would also match before a final \n
+_PRINTABLE_ASCII = re.compile(r"^[\x21-\x7e]+\Z")
 # RFC 3986 scheme followed by a colon: what "an absolute URI" needs at the least.
-_ABSOLUTE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]+$")
+_ABSOLUTE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]+\Z")
 MAX_IDENTIFIER = 2048
 MAX_KID = 128
 REASON_CODES = frozenset(r.value for r in Reason if r is not Reason.MALFORMED)

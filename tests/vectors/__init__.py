@@ -1,0 +1,1 @@
+"""The project's own test vectors and their generator (see README.md in this folder)."""
