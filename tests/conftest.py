@@ -40,5 +40,3 @@ def make_world() -> World:
 @pytest.fixture(scope="session")
 def world() -> World:
     return make_world()
-
-

@@ -23,8 +23,7 @@ MAX_DEPTH = 32
 DIGEST_OCTETS = 32
 _B64URL = re.compile(r"^[A-Za-z0-9_-]*\Z")  # \Z: $ would also match before a final \n
 _B64_VALUE = {
-    ch: i
-    for i, ch in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    ch: i for i, ch in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 }
 # The largest integer JSON can carry without loss in every implementation (SPEC 1.1).
 MAX_SAFE_INT = 2**53 - 1
