@@ -244,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_keys(sub)
     add_sign(sub)
+    from .demo_cli import add_demo
+
+    add_demo(sub)
+    from .store_cli import add_store_commands
+
+    add_store_commands(sub)
     return parser
 
 

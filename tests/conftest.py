@@ -40,3 +40,7 @@ def make_world() -> World:
 @pytest.fixture(scope="session")
 def world() -> World:
     return make_world()
+
+
+# --- databases for the store and ingest tests: SQLite and a throwaway PostgreSQL ----------
+from tests.databases import databases, db_url, engine  # noqa: E402, F401

@@ -24,8 +24,19 @@ from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, OKPKey
 
 from .encoding import MAX_DEPTH, MAX_ELEMENT_OCTETS, handoff_digest
-from .errors import CheckFailed, MalformedError, Reason
-from .model import MAX_KID, Element, ElementType, Form, Header, Offer, Status, check_identifier
+from .errors import EmbeddedKeyError, MalformedError
+from .model import (
+    MAX_KID,
+    Element,
+    ElementType,
+    Form,
+    Header,
+    Offer,
+    Status,
+    check_identifier,
+    read_payload,
+    try_read_payload,
+)
 
 ALG_BY_LABEL: dict[int, str] = {-7: "ES256", -8: "EdDSA", -19: "Ed25519"}
 LABEL_BY_ALG: dict[str, int] = {name: label for label, name in ALG_BY_LABEL.items()}
@@ -250,11 +261,15 @@ def _refuse_embedded_keys(sign1: Sign1) -> None:
     for bucket, labels in (("protected", sign1.protected_map), ("unprotected", sign1.unprotected)):
         for label in labels:
             if label in _KEY_LABELS:
-                raise CheckFailed(
-                    Reason.UNTRUSTED_KEY,
+                try:
+                    doc = _decode_one(sign1.payload, what="payload", tags=False, text_keys=True)
+                except MalformedError:
+                    doc = None
+                raise EmbeddedKeyError(
                     f"the {bucket} header carries {_KEY_LABELS[label]}: a key carried inside"
                     " the message shows nothing about who signed; keys come only from the"
                     " trust configuration",
+                    try_read_payload(doc, form=Form.COSE),
                 )
 
 
@@ -329,10 +344,7 @@ def _parse(octets: bytes) -> Element:
             f" {raw_payload.get('type')!r}"
         )
     payload: Offer | Status
-    if expected is ElementType.OFFER:
-        payload = Offer.from_mapping(raw_payload, form=Form.COSE)
-    else:
-        payload = Status.from_mapping(raw_payload, form=Form.COSE)
+    payload = read_payload(raw_payload, form=Form.COSE)
     raw_header = {"alg": header.alg, "content_type": header.content_type}
     if header.kid is not None:
         raw_header["kid"] = header.kid

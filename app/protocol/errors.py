@@ -52,5 +52,14 @@ class CheckFailed(HandoffError):
     """A receiver check (SPEC 6, 7, 5) failed with ``reason``."""
 
 
+class EmbeddedKeyError(CheckFailed):
+    """The header carries a key (SPEC 2): ``untrusted-key``. ``payload`` is the element's
+    payload when it could still be read, so the verdict can name the issuer and hop."""
+
+    def __init__(self, detail: str, payload: object | None = None) -> None:
+        super().__init__(Reason.UNTRUSTED_KEY, detail)
+        self.payload = payload
+
+
 class TrustConfigError(Exception):
     """The trust configuration is unusable (SPEC 4). A configuration error, not a verdict."""

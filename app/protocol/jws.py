@@ -19,8 +19,17 @@ from .encoding import (
     handoff_digest,
     strict_json_loads,
 )
-from .errors import CheckFailed, MalformedError, Reason
-from .model import MAX_KID, Element, ElementType, Form, Header, Offer, Status, check_identifier
+from .errors import EmbeddedKeyError, MalformedError
+from .model import (
+    MAX_KID,
+    Element,
+    ElementType,
+    Form,
+    Header,
+    check_identifier,
+    read_payload,
+    try_read_payload,
+)
 from .signature import SUPPORTED_ALGS, sign_raw
 
 OFFER_TYP = "handoff-offer+jws"
@@ -32,14 +41,23 @@ ALLOWED_HEADER = frozenset({"alg", "typ", "kid"})
 KEY_CARRYING_HEADER = frozenset({"jwk", "jku", "x5u", "x5c"})
 
 
-def _check_header(header: Mapping[str, Any]) -> Header:
+def _refuse_embedded_keys(header: Mapping[str, Any], payload_raw: bytes) -> None:
     carried = sorted(KEY_CARRYING_HEADER & set(header))
     if carried:
-        raise CheckFailed(
-            Reason.UNTRUSTED_KEY,
+        try:
+            payload = try_read_payload(
+                strict_json_loads(payload_raw, what="payload"), form=Form.JWS
+            )
+        except MalformedError:
+            payload = None
+        raise EmbeddedKeyError(
             f"header carries {', '.join(carried)}: a key inside the message shows nothing "
             "about who signed; keys come only from the trust configuration",
+            payload,
         )
+
+
+def _check_header(header: Mapping[str, Any]) -> Header:
     extra = sorted(set(header) - ALLOWED_HEADER)
     if extra:
         raise MalformedError(f"header member(s) not allowed: {', '.join(extra)}")
@@ -82,15 +100,12 @@ def parse(octets: bytes) -> Element:
     header_doc = strict_json_loads(header_raw, what="header")
     if not isinstance(header_doc, dict):
         raise MalformedError("header must be a JSON object")
+    _refuse_embedded_keys(header_doc, payload_raw)
     header = _check_header(header_doc)
     payload_doc = strict_json_loads(payload_raw, what="payload")
     if not isinstance(payload_doc, dict):
         raise MalformedError("payload must be a JSON object")
-    payload: Offer | Status
-    if payload_doc.get("type") == ElementType.STATUS.value:
-        payload = Status.from_mapping(payload_doc, form=Form.JWS)
-    else:
-        payload = Offer.from_mapping(payload_doc, form=Form.JWS)
+    payload = read_payload(payload_doc, form=Form.JWS)
     if TYP_FOR_TYPE[payload.type] != header.content_type:
         raise MalformedError(f"header typ {header.content_type!r} does not match a {payload.type}")
     signing_input = f"{header_b64}.{payload_b64}".encode("ascii")

@@ -317,3 +317,21 @@ class Element:
     @property
     def is_offer(self) -> bool:
         return isinstance(self.payload, Offer)
+
+
+def read_payload(doc: Mapping[str, Any], *, form: Form) -> Offer | Status:
+    """Validate a decoded payload map as the element its ``type`` names. Raises
+    MalformedError."""
+    if doc.get("type") == ElementType.STATUS.value:
+        return Status.from_mapping(doc, form=form)
+    return Offer.from_mapping(doc, form=form)
+
+
+def try_read_payload(doc: object, *, form: Form) -> Offer | Status | None:
+    """``read_payload`` for evidence only: None instead of an error."""
+    if not isinstance(doc, Mapping):
+        return None
+    try:
+        return read_payload(doc, form=form)
+    except MalformedError:
+        return None

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from . import cose, jws
 from .chain import check_chain, check_too_deep
-from .errors import CheckFailed, MalformedError, Reason
+from .encoding import handoff_digest
+from .errors import CheckFailed, EmbeddedKeyError, MalformedError, Reason
 from .handoff import HandoffObject, StatusObject, parse_object
 from .memory import (
     InMemoryState,
@@ -150,8 +151,7 @@ class Verifier:
             element = self._parse_as(obj.offer, obj.form, Offer, run)
             offer = element.payload
             assert isinstance(offer, Offer)
-            verdict.digest, verdict.iss, verdict.aud = element.digest, offer.iss, offer.aud
-            verdict.hop, verdict.dialog = offer.hop, offer.dialog
+            self._name(verdict, offer)
             self._too_deep(obj, run)
             self._signature(element, run)
             self._audience(offer, ctx, run)
@@ -166,13 +166,27 @@ class Verifier:
         verdict.outcome = Outcome.ACCEPT
         return run.finish()
 
+    @staticmethod
+    def _name(verdict: Verdict, payload: Offer | Status) -> None:
+        """Say which element the verdict is about (SPEC 11 iss, aud, hop)."""
+        verdict.iss, verdict.aud, verdict.hop = payload.iss, payload.aud, payload.hop
+        if isinstance(payload, Offer):
+            verdict.dialog = payload.dialog
+        else:
+            verdict.offer = payload.offer
+
     def _parse_as(self, octets: bytes, form: Form, kind: type, run: _Run) -> Element:
+        # The digest names the octets even when they do not parse, so a rejected element
+        # can still be found and deduplicated.
+        run.verdict.digest = handoff_digest(octets)
         try:
             element = parse_element(octets, form)
         except MalformedError as exc:
             run.verdict.reason, run.verdict.detail = Reason.MALFORMED, exc.detail
             raise _Stop() from exc
-        except CheckFailed as exc:  # a key carried inside the message (SPEC 2)
+        except EmbeddedKeyError as exc:  # a key carried inside the message (SPEC 2)
+            if isinstance(exc.payload, Offer | Status):
+                self._name(run.verdict, exc.payload)
             raise run.fail("signature", exc.reason, exc.detail) from exc
         if not isinstance(element.payload, kind):
             found = element.payload.type.value
@@ -310,8 +324,7 @@ class Verifier:
             element = self._parse_as(octets, form, Status, run)
             status = element.payload
             assert isinstance(status, Status)
-            verdict.digest, verdict.iss, verdict.aud = element.digest, status.iss, status.aud
-            verdict.hop, verdict.offer = status.hop, status.offer
+            self._name(verdict, status)
             self._signature(element, run)
             assert self.statuses is not None
             if self.statuses.has_status(element.digest):

@@ -1,0 +1,142 @@
+"""One typed Settings object, read once at the edge (the CLI, the service's start-up).
+
+Every value comes from the environment: ``DATABASE_URL`` as most tools spell it, the rest
+under the ``HANDOFF_TRACE_`` prefix. Values are validated here, and unsafe ones are refused
+with one clear line (``SettingsError``), before anything runs. The protocol core and the
+store never see this object: they receive the plain values they need.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .protocol.encoding import MAX_ELEMENT_OCTETS
+from .protocol.lifecycle import Timing
+from .protocol.refs import RefPolicy
+
+PREFIX = "HANDOFF_TRACE_"
+# The embedded default: a SQLite file beside the working directory, created on demand.
+DEFAULT_DB_PATH = Path("var") / "handoff-trace.db"
+_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
+# A day of skew or a week of offer lifetime is a misconfiguration, not a policy: either
+# would make the freshness check (SPEC 6.3) and the replay window meaningless.
+_MAX_SKEW = 3600
+_MAX_LIFETIME = 7 * 24 * 3600
+
+
+class SettingsError(ValueError):
+    """A setting is missing, malformed or unsafe; ``str(exc)`` is one line for people."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The deployment's configuration. Build it with ``Settings.from_env()``."""
+
+    database_url: str | None = None  # None: the embedded SQLite file
+    trust_file: Path | None = None
+    lost_outcome_after: int = 3600
+    cancel_grace: int = 60
+    skew: int = 60
+    max_lifetime: int = 300
+    max_chain: int = 16
+    ref_policy: RefPolicy = RefPolicy.NONE
+    max_request_bytes: int = 8 * 1024 * 1024
+    max_element_bytes: int = MAX_ELEMENT_OCTETS
+
+    def __post_init__(self) -> None:
+        if self.database_url is not None:
+            check_database_url(self.database_url)
+        _at_least("LOST_OUTCOME_AFTER", self.lost_outcome_after, 1)
+        _at_least("CANCEL_GRACE", self.cancel_grace, 0)
+        _at_least("SKEW", self.skew, 0)
+        _at_most("SKEW", self.skew, _MAX_SKEW)
+        _at_least("MAX_LIFETIME", self.max_lifetime, 1)
+        _at_most("MAX_LIFETIME", self.max_lifetime, _MAX_LIFETIME)
+        _at_least("MAX_CHAIN", self.max_chain, 1)
+        _at_least("MAX_ELEMENT_BYTES", self.max_element_bytes, 1024)
+        # SPEC 1.2: an element over 64 KiB is malformed whatever the deployment says, so a
+        # larger limit would only let bigger requests through to be refused later.
+        _at_most("MAX_ELEMENT_BYTES", self.max_element_bytes, MAX_ELEMENT_OCTETS)
+        if self.max_request_bytes < self.max_element_bytes:
+            raise SettingsError(
+                f"{PREFIX}MAX_REQUEST_BYTES ({self.max_request_bytes}) must be at least "
+                f"{PREFIX}MAX_ELEMENT_BYTES ({self.max_element_bytes})"
+            )
+        _at_most("MAX_REQUEST_BYTES", self.max_request_bytes, 1024 * 1024 * 1024)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from ``environ`` (default: ``os.environ``).
+
+        Empty values count as unset. Raises SettingsError for a malformed or unsafe value.
+        """
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        values: dict[str, object] = {}
+        url = get("DATABASE_URL")
+        if url is not None:
+            values["database_url"] = url
+        trust = get(PREFIX + "TRUST_FILE")
+        if trust is not None:
+            values["trust_file"] = Path(trust)
+        policy = get(PREFIX + "REF_POLICY")
+        if policy is not None:
+            try:
+                values["ref_policy"] = RefPolicy(policy)
+            except ValueError:
+                choices = ", ".join(p.value for p in RefPolicy)
+                raise SettingsError(
+                    f"{PREFIX}REF_POLICY must be one of {choices}, not {policy!r}"
+                ) from None
+        for f in fields(cls):
+            if f.type != "int":
+                continue
+            name = PREFIX + f.name.upper()
+            text = get(name)
+            if text is not None:
+                values[f.name] = _parse_int(name, text)
+        return cls(**values)
+
+    @property
+    def timing(self) -> Timing:
+        """The lifecycle clock rules (SPEC 8) as the pure core takes them."""
+        return Timing(
+            skew=self.skew,
+            lost_outcome_after=self.lost_outcome_after,
+            cancel_grace=self.cancel_grace,
+        )
+
+
+def check_database_url(url: str) -> str:
+    """Accept only the databases the store supports. Raises SettingsError."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in _SCHEMES:
+        raise SettingsError(
+            "DATABASE_URL must start with sqlite:/// or postgresql+psycopg://, "
+            f"not {scheme + '://' if scheme else repr(url[:20])}"
+        )
+    return url
+
+
+def _parse_int(name: str, text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, not {text!r}") from None
+
+
+def _at_least(name: str, value: int, low: int) -> None:
+    if value < low:
+        raise SettingsError(f"{PREFIX}{name} must be at least {low}, not {value}")
+
+
+def _at_most(name: str, value: int, high: int) -> None:
+    if value > high:
+        raise SettingsError(f"{PREFIX}{name} must be at most {high}, not {value}")

@@ -1,0 +1,266 @@
+"""Engines, sessions and the few dialect-specific statements the store needs.
+
+Two databases are supported: the embedded SQLite file (the default, zero set-up) and
+PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
+
+- SQLite runs in WAL mode with foreign keys on and a busy timeout, and every transaction
+  starts with ``BEGIN IMMEDIATE``: SQLite has one writer at a time, and taking the write
+  lock up front means a transaction never reads state another writer is about to change.
+- PostgreSQL serialises the transactions that touch the same hops and elements with
+  transaction-scoped advisory locks (``Locks``), so a re-derivation always sees every
+  change that could alter it. (SERIALIZABLE would do the same without locks, but on the
+  small tables of a young store its predicate locks cover whole tables, and nearly every
+  pair of concurrent items failed to serialize.)
+- ``insert_ignore`` / ``upsert`` use each dialect's ``INSERT .. ON CONFLICT``, which is what
+  makes dedupe, the replay memory and flag identity correct with many workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlmodel import Session
+
+from alembic import command
+from app.settings import DEFAULT_DB_PATH, check_database_url
+
+T = TypeVar("T")
+MIGRATIONS = Path(__file__).resolve().parents[2] / "alembic"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Serialises concurrent `db upgrade` runs on one PostgreSQL (any constant will do).
+_UPGRADE_LOCK = 0x68616E646F6666  # "handoff"
+# SQLSTATEs worth retrying: deadlock detected, serialization failure, lock not available.
+_TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}
+
+
+def default_url() -> str:
+    """The embedded SQLite file, relative to the working directory."""
+    return f"sqlite:///{(Path.cwd() / DEFAULT_DB_PATH).as_posix()}"
+
+
+def normalise_url(url: str) -> str:
+    """Check the URL and pick the psycopg 3 driver for a bare ``postgresql://``.
+
+    Raises app.settings.SettingsError for an unsupported database.
+    """
+    check_database_url(url)
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + url[len("postgresql://") :]
+    return url
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` with the store's connection settings. SQLite: the file's
+    directory is created on demand. Raises SettingsError for an unsupported URL."""
+    url = normalise_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        )
+        event.listen(engine, "connect", _sqlite_connect)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own is DEFERRED).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    mode = connection.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+    connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def read_only(engine: Engine) -> Engine:
+    """The same engine for read-only sessions: on SQLite they take no write lock (WAL lets
+    them read while a writer works); on PostgreSQL they read one consistent snapshot and
+    never fail to serialize. Anything that writes (a sweep) must use the plain engine."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="REPEATABLE READ")
+    return engine.execution_options(sqlite_begin="DEFERRED")
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Session]:
+    """One session in one transaction: committed on success, rolled back on any error."""
+    with Session(engine, expire_on_commit=False) as session, session.begin():
+        yield session
+
+
+def run(engine: Engine, work: Callable[[Session], T], *, attempts: int = 10) -> T:
+    """Run ``work`` in one transaction, retrying it from the start after a transient error
+    (serialization failure, deadlock, a busy SQLite). ``work`` must have no effect outside
+    the session. Raises the last error when every attempt failed, or any other error."""
+    for attempt in range(attempts):
+        try:
+            with transaction(engine) as session:
+                return work(session)
+        except DBAPIError as exc:
+            if attempt + 1 >= attempts or not is_transient(exc):
+                raise
+            # Jittered exponential back-off, so the same two transactions do not collide
+            # again in lock step.
+            time.sleep(random.uniform(0, 0.005 * 2**attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors that a retry of the same transaction may not meet again."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate in _TRANSIENT_SQLSTATES:
+        return True
+    return "database is locked" in str(exc.orig)
+
+
+# --- migrations -------------------------------------------------------------------------
+
+
+def alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def upgrade(engine: Engine) -> None:
+    """Run the Alembic migrations up to head (``handoff-trace db upgrade``)."""
+    cfg = alembic_config()
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK})
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, "head")
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Bring the schema to head when it is not there yet (the embedded database needs no
+    set-up step); a no-op on an up-to-date database."""
+    if current_revision(engine) != head_revision():
+        upgrade(engine)
+
+
+# --- dialect-specific statements ----------------------------------------------------------
+
+
+def _insert(session: Session, model: Any) -> Any:
+    dialect = session.get_bind().dialect.name
+    return (pg_insert if dialect == "postgresql" else sqlite_insert)(model)
+
+
+def insert_ignore(
+    session: Session, model: Any, values: Mapping[str, Any], keys: Sequence[str]
+) -> bool:
+    """INSERT .. ON CONFLICT (keys) DO NOTHING. True when this call inserted the row.
+
+    RETURNING tells, where the driver's rowcount may not (-1 from psycopg here)."""
+    table = model.__table__
+    stmt = (
+        _insert(session, table)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=keys)
+        .returning(table.c[keys[0]])
+    )
+    return session.execute(stmt).first() is not None
+
+
+def upsert(session: Session, model: Any, values: Mapping[str, Any], keys: Sequence[str]) -> None:
+    """INSERT .. ON CONFLICT (keys) DO UPDATE every other column."""
+    stmt = _insert(session, model.__table__).values(**values)
+    update = {k: stmt.excluded[k] for k in values if k not in keys}
+    session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=update))
+
+
+# --- advisory locks -----------------------------------------------------------------------
+
+
+class NeedLocks(Exception):
+    """A lock was taken by another transaction: start over holding ``keys`` from the start
+    (taken in one global order, so waiting for them cannot deadlock)."""
+
+    def __init__(self, keys: frozenset[str]) -> None:
+        super().__init__(f"{len(keys)} locks needed")
+        self.keys = keys
+
+
+def lock_id(key: str) -> int:
+    """A signed 64-bit advisory lock id for a text key."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
+
+
+def hop_lock(hop: str) -> str:
+    """Held by every transaction that writes facts of a hop or derives it."""
+    return "hop:" + hop
+
+
+def digest_lock(digest: bytes) -> str:
+    """Held by every transaction that stores, or reads by digest, the element ``digest``
+    (or elements linked to it), so such reads see every concurrent write."""
+    return "digest:" + digest.hex()
+
+
+class Locks:
+    """The transaction-scoped advisory locks of one transaction (PostgreSQL; a no-op on
+    SQLite, whose IMMEDIATE transactions already run one at a time).
+
+    ``first`` is taken up front, waiting, in sorted order. ``need`` takes more without
+    waiting: a lock held elsewhere raises NeedLocks, and the caller starts the transaction
+    again with everything it needed in ``first``. A transaction therefore only waits while it
+    holds nothing it might be waited for with, which keeps lock waits free of cycles.
+    """
+
+    def __init__(self, session: Session, first: Iterable[str] = ()) -> None:
+        self.session = session
+        self.active = session.get_bind().dialect.name == "postgresql"
+        self.held: set[str] = set()
+        if self.active:
+            for key in sorted(set(first), key=lock_id):
+                session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_id(key)})
+                self.held.add(key)
+
+    def need(self, keys: Iterable[str]) -> None:
+        """Hold ``keys`` too. Raises NeedLocks when one is held by another transaction."""
+        if not self.active:
+            return
+        missing = set(keys) - self.held
+        for key in sorted(missing, key=lock_id):
+            query = text("SELECT pg_try_advisory_xact_lock(:k)")
+            if not self.session.execute(query, {"k": lock_id(key)}).scalar_one():
+                raise NeedLocks(frozenset(self.held | missing))
+            self.held.add(key)

@@ -1,0 +1,345 @@
+"""Hop state and flags, re-derived from stored facts (SPEC 8) by the pure
+``app.protocol.lifecycle.derive_hop``; plus the two flags it leaves to the store
+(equivocation and rejected-element) and the sweep that applies the clock.
+
+Every fact read here depends on the *set* of stored elements and observations, never on
+the order they arrived in, so any permutation of the same input yields the same hops and
+flags:
+
+- An offer counts for its hop (iss, hop) when some observation of it passed checks 1-3
+  (SPEC 6.4, judged against an empty replay memory) or it arrived in the verified chain of
+  an accepted bundle.
+- **The hop's offer** (canonical rule, [profile]): among the offers that count, the one
+  received first by capture time (``received_at``), ties broken by the smaller digest. A
+  verdict's ``equivocation.first`` says which offer *this store* saw first; the hop's offer
+  does not depend on ingest order.
+- Statuses count when valid and naming any offer that counts for the hop; downstream
+  offers are counting offers whose ``prev`` names one of them.
+- ``equivocation``: two or more offers count for one hop; one flag per hop, variant
+  ``content`` when any of them differs from the hop's offer in what was signed.
+- ``rejected-element``: elements whose observation failed a check (replay aside), one
+  flag per hop and reason (the variant), grouped under the hop key the element names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, and_, delete, func, or_, select
+from sqlmodel import Session
+
+from app.protocol.lifecycle import (
+    SEVERITY,
+    DownstreamFact,
+    Flag,
+    FlagKind,
+    HostObservation,
+    OfferFact,
+    StatusFact,
+    Timing,
+    derive_hop,
+)
+from app.protocol.model import StatusState
+from app.protocol.verdict import Variant
+
+from .db import Locks, digest_lock, hop_lock, upsert
+from .flags import sync_flags
+from .models import ElementRow, HopRow, LinkRow, ObservationRow, VerdictRow
+
+HopKey = tuple[str, str]  # (iss, hop) of the offer
+
+
+# --- which hops an element touches --------------------------------------------------------
+
+
+def affected_hops(session: Session, digests: Iterable[bytes], *, locks: Locks) -> set[HopKey]:
+    """The hops whose derived answer may change when these stored elements' judgements do:
+    the element's own hop, the hop of a status's offer, and the parent hop of each offer
+    (its downstream offers and their cancels feed ``cancel-not-propagated``).
+
+    Reads each offer and parent only under its digest lock, so a concurrent transaction
+    storing one of them is either seen or waited for.
+    """
+    keys: set[HopKey] = set()
+    offers: set[bytes] = set()
+    for row in session.execute(
+        select(
+            ElementRow.hop_iss, ElementRow.hop, ElementRow.type, ElementRow.digest, ElementRow.offer
+        ).where(ElementRow.digest.in_(set(digests)))
+    ):
+        keys.add((row.hop_iss, row.hop))
+        offers.add(row.digest if row.type == "offer" else row.offer)
+    locks.need(digest_lock(d) for d in offers)
+    parents = set(session.execute(select(LinkRow.prev).where(LinkRow.offer.in_(offers))).scalars())
+    locks.need(digest_lock(d) for d in parents)
+    for row in session.execute(
+        select(ElementRow.iss, ElementRow.hop).where(
+            ElementRow.type == "offer",
+            ElementRow.digest.in_(offers | parents),
+        )
+    ):
+        keys.add((row.iss, row.hop))
+    return keys
+
+
+# --- facts ------------------------------------------------------------------------------
+
+
+def _counts(digest_column: Any) -> Any:
+    """EXISTS an observation by which the offer counts: it passed checks 1-3 (SPEC 6.4),
+    or it was carried in a verified chain."""
+    return (
+        select(ObservationRow.id)
+        .outerjoin(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
+        .where(ObservationRow.digest == digest_column, _COUNTING)
+        .exists()
+    )
+
+
+_COUNTING = or_(ObservationRow.via.is_not(None), VerdictRow.remembered.is_(True))
+
+
+@dataclass(frozen=True, slots=True)
+class _Offer:
+    element: ElementRow
+    prev: bytes | None
+    first: int  # earliest received_at among the observations by which it counts
+
+    @property
+    def order(self) -> tuple[int, bytes]:
+        return (self.first, self.element.digest)
+
+
+def _offers(session: Session, iss: str, hop: str) -> list[_Offer]:
+    """The offers that count for the hop, the hop's offer first (the canonical rule)."""
+    firsts = dict(
+        session.execute(
+            select(ElementRow.digest, func.min(ObservationRow.received_at))
+            .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
+            .outerjoin(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
+            .where(
+                ElementRow.type == "offer",
+                ElementRow.hop_iss == iss,
+                ElementRow.hop == hop,
+                _COUNTING,
+            )
+            .group_by(ElementRow.digest)
+        ).all()
+    )
+    if not firsts:
+        return []
+    rows = session.execute(
+        select(ElementRow, LinkRow.prev)
+        .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
+        .where(ElementRow.digest.in_(firsts))
+    ).all()
+    found = [_Offer(element, prev, firsts[element.digest]) for element, prev in rows]
+    return sorted(found, key=lambda o: o.order)
+
+
+def _valid_status_observations(where: Any) -> Select[Any]:
+    return (
+        select(
+            ElementRow.digest,
+            ElementRow.offer,
+            ElementRow.state,
+            ElementRow.iss,
+            ElementRow.iat,
+            ElementRow.reason,
+            ElementRow.ref_count,
+            func.min(ObservationRow.received_at).label("received_at"),
+        )
+        .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
+        .join(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
+        .where(ElementRow.type == "status", VerdictRow.valid.is_(True), where)
+        .group_by(
+            ElementRow.digest,
+            ElementRow.offer,
+            ElementRow.state,
+            ElementRow.iss,
+            ElementRow.iat,
+            ElementRow.reason,
+            ElementRow.ref_count,
+        )
+    )
+
+
+def _statuses(session: Session, offers: Sequence[bytes]) -> list[StatusFact]:
+    query = _valid_status_observations(ElementRow.offer.in_(offers))
+    return [
+        StatusFact(
+            digest=r.digest,
+            state=StatusState(r.state),
+            iss=r.iss,
+            iat=r.iat,
+            received_at=r.received_at,
+            reason=r.reason,
+            refs=r.ref_count,
+        )
+        for r in session.execute(query)
+    ]
+
+
+def _downstream(session: Session, offers: Sequence[bytes]) -> list[DownstreamFact]:
+    rows = session.execute(
+        select(ElementRow.digest, ElementRow.iss, ElementRow.hop)
+        .join(LinkRow, LinkRow.offer == ElementRow.digest)
+        .where(LinkRow.prev.in_(offers), _counts(ElementRow.digest))
+    ).all()
+    cancels = _valid_status_observations(
+        and_(
+            ElementRow.offer.in_([r.digest for r in rows]),
+            ElementRow.state == StatusState.CANCELED.value,
+        )
+    ).subquery()
+    canceled: dict[bytes, int] = {}
+    for offer, at in session.execute(
+        select(cancels.c.offer, func.min(cancels.c.received_at)).group_by(cancels.c.offer)
+    ):
+        canceled[offer] = at
+    return [DownstreamFact(r.digest, r.iss, r.hop, canceled.get(r.digest)) for r in rows]
+
+
+def _host(session: Session, digests: Sequence[bytes]) -> list[HostObservation]:
+    rows = session.execute(
+        select(ObservationRow.task_state, ObservationRow.received_at).where(
+            ObservationRow.digest.in_(digests),
+            ObservationRow.task_state.is_not(None),
+        )
+    )
+    return [HostObservation(r.task_state, r.received_at) for r in rows]
+
+
+def _rejections(session: Session, iss: str, hop: str) -> list[Flag]:
+    rows = session.execute(
+        select(VerdictRow.fault, ElementRow.digest, func.min(ObservationRow.received_at))
+        .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
+        .join(ElementRow, ElementRow.digest == VerdictRow.digest)
+        .where(
+            ElementRow.hop_iss == iss,
+            ElementRow.hop == hop,
+            VerdictRow.valid.is_(False),
+            VerdictRow.fault.is_not(None),
+        )
+        .group_by(VerdictRow.fault, ElementRow.digest)
+    )
+    by_fault: dict[str, list[tuple[bytes, int]]] = {}
+    for fault, digest, first in rows:
+        by_fault.setdefault(fault, []).append((digest, first))
+    kind = FlagKind.REJECTED_ELEMENT
+    return [
+        Flag(
+            kind=kind,
+            severity=SEVERITY[kind],
+            evidence=tuple(sorted(d for d, _ in found)),
+            opened_at=min(at for _, at in found),
+            variant=fault,
+            detail=f"{len(found)} element(s) rejected: {fault}",
+        )
+        for fault, found in sorted(by_fault.items())
+    ]
+
+
+def _equivocation(offers: Sequence[_Offer]) -> Flag:
+    differs = any(o.element.content != offers[0].element.content for o in offers[1:])
+    variant = Variant.CONTENT if differs else Variant.SIGNATURE_ONLY
+    kind = FlagKind.EQUIVOCATION
+    return Flag(
+        kind=kind,
+        severity=SEVERITY[kind],
+        evidence=tuple(sorted(o.element.digest for o in offers)),
+        opened_at=offers[1].first,  # when the second offer for the hop was received
+        variant=variant.value,
+        detail=f"{len(offers)} different offers signed for one hop ({variant.value} differs)",
+    )
+
+
+# --- derivation -------------------------------------------------------------------------
+
+
+def derive_hops(
+    session: Session, keys: Iterable[HopKey], *, now: int, timing: Timing, locks: Locks
+) -> None:
+    """Re-derive each hop's state and flags at clock ``now`` and store them. Raises
+    NeedLocks when another transaction holds one of the hops."""
+    keys = sorted(set(keys))
+    locks.need(hop_lock(hop) for _, hop in keys)
+    for iss, hop in keys:
+        _derive_one(session, iss, hop, now=now, timing=timing)
+
+
+def _derive_one(session: Session, iss: str, hop: str, *, now: int, timing: Timing) -> None:
+    offers = _offers(session, iss, hop)
+    flags = _rejections(session, iss, hop)
+    if not offers:
+        session.execute(delete(HopRow).where(HopRow.iss == iss, HopRow.hop == hop))
+        sync_flags(session, iss, hop, flags, offer=None, now=now)
+        return
+    element = offers[0].element
+    fact = OfferFact(
+        digest=element.digest,
+        iss=element.iss,
+        aud=element.aud,
+        hop=element.hop,
+        dialog=element.dialog,
+        task=element.task,
+        iat=element.iat,
+        exp=element.exp,
+        prev=offers[0].prev,
+    )
+    digests = [o.element.digest for o in offers]
+    statuses = _statuses(session, digests)
+    view = derive_hop(
+        fact,
+        statuses,
+        now=now,
+        timing=timing,
+        downstream=_downstream(session, digests),
+        host=_host(session, [*digests, *(s.digest for s in statuses)]),
+    )
+    values = {
+        "iss": iss,
+        "hop": hop,
+        "offer": fact.digest,
+        "aud": fact.aud,
+        "dialog": fact.dialog,
+        "task": fact.task,
+        "iat": fact.iat,
+        "exp": fact.exp,
+        "state": view.state.value,
+        "a2a_state": view.a2a_state,
+        "accepted_at": view.accepted_at,
+        "terminal_at": view.terminal_at,
+        "deadline": view.deadline,
+        "derived_at": now,
+    }
+    upsert(session, HopRow, values, ["iss", "hop"])
+    flags.extend(view.flags)
+    if len(offers) > 1:
+        flags.append(_equivocation(offers))
+    sync_flags(session, iss, hop, flags, offer=fact.digest, now=now)
+
+
+def sweep(session: Session, *, now: int, timing: Timing) -> int:
+    """Apply the clock: re-derive every hop whose answer changes by ``now`` (its deadline
+    has passed), or that was derived for a later clock than ``now``. Returns how many.
+
+    Run it in its own transaction (``app.store.db.run``); it waits for the hops' locks."""
+    due = _due(session, now)
+    if not due:
+        return 0
+    locks = Locks(session, [hop_lock(hop) for _, hop in due])
+    # Again, now that no writer of these hops is at work (hops due meanwhile wait for the
+    # next sweep).
+    due = [key for key in _due(session, now) if hop_lock(key[1]) in locks.held or not locks.active]
+    derive_hops(session, due, now=now, timing=timing, locks=locks)
+    return len(due)
+
+
+def _due(session: Session, now: int) -> list[HopKey]:
+    rows = session.execute(
+        select(HopRow.iss, HopRow.hop).where(or_(HopRow.deadline <= now, HopRow.derived_at > now))
+    )
+    return [(r.iss, r.hop) for r in rows]

@@ -1,0 +1,97 @@
+"""Flags as stored: one row per condition (``flag_key``), kept in step with the derived
+flags of a hop by ``sync_flags``, with operators' workflow columns left to them.
+
+A condition that no longer holds is deleted when nobody acted on it, so that the flags of a
+store never depend on the order its elements arrived in; one that someone acted on stays,
+resolved automatically, with the reason in the audit log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlmodel import Session
+
+from app.protocol.encoding import digest_text
+from app.protocol.lifecycle import Flag, FlagKind
+
+from .db import insert_ignore
+from .models import ActionRow, FlagRow
+
+SYSTEM = "system"  # the actor of automatic flag actions in the audit log
+
+
+def flag_key(iss: str, hop: str, flag: Flag) -> str:
+    """One condition, one key. An equivocation is one condition per hop whatever its
+    variant (it can change as more offers arrive); other kinds are one per variant."""
+    variant = None if flag.kind is FlagKind.EQUIVOCATION else flag.variant
+    canon = json.dumps([flag.kind.value, iss, hop, variant], separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def sync_flags(
+    session: Session, iss: str, hop: str, flags: Sequence[Flag], *, offer: bytes | None, now: int
+) -> None:
+    """Make the stored flags of one hop match the derived ones.
+
+    A new condition is inserted open. A continuing one gets its derived columns refreshed;
+    one an operator resolved is reopened when its evidence grew. A condition that no longer
+    holds is deleted if nobody acted on it (so ingest order leaves no trace), and otherwise
+    resolved automatically with an audit entry.
+    """
+    existing = {
+        row.key: row
+        for row in session.execute(
+            select(FlagRow).where(FlagRow.iss == iss, FlagRow.hop == hop)
+        ).scalars()
+    }
+    for flag in flags:
+        key = flag_key(iss, hop, flag)
+        derived = {
+            "kind": flag.kind.value,
+            "variant": flag.variant,
+            "severity": flag.severity.value,
+            "evidence": [digest_text(d) for d in flag.evidence],
+            "offer": offer,
+            "opened_at": flag.opened_at,
+            "detail": flag.detail,
+        }
+        row = existing.pop(key, None)
+        if row is None:
+            new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": now}
+            insert_ignore(session, FlagRow, {**new, **derived}, ["key"])
+            continue
+        if all(getattr(row, k) == v for k, v in derived.items()):
+            continue
+        changes: dict[str, Any] = {**derived, "updated_at": now}
+        if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
+            changes["status"] = "open"
+            _audit(session, row.id, "reopen", "new evidence for a resolved condition", now)
+        session.execute(update(FlagRow).where(FlagRow.id == row.id).values(**changes))
+    for row in existing.values():
+        _clear(session, row, now)
+
+
+def _clear(session: Session, row: FlagRow, now: int) -> None:
+    acted = session.execute(select(ActionRow.id).where(ActionRow.flag_id == row.id)).first()
+    if acted is None and row.status == "open" and row.assignee is None and row.note is None:
+        session.execute(delete(FlagRow).where(FlagRow.id == row.id))
+        return
+    if row.status != "resolved":
+        session.execute(
+            update(FlagRow).where(FlagRow.id == row.id).values(status="resolved", updated_at=now)
+        )
+        _audit(session, row.id, "resolve", "the condition no longer holds", now)
+
+
+def _audit(session: Session, flag_id: int | None, action: str, note: str, now: int) -> None:
+    assert flag_id is not None
+    session.execute(
+        ActionRow.__table__.insert().values(
+            flag_id=flag_id, actor=SYSTEM, at=now, action=action, note=note
+        )
+    )

@@ -1,0 +1,186 @@
+"""The receiver's memories backed by the database (SPEC 6.4: they survive a restart).
+
+``StoreMemory`` implements the Protocols of ``app.protocol.memory`` (replay memory, known
+offers, seen statuses, signature cache) over one session, so a ``Verifier`` built by
+``store_verifier`` judges against everything any worker ever stored. Each memory rests on a
+primary key and ``INSERT .. ON CONFLICT DO NOTHING``: of two workers remembering the same
+(iss, hop), exactly one records it and the other finds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from app.protocol.errors import HandoffError
+from app.protocol.memory import InMemoryState, Remembered, content_fingerprint
+from app.protocol.model import Element, Form, Offer, StatusState
+from app.protocol.refs import ObjectIndex
+from app.protocol.trust import TrustStore
+from app.protocol.verify import Policy, Verifier, parse_element
+
+from .db import insert_ignore
+from .models import ElementRow, LinkRow, ReplayRow, SeenStatusRow, SignatureCacheRow
+
+
+def element_values(element: Element, *, now: int) -> dict[str, object]:
+    """The element table's row for ``element`` (first seen at ``now``)."""
+    p = element.payload
+    values: dict[str, object] = {
+        "digest": element.digest,
+        "form": element.form.value,
+        "type": p.type.value,
+        "octets": element.octets,
+        "iss": p.iss,
+        "aud": p.aud,
+        "hop": p.hop,
+        "iat": p.iat,
+        "ref_count": len(p.refs),
+        "content": content_fingerprint(element),
+        "first_seen": now,
+    }
+    if isinstance(p, Offer):
+        values.update(hop_iss=p.iss, dialog=p.dialog, task=p.task, exp=p.exp)
+    else:
+        # SPEC 1.2: the delegate answers (its aud is the delegator), the delegator cancels.
+        hop_iss = p.iss if p.state is StatusState.CANCELED else p.aud
+        values.update(hop_iss=hop_iss, offer=p.offer, state=p.state.value, reason=p.reason)
+    return values
+
+
+def store_element(session: Session, element: Element, *, now: int) -> bool:
+    """Store the element unless its digest is already stored (append-only: an existing row
+    is never touched). Offers with ``prev`` also get their chain link. True when new."""
+    inserted = insert_ignore(session, ElementRow, element_values(element, now=now), ["digest"])
+    p = element.payload
+    if inserted and isinstance(p, Offer) and p.prev is not None:
+        link = {"offer": element.digest, "prev": p.prev, "dialog": p.dialog}
+        insert_ignore(session, LinkRow, link, ["offer"])
+    return inserted
+
+
+def load_element(session: Session, digest: bytes) -> Element | None:
+    """Parse a stored element again from its octets (None when not stored)."""
+    row = session.execute(
+        select(ElementRow.octets, ElementRow.form).where(ElementRow.digest == digest)
+    ).first()
+    if row is None:
+        return None
+    return parse_element(row.octets, Form(row.form))
+
+
+class StoreMemory:
+    """Replay memory, offer index, seen statuses and signature cache over one session."""
+
+    def __init__(self, session: Session, *, trust: TrustStore, now: int) -> None:
+        self.session = session
+        self.trust = trust
+        self.now = now
+        # Set by ``store_verifier``: the verifier's cached signature check (SPEC 6.1).
+        self.check_signature: Callable[[Element], None] | None = None
+        self._offers: dict[bytes, Element | None] = {}
+
+    # -- ReplayMemory ------------------------------------------------------------------
+
+    def remember(self, element: Element) -> tuple[Remembered, bool]:
+        p = element.payload
+        mine = Remembered(element.digest, content_fingerprint(element))
+        row = {
+            "iss": p.iss,
+            "hop": p.hop,
+            "digest": mine.digest,
+            "content": mine.content,
+            "recorded_at": self.now,
+        }
+        if insert_ignore(self.session, ReplayRow, row, ["iss", "hop"]):
+            return mine, True
+        first = self.session.execute(
+            select(ReplayRow.digest, ReplayRow.content).where(
+                ReplayRow.iss == p.iss, ReplayRow.hop == p.hop
+            )
+        ).one()
+        return Remembered(first.digest, first.content), False
+
+    # -- OfferIndex --------------------------------------------------------------------
+
+    def get_offer(self, digest: bytes) -> Element | None:
+        """A stored offer whose signature verifies under the current trust store."""
+        if digest not in self._offers:
+            self._offers[digest] = self._verified_offer(digest)
+        return self._offers[digest]
+
+    def _verified_offer(self, digest: bytes) -> Element | None:
+        row = self.session.execute(
+            select(ElementRow.octets, ElementRow.form).where(
+                ElementRow.digest == digest, ElementRow.type == "offer"
+            )
+        ).first()
+        if row is None:
+            return None
+        assert self.check_signature is not None, "use store_verifier"
+        try:
+            element = parse_element(row.octets, Form(row.form))
+            self.check_signature(element)
+        except HandoffError:
+            return None
+        return element
+
+    def add_offer(self, element: Element) -> None:
+        store_element(self.session, element, now=self.now)
+        self._offers[element.digest] = element
+
+    # -- SeenStatuses ------------------------------------------------------------------
+
+    def has_status(self, digest: bytes) -> bool:
+        found = self.session.execute(
+            select(SeenStatusRow.digest).where(SeenStatusRow.digest == digest)
+        ).first()
+        return found is not None
+
+    def add_status(self, digest: bytes) -> None:
+        insert_ignore(
+            self.session, SeenStatusRow, {"digest": digest, "seen_at": self.now}, ["digest"]
+        )
+
+    # -- SignatureCache ----------------------------------------------------------------
+
+    def verified(self, digest: bytes, trust_fingerprint: str) -> bool:
+        found = self.session.execute(
+            select(SignatureCacheRow.digest).where(
+                SignatureCacheRow.digest == digest, SignatureCacheRow.trust == trust_fingerprint
+            )
+        ).first()
+        return found is not None
+
+    def mark_verified(self, digest: bytes, trust_fingerprint: str) -> None:
+        row = {"digest": digest, "trust": trust_fingerprint, "verified_at": self.now}
+        insert_ignore(self.session, SignatureCacheRow, row, ["digest", "trust"])
+
+
+def store_verifier(
+    session: Session,
+    *,
+    trust: TrustStore,
+    policy: Policy,
+    objects: ObjectIndex,
+    now: int,
+    fresh: bool = False,
+) -> Verifier:
+    """A verifier whose memories are the database. ``fresh``: known offers and the
+    signature cache still come from the database, but replay memory and seen statuses start
+    empty, which judges an element as if it were the first ever seen (ignoring replay)."""
+    memory = StoreMemory(session, trust=trust, now=now)
+    empty = InMemoryState()
+    verifier = Verifier(
+        trust=trust,
+        policy=policy,
+        objects=objects,
+        replay=empty if fresh else memory,
+        offers=memory,
+        statuses=empty if fresh else memory,
+        signature_cache=memory,
+    )
+    memory.check_signature = verifier.check_signature
+    return verifier

@@ -1,0 +1,267 @@
+"""The tables, named by role. Signed elements are the source of truth; the rest is either an
+observation (append-only), memory the checks rest on (SPEC 6.4), or derived and re-derivable
+from the elements (verdicts, hops, flags).
+
+Digests are the 32 raw octets; times are NumericDate seconds (BIGINT: up to 2^53). The
+Alembic migrations in ``alembic/versions`` create exactly these tables; a test compares them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
+from sqlmodel import Field, SQLModel
+
+Digest = LargeBinary(32)
+# Row ids: BIGINT on PostgreSQL; on SQLite only INTEGER PRIMARY KEY autoincrements.
+RowId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _digest(**kw: Any) -> Any:
+    return Field(sa_type=Digest, **kw)
+
+
+def _time(**kw: Any) -> Any:
+    return Field(sa_type=BigInteger, **kw)
+
+
+def _id() -> Any:
+    return Field(default=None, sa_column=Column(RowId, primary_key=True, autoincrement=True))
+
+
+def _ref(target: str, **kw: Any) -> Any:
+    return Field(sa_column=Column(RowId, ForeignKey(target), nullable=False, **kw))
+
+
+class ElementRow(SQLModel, table=True):
+    """One signed element, keyed by its handoff digest, octets exactly as received.
+
+    Append-only: a row is written once, by the first ingest that parses the element, and
+    nothing later modifies it (``first_seen`` included). Rows exist for every element that
+    parsed, verified or not, so a rejected element stays available as evidence.
+    """
+
+    __tablename__ = "element"
+    __table_args__ = (
+        Index("ix_element_hop", "hop_iss", "hop"),
+        Index("ix_element_offer", "offer"),
+    )
+
+    digest: bytes = _digest(primary_key=True)
+    form: str = Field(sa_type=String(8))  # jws | cose
+    type: str = Field(sa_type=String(8))  # offer | status
+    octets: bytes = Field(sa_type=LargeBinary)
+    iss: str = Field(sa_type=Text)
+    aud: str = Field(sa_type=Text)
+    hop: str = Field(sa_type=String(64))
+    # The issuer of the hop this element belongs to: an offer's iss; for a status the
+    # offer's iss by SPEC 1.2's swap (aud, or iss for canceled). Groups rejected elements.
+    hop_iss: str = Field(sa_type=Text)
+    dialog: str | None = Field(default=None, sa_type=Text)
+    task: str | None = Field(default=None, sa_type=Text)
+    iat: int = _time()
+    exp: int | None = _time(default=None)
+    offer: bytes | None = _digest(default=None)  # a status's offer digest
+    state: str | None = Field(default=None, sa_type=String(16))  # a status's state
+    reason: str | None = Field(default=None, sa_type=Text)  # a status's reason
+    ref_count: int = 0
+    # SHA-256 of the signed header and payload: equal for signature-only equivocation.
+    content: bytes = _digest()
+    first_seen: int = _time()
+
+
+class LinkRow(SQLModel, table=True):
+    """A chain link: the offer names ``prev`` (SPEC 7), so dialogs form trees across
+    bundles. ``prev`` need not be stored (yet): a partial chain still links upward."""
+
+    __tablename__ = "link"
+
+    offer: bytes = Field(sa_column=Column(Digest, ForeignKey("element.digest"), primary_key=True))
+    prev: bytes = _digest(index=True)
+    dialog: str = Field(sa_type=Text, index=True)
+
+
+class ObservationRow(SQLModel, table=True):
+    """One receipt of an element (SPEC 10): who received it, when, in which carrier.
+
+    Append-only; the same octets ingested again add a row (a retransmission). An element
+    carried in an accepted bundle's chain is observed too, with ``via`` naming the offer
+    that carried it.
+    """
+
+    __tablename__ = "observation"
+
+    id: int | None = _id()
+    digest: bytes = Field(
+        sa_column=Column(Digest, ForeignKey("element.digest"), index=True, nullable=False)
+    )
+    received_at: int = _time()  # the time the checks were judged at (SPEC 10)
+    received_by: str | None = Field(default=None, sa_type=Text)
+    source: str = Field(sa_type=Text)
+    carrier: str | None = Field(default=None, sa_type=String(16))
+    role: str | None = Field(default=None, sa_type=String(32))
+    dialog: str | None = Field(default=None, sa_type=Text)
+    task_id: str | None = Field(default=None, sa_type=Text)
+    task_state: str | None = Field(default=None, sa_type=String(64))
+    via: bytes | None = _digest(default=None)
+    ingested_at: int = _time()
+
+
+class VerdictRow(SQLModel, table=True):
+    """The SPEC 11 verdict of one observation, and its judgement ignoring replay.
+
+    ``outcome``..``equivocation_*`` are what was reported (order-dependent by nature:
+    duplicate, equivocation, pending). ``remembered``/``valid``/``fault`` judge the same
+    observation against an empty replay memory, so they depend on the set of stored
+    elements only, never on ingest order; hop states and flags are derived from them.
+    A pending status, or an offer whose earlier chain elements arrive later, is judged
+    again and its row updated.
+    """
+
+    __tablename__ = "verdict"
+
+    id: int | None = _id()
+    observation_id: int = _ref("observation.id", unique=True)
+    digest: bytes = _digest(index=True)
+    element: str = Field(sa_type=String(8))
+    outcome: str = Field(sa_type=String(16), index=True)
+    reason: str | None = Field(default=None, sa_type=Text)
+    detail: str | None = Field(default=None, sa_type=Text)
+    checks: list[dict[str, Any]] = Field(sa_type=JSON)
+    chain: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    equivocation_first: bytes | None = _digest(default=None)
+    equivocation_variant: str | None = Field(default=None, sa_type=String(16))
+    trust: str = Field(sa_type=String(64))  # fingerprint of the trust store judged under
+    # SPEC 6.4: passed checks 1-3 (signature, audience, freshness), so the replay memory
+    # holds it; only such offers count for a hop and for equivocation.
+    remembered: bool = False
+    valid: bool = False  # every check passed, replay aside
+    fault: str | None = Field(default=None, sa_type=Text)  # the reason when not valid
+    judged_at: int = _time()
+
+
+class RefOutcomeRow(SQLModel, table=True):
+    """One ref's outcome in a verdict (SPEC 5)."""
+
+    __tablename__ = "ref_outcome"
+
+    verdict_id: int = _ref("verdict.id", primary_key=True)
+    index: int = Field(primary_key=True)
+    kind: str = Field(sa_type=Text)
+    outcome: str = Field(sa_type=String(16))
+    detail: str | None = Field(default=None, sa_type=Text)
+
+
+class HopRow(SQLModel, table=True):
+    """A hop (SPEC 8), keyed by (iss, hop) of its offer; re-derived, never authoritative.
+
+    ``offer`` is the hop's offer by the canonical rule (see ``app.store.derive``);
+    ``deadline`` is when the derived answer changes with no new element (the sweep's
+    index); ``derived_at`` the clock it was derived at.
+    """
+
+    __tablename__ = "hop"
+
+    iss: str = Field(sa_type=Text, primary_key=True)
+    hop: str = Field(sa_type=String(64), primary_key=True)
+    offer: bytes = _digest(index=True)
+    aud: str = Field(sa_type=Text)
+    dialog: str = Field(sa_type=Text, index=True)
+    task: str | None = Field(default=None, sa_type=Text)
+    iat: int = _time()
+    exp: int = _time()
+    state: str = Field(sa_type=String(16), index=True)
+    a2a_state: str | None = Field(default=None, sa_type=String(32))
+    accepted_at: int | None = _time(default=None)
+    terminal_at: int | None = _time(default=None)
+    deadline: int | None = _time(default=None, index=True)
+    derived_at: int = _time(index=True)
+
+
+class FlagRow(SQLModel, table=True):
+    """A condition that needs a person (SPEC 8 flags), flagged once per ``key``.
+
+    Derived columns (severity, evidence, offer, opened_at, detail) follow the stored facts;
+    the workflow columns (status, assignee, snoozed_until, note) belong to operators and are
+    changed only through ``app.store.queries.act_on_flag``, which writes the audit log.
+    """
+
+    __tablename__ = "flag"
+    __table_args__ = (Index("ix_flag_hop", "iss", "hop"),)
+
+    id: int | None = _id()
+    key: str = Field(sa_type=String(64), unique=True)  # SHA-256 hex of the condition
+    kind: str = Field(sa_type=String(32), index=True)
+    variant: str | None = Field(default=None, sa_type=Text)
+    severity: str = Field(sa_type=String(16))
+    status: str = Field(default="open", sa_type=String(16), index=True)
+    assignee: str | None = Field(default=None, sa_type=Text)
+    snoozed_until: int | None = _time(default=None)
+    note: str | None = Field(default=None, sa_type=Text)
+    evidence: list[str] = Field(sa_type=JSON)  # digests, base64url (SPEC 1.3)
+    iss: str = Field(sa_type=Text)
+    hop: str = Field(sa_type=String(64))
+    offer: bytes | None = _digest(default=None)
+    opened_at: int = _time()
+    detail: str = Field(default="", sa_type=Text)
+    updated_at: int = _time()
+
+
+class ActionRow(SQLModel, table=True):
+    """The audit log: who did what to which flag, when, and why."""
+
+    __tablename__ = "action"
+
+    id: int | None = _id()
+    flag_id: int = _ref("flag.id", index=True)
+    actor: str = Field(sa_type=Text)
+    at: int = _time()
+    action: str = Field(sa_type=String(32))
+    note: str | None = Field(default=None, sa_type=Text)
+
+
+class ReplayRow(SQLModel, table=True):
+    """The replay memory (SPEC 6.4): the first element remembered for each (iss, hop).
+
+    Its primary key is what makes dedupe and equivocation detection correct with many
+    workers: the first insert wins, every later one finds it.
+    """
+
+    __tablename__ = "replay"
+
+    iss: str = Field(sa_type=Text, primary_key=True)
+    hop: str = Field(sa_type=String(64), primary_key=True)
+    digest: bytes = _digest()
+    content: bytes = _digest()
+    recorded_at: int = _time()
+
+
+class SeenStatusRow(SQLModel, table=True):
+    """Statuses already judged, so the same octets again are a retransmission."""
+
+    __tablename__ = "seen_status"
+
+    digest: bytes = _digest(primary_key=True)
+    seen_at: int = _time()
+
+
+class SignatureCacheRow(SQLModel, table=True):
+    """Elements whose signature verified under a trust store (by its fingerprint): each
+    element is verified once per trust configuration; a changed store verifies again."""
+
+    __tablename__ = "signature_cache"
+
+    digest: bytes = _digest(primary_key=True)
+    trust: str = Field(sa_type=String(64), primary_key=True)
+    verified_at: int = _time()

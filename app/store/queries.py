@@ -1,0 +1,326 @@
+"""The reads the CLI and the HTTP API need, and the one write operators make (flag actions).
+
+Every function takes the session first and keyword-only arguments after it. Listings use
+keyset pagination (``after`` = the last item of the previous page, ``limit``). Callers
+should ``sweep`` first (``app.store.derive.sweep``) so time-based states are current.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import and_, exists, func, or_, select, tuple_, update
+from sqlmodel import Session
+
+from app.protocol.encoding import digest_text
+
+from .models import ActionRow, ElementRow, FlagRow, HopRow, LinkRow
+
+
+class FlagStatus(StrEnum):
+    OPEN = "open"
+    ACKNOWLEDGED = "acknowledged"
+    SNOOZED = "snoozed"
+    RESOLVED = "resolved"
+
+
+class FlagAction(StrEnum):
+    ACKNOWLEDGE = "acknowledge"
+    RESOLVE = "resolve"
+    REOPEN = "reopen"
+    ASSIGN = "assign"
+    SNOOZE = "snooze"
+    NOTE = "note"
+
+
+class FlagActionError(ValueError):
+    """An operator action that cannot apply (unknown flag, snooze without a time...)."""
+
+
+# --- hops -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HopListing:
+    hop: HopRow
+    flags: tuple[str, ...]  # kinds of the hop's flags that are not resolved
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``hops --json`` shape (issue 3, section 5)."""
+        h = self.hop
+        return {
+            "offer": digest_text(h.offer),
+            "iss": h.iss,
+            "aud": h.aud,
+            "hop": h.hop,
+            "dialog": h.dialog,
+            "task": h.task,
+            "state": h.state,
+            "a2a_state": h.a2a_state,
+            "flags": list(self.flags),
+        }
+
+
+def _unresolved_flag(kind: str | None = None) -> Any:
+    where = [FlagRow.iss == HopRow.iss, FlagRow.hop == HopRow.hop, FlagRow.status != "resolved"]
+    if kind is not None:
+        where.append(FlagRow.kind == kind)
+    return exists().where(*where)
+
+
+def list_hops(
+    session: Session,
+    *,
+    state: str | None = None,
+    flag: str | None = None,
+    dialog: str | None = None,
+    agent: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    after: tuple[int, str, str] | None = None,
+    limit: int | None = None,
+) -> list[HopListing]:
+    """Hops in (iat, iss, hop) order. ``flag``: only hops with an unresolved flag of that
+    kind; ``agent``: the offer's iss or aud; ``since``/``until``: the offer's iat range;
+    ``after``: the (iat, iss, hop) of the previous page's last hop."""
+    query = select(HopRow)
+    if state is not None:
+        query = query.where(HopRow.state == state)
+    if flag is not None:
+        query = query.where(_unresolved_flag(flag))
+    if dialog is not None:
+        query = query.where(HopRow.dialog == dialog)
+    if agent is not None:
+        query = query.where(or_(HopRow.iss == agent, HopRow.aud == agent))
+    if since is not None:
+        query = query.where(HopRow.iat >= since)
+    if until is not None:
+        query = query.where(HopRow.iat <= until)
+    if after is not None:
+        query = query.where(tuple_(HopRow.iat, HopRow.iss, HopRow.hop) > tuple_(*after))
+    query = query.order_by(HopRow.iat, HopRow.iss, HopRow.hop)
+    if limit is not None:
+        query = query.limit(limit)
+    hops = list(session.execute(query).scalars())
+    kinds = _flag_kinds(session, [(h.iss, h.hop) for h in hops])
+    return [HopListing(h, kinds.get((h.iss, h.hop), ())) for h in hops]
+
+
+def get_hop(session: Session, *, offer: bytes) -> HopListing | None:
+    """The hop whose offer (by the canonical rule) has this digest."""
+    hop = session.execute(select(HopRow).where(HopRow.offer == offer)).scalars().first()
+    if hop is None:
+        return None
+    kinds = _flag_kinds(session, [(hop.iss, hop.hop)])
+    return HopListing(hop, kinds.get((hop.iss, hop.hop), ()))
+
+
+def _flag_kinds(
+    session: Session, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    found: dict[tuple[str, str], set[str]] = {}
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        rows = session.execute(
+            select(FlagRow.iss, FlagRow.hop, FlagRow.kind).where(
+                tuple_(FlagRow.iss, FlagRow.hop).in_(chunk), FlagRow.status != "resolved"
+            )
+        )
+        for iss, hop, kind in rows:
+            found.setdefault((iss, hop), set()).add(kind)
+    return {key: tuple(sorted(kinds)) for key, kinds in found.items()}
+
+
+# --- dialogs and agents -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DialogSummary:
+    dialog: str
+    hops: int
+    first_iat: int
+    last_iat: int
+
+
+def list_dialogs(
+    session: Session, *, after: str | None = None, limit: int | None = None
+) -> list[DialogSummary]:
+    """Dialogs with hops, in dialog order; ``after``: the previous page's last dialog."""
+    query = select(HopRow.dialog, func.count(), func.min(HopRow.iat), func.max(HopRow.iat))
+    if after is not None:
+        query = query.where(HopRow.dialog > after)
+    query = query.group_by(HopRow.dialog).order_by(HopRow.dialog)
+    if limit is not None:
+        query = query.limit(limit)
+    return [DialogSummary(*row) for row in session.execute(query)]
+
+
+@dataclass(frozen=True, slots=True)
+class TreeNode:
+    hop: HopListing
+    parent: bytes | None  # the offer this hop's offer names as ``prev`` (may be unknown)
+
+
+def dialog_tree(session: Session, *, dialog: str) -> list[TreeNode]:
+    """The hops of one dialog with their chain links (SPEC 7), in (iat, iss, hop) order:
+    a node whose ``parent`` is the offer of another node hangs below it; a parent outside
+    the dialog, or not stored, makes the node a root of this dialog's tree."""
+    hops = list_hops(session, dialog=dialog)
+    offers = [h.hop.offer for h in hops]
+    parents: dict[bytes, bytes] = {}
+    for start in range(0, len(offers), 500):
+        rows = session.execute(
+            select(LinkRow.offer, LinkRow.prev).where(
+                LinkRow.offer.in_(offers[start : start + 500])
+            )
+        )
+        parents.update((offer, prev) for offer, prev in rows)
+    return [TreeNode(h, parents.get(h.hop.offer)) for h in hops]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSummary:
+    agent: str
+    issued: int  # hops it delegated (offer iss)
+    received: int  # hops delegated to it (offer aud)
+
+
+def list_agents(session: Session) -> list[AgentSummary]:
+    """Every identifier that issued or received a hop, in identifier order."""
+    issued = dict(session.execute(select(HopRow.iss, func.count()).group_by(HopRow.iss)).all())
+    received = dict(session.execute(select(HopRow.aud, func.count()).group_by(HopRow.aud)).all())
+    return [
+        AgentSummary(agent, issued.get(agent, 0), received.get(agent, 0))
+        for agent in sorted(set(issued) | set(received))
+    ]
+
+
+# --- flags ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FlagListing:
+    flag: FlagRow
+    status: str  # effective: a snooze that has run out reads as open
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``flags --json`` shape (issue 3, section 5)."""
+        f = self.flag
+        return {
+            "id": f.id,
+            "kind": f.kind,
+            "variant": f.variant,
+            "severity": f.severity,
+            "status": self.status,
+            "iss": f.iss,
+            "hop": f.hop,
+            "offer": None if f.offer is None else digest_text(f.offer),
+            "evidence": list(f.evidence),
+            "opened_at": f.opened_at,
+        }
+
+
+def _effective_status(status: str, now: int) -> Any:
+    snoozed = and_(FlagRow.status == "snoozed", FlagRow.snoozed_until > now)
+    woken = and_(FlagRow.status == "snoozed", FlagRow.snoozed_until <= now)
+    if status == FlagStatus.SNOOZED:
+        return snoozed
+    if status == FlagStatus.OPEN:
+        return or_(FlagRow.status == "open", woken)
+    return FlagRow.status == status
+
+
+def list_flags(
+    session: Session,
+    *,
+    now: int,
+    kind: str | None = None,
+    status: str | None = None,
+    iss: str | None = None,
+    hop: str | None = None,
+    after: int | None = None,
+    limit: int | None = None,
+) -> list[FlagListing]:
+    """Flags in id order; ``status`` is judged at ``now`` (a snooze runs out)."""
+    query = select(FlagRow)
+    if kind is not None:
+        query = query.where(FlagRow.kind == kind)
+    if status is not None:
+        query = query.where(_effective_status(status, now))
+    if iss is not None:
+        query = query.where(FlagRow.iss == iss)
+    if hop is not None:
+        query = query.where(FlagRow.hop == hop)
+    if after is not None:
+        query = query.where(FlagRow.id > after)
+    query = query.order_by(FlagRow.id)
+    if limit is not None:
+        query = query.limit(limit)
+    return [FlagListing(f, _status_at(f, now)) for f in session.execute(query).scalars()]
+
+
+def _status_at(flag: FlagRow, now: int) -> str:
+    if flag.status == "snoozed" and (flag.snoozed_until is None or flag.snoozed_until <= now):
+        return FlagStatus.OPEN.value
+    return flag.status
+
+
+def act_on_flag(
+    session: Session,
+    *,
+    flag_id: int,
+    actor: str,
+    action: FlagAction,
+    now: int,
+    note: str | None = None,
+    assignee: str | None = None,
+    snoozed_until: int | None = None,
+) -> FlagListing:
+    """Apply one operator action and write it to the audit log.
+
+    ``assign`` needs ``assignee`` (None unassigns); ``snooze`` needs ``snoozed_until`` after
+    ``now``; ``note`` replaces the flag's note. Raises FlagActionError.
+    """
+    flag = session.get(FlagRow, flag_id)
+    if flag is None:
+        raise FlagActionError(f"no flag {flag_id}")
+    changes: dict[str, Any] = {"updated_at": now}
+    if action is FlagAction.ACKNOWLEDGE:
+        changes["status"] = FlagStatus.ACKNOWLEDGED.value
+    elif action is FlagAction.RESOLVE:
+        changes["status"] = FlagStatus.RESOLVED.value
+    elif action is FlagAction.REOPEN:
+        changes["status"] = FlagStatus.OPEN.value
+    elif action is FlagAction.ASSIGN:
+        changes["assignee"] = assignee
+    elif action is FlagAction.SNOOZE:
+        if snoozed_until is None or snoozed_until <= now:
+            raise FlagActionError("snooze needs a time after now")
+        changes.update(status=FlagStatus.SNOOZED.value, snoozed_until=snoozed_until)
+    if note is not None:
+        changes["note"] = note
+    session.execute(update(FlagRow).where(FlagRow.id == flag_id).values(**changes))
+    session.execute(
+        ActionRow.__table__.insert().values(
+            flag_id=flag_id, actor=actor, at=now, action=action.value, note=note
+        )
+    )
+    session.refresh(flag)
+    return FlagListing(flag, _status_at(flag, now))
+
+
+def flag_actions(session: Session, *, flag_id: int) -> list[ActionRow]:
+    """The audit log of one flag, oldest first."""
+    query = select(ActionRow).where(ActionRow.flag_id == flag_id).order_by(ActionRow.id)
+    return list(session.execute(query).scalars())
+
+
+# --- elements ---------------------------------------------------------------------------
+
+
+def get_element(session: Session, *, digest: bytes) -> ElementRow | None:
+    """A stored element; ``octets`` exactly as received, ``form`` jws or cose."""
+    return session.get(ElementRow, digest)

@@ -1,0 +1,97 @@
+"""`handoff-trace demo`: options, outputs, and the one-line errors for bad ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cbor2
+import pytest
+
+from app.cli import main
+from app.protocol.trust import TrustStore
+
+
+def run_demo(tmp_path: Path, *extra: str) -> int:
+    return main(["demo", "--dialogs", "6", "--out", str(tmp_path / "x.jsonl"), *extra])
+
+
+def test_outputs_beside_the_capture(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    answers = tmp_path / "key.jsonl"
+    code = run_demo(tmp_path, "--fault-rate", "1", "--answer-key", str(answers), "--start", "5000")
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "judge hops and flags with --now" in err and "handoff-trace verify" in err
+    records = [json.loads(line) for line in (tmp_path / "x.jsonl").read_text().splitlines()]
+    assert records and all(
+        set(r) <= {"received_at", "received_by", "dialog", "payload"} for r in records
+    )
+    times = [r["received_at"] for r in records]
+    assert times == sorted(times) and times[0] >= 5000  # receive-time order, from --start
+    cbor = (tmp_path / "x.cbor").read_bytes()
+    if cbor:
+        assert set(cbor2.loads(cbor)) >= {"received_at", "received_by", "payload"}
+    trust = TrustStore.load(tmp_path / "x.trust.json")
+    assert len(trust.issuers) == 12 and "spiffe://rogue.example/agent/shadow-1" not in trust
+    assert (tmp_path / "x.objects").is_dir()
+    lines = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert lines and all(
+        set(a) == {"fault", "variant", "iss", "hop", "offer", "dialog", "detail"} for a in lines
+    )
+
+
+def test_trust_out_and_no_answer_key(tmp_path: Path) -> None:
+    assert run_demo(tmp_path, "--trust-out", str(tmp_path / "t.json"), "--agents", "4") == 0
+    assert len(TrustStore.load(tmp_path / "t.json").issuers) == 4
+    assert not (tmp_path / "x.trust.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dialogs", "-1"], "argument --dialogs: '-1' must not be negative"),
+        (["--dialogs", "many"], "argument --dialogs: 'many' is not a whole number"),
+        (["--agents", "3"], "argument --agents: '3' must be between 4 and 10000"),
+        (["--fault-rate", "1.01"], "argument --fault-rate: '1.01' is outside 0..1"),
+        (["--fault-rate", "-0.1"], "argument --fault-rate: '-0.1' is outside 0..1"),
+        (["--fault-rate", "nan"], "argument --fault-rate: 'nan' is outside 0..1"),
+        (["--start", "-5"], "argument --start: '-5' must not be negative"),
+        (["--seed", "x"], "argument --seed: 'x' is not a whole number"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run_demo(tmp_path, *args)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"handoff-trace demo: error: {message}"
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--out", "{d}/missing/x.jsonl"], "cannot write --out {d}/missing/x.jsonl: directory"),
+        (["--out", "{d}/x.json"], "--out {d}/x.json must name a JSON Lines file"),
+        (["--out", "{d}/x.jsonl", "--trust-out", "{d}"], "cannot write --trust-out {d}: it is"),
+        (
+            ["--out", "{d}/x.jsonl", "--answer-key", "{d}/no/a.jsonl"],
+            "cannot write --answer-key {d}/no/a.jsonl: directory",
+        ),
+    ],
+)
+def test_unwritable_paths_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    argv = [a.format(d=tmp_path) for a in args]
+    assert main(["demo", "--dialogs", "1", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"handoff-trace: error: {message.format(d=tmp_path)}"
+    )
+
+
+def test_zero_dialogs_is_an_empty_run(tmp_path: Path) -> None:
+    assert run_demo(tmp_path, "--dialogs", "0", "--answer-key", str(tmp_path / "a.jsonl")) == 0
+    assert (tmp_path / "x.jsonl").read_bytes() == b"" == (tmp_path / "a.jsonl").read_bytes()

@@ -1,0 +1,70 @@
+"""Settings: typed, read once from the environment, unsafe values refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.protocol.lifecycle import Timing
+from app.protocol.refs import RefPolicy
+from app.settings import Settings, SettingsError
+
+
+def test_defaults() -> None:
+    s = Settings.from_env({})
+    assert s == Settings()
+    assert (s.database_url, s.trust_file) == (None, None)
+    assert (s.lost_outcome_after, s.cancel_grace, s.skew) == (3600, 60, 60)
+    assert (s.max_lifetime, s.max_chain, s.ref_policy) == (300, 16, RefPolicy.NONE)
+    assert (s.max_request_bytes, s.max_element_bytes) == (8 * 1024 * 1024, 64 * 1024)
+    assert s.timing == Timing(skew=60, lost_outcome_after=3600, cancel_grace=60)
+
+
+def test_every_setting_from_the_environment() -> None:
+    env = {
+        "DATABASE_URL": "postgresql+psycopg://u@db/handoff",
+        "HANDOFF_TRACE_TRUST_FILE": "/etc/handoff/trust.json",
+        "HANDOFF_TRACE_LOST_OUTCOME_AFTER": "7200",
+        "HANDOFF_TRACE_CANCEL_GRACE": "30",
+        "HANDOFF_TRACE_SKEW": "10",
+        "HANDOFF_TRACE_MAX_LIFETIME": "600",
+        "HANDOFF_TRACE_MAX_CHAIN": "8",
+        "HANDOFF_TRACE_REF_POLICY": "require",
+        "HANDOFF_TRACE_MAX_REQUEST_BYTES": "1048576",
+        "HANDOFF_TRACE_MAX_ELEMENT_BYTES": "32768",
+    }
+    s = Settings.from_env(env)
+    assert s.database_url == "postgresql+psycopg://u@db/handoff"
+    assert s.trust_file == Path("/etc/handoff/trust.json")
+    assert (s.lost_outcome_after, s.cancel_grace, s.skew, s.max_lifetime) == (7200, 30, 10, 600)
+    assert (s.max_chain, s.ref_policy) == (8, RefPolicy.REQUIRE)
+    assert (s.max_request_bytes, s.max_element_bytes) == (1048576, 32768)
+    assert s.timing == Timing(skew=10, lost_outcome_after=7200, cancel_grace=30)
+
+
+def test_empty_values_count_as_unset() -> None:
+    assert Settings.from_env({"DATABASE_URL": "", "HANDOFF_TRACE_SKEW": " "}) == Settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("DATABASE_URL", "mysql://x/y", "DATABASE_URL must start with"),
+        ("DATABASE_URL", "just-a-path.db", "DATABASE_URL must start with"),
+        ("HANDOFF_TRACE_SKEW", "sixty", "HANDOFF_TRACE_SKEW must be an integer"),
+        ("HANDOFF_TRACE_SKEW", "-1", "HANDOFF_TRACE_SKEW must be at least 0"),
+        ("HANDOFF_TRACE_SKEW", "86400", "HANDOFF_TRACE_SKEW must be at most 3600"),
+        ("HANDOFF_TRACE_LOST_OUTCOME_AFTER", "0", "must be at least 1"),
+        ("HANDOFF_TRACE_CANCEL_GRACE", "-5", "must be at least 0"),
+        ("HANDOFF_TRACE_MAX_LIFETIME", "99999999", "must be at most"),
+        ("HANDOFF_TRACE_MAX_CHAIN", "0", "must be at least 1"),
+        ("HANDOFF_TRACE_REF_POLICY", "maybe", "REF_POLICY must be one of"),
+        ("HANDOFF_TRACE_MAX_ELEMENT_BYTES", "1000000", "MAX_ELEMENT_BYTES must be at most 65536"),
+        ("HANDOFF_TRACE_MAX_REQUEST_BYTES", "1000", "must be at least HANDOFF_TRACE_MAX_ELEM"),
+    ],
+)
+def test_unsafe_or_malformed_values_are_refused(name: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message) as info:
+        Settings.from_env({name: value})
+    assert "\n" not in str(info.value)
