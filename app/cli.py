@@ -34,18 +34,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _nonneg_int(text: str) -> int:
+def nonneg_int(text: str) -> int:
+    """argparse type: a whole number >= 0, with a message that names the bad value."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
     return value
 
 
-def _positive_int(text: str) -> int:
-    value = _nonneg_int(text)
+def positive_int(text: str) -> int:
+    value = nonneg_int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
@@ -90,7 +91,7 @@ def _add_verify(sub: Any) -> None:
     )
     p.add_argument(
         "--at",
-        type=_nonneg_int,
+        type=nonneg_int,
         metavar="SECONDS",
         help="receive time as NumericDate seconds for the freshness check (default: now)",
     )
@@ -101,21 +102,21 @@ def _add_verify(sub: Any) -> None:
     )
     p.add_argument(
         "--skew",
-        type=_nonneg_int,
+        type=nonneg_int,
         default=60,
         metavar="SECONDS",
         help="allowed clock skew (default: 60)",
     )
     p.add_argument(
         "--max-lifetime",
-        type=_positive_int,
+        type=positive_int,
         default=300,
         metavar="SECONDS",
         help="longest allowed exp - iat (default: 300)",
     )
     p.add_argument(
         "--max-chain",
-        type=_positive_int,
+        type=positive_int,
         default=16,
         metavar="N",
         help="most offers in a chain, current one included (default: 16)",
@@ -144,14 +145,14 @@ def _add_verify(sub: Any) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    trust = _load_trust(args.trust)
+    trust = load_trust(args.trust)
     objects = None
     if args.objects:
         try:
             objects = load_objects(Path(args.objects))
         except OSError as exc:
             raise UsageError(f"cannot read objects directory {args.objects}: {exc}") from exc
-    inputs = _read_inputs(args.inputs)
+    inputs = read_inputs(args.inputs)
     options = VerifyOptions(
         receiver=args.receiver,
         at=args.at if args.at is not None else int(time.time()),
@@ -170,14 +171,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_REJECT if any(v.outcome.value == "reject" for v in report.verdicts) else EXIT_OK
 
 
-def _load_trust(path: str) -> TrustStore:
+def load_trust(path: str) -> TrustStore:
     try:
         return TrustStore.load(path)
     except TrustConfigError as exc:
         raise UsageError(str(exc)) from exc
 
 
-def _read_inputs(names: Sequence[str]) -> list[tuple[str, bytes]]:
+def read_inputs(names: Sequence[str]) -> list[tuple[str, bytes]]:
     inputs = []
     for name in names:
         if name == "-":
@@ -194,7 +195,7 @@ def _read_inputs(names: Sequence[str]) -> list[tuple[str, bytes]]:
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
-def _visible(text: str | None, width: int) -> str:
+def visible(text: str | None, width: int) -> str:
     """Escape control and bidi characters so a hostile detail cannot reshape the table."""
     if not text:
         return ""
@@ -212,11 +213,11 @@ def _print_table(verdicts: Sequence[Any], skipped: int) -> None:
             element = f"{element} {v.to_json()['digest'][:10]}"
         rows.append(
             (
-                _visible(v.source, 40),
+                visible(v.source, 40),
                 element,
                 v.outcome.value,
                 v.reason.value if v.reason else "-",
-                _visible(v.detail, 100),
+                visible(v.detail, 100),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .cli import nonneg_int
 from .demo import DEFAULT_START, DemoConfig, DemoPaths, Summary, write_demo
 from .demo.agents import MIN_AGENTS
 
@@ -42,18 +43,8 @@ digests that depend on them.
 """
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return value
-
-
 def _agents(text: str) -> int:
-    value = _count(text)
+    value = nonneg_int(text)
     if not MIN_AGENTS <= value <= MAX_AGENTS:
         raise argparse.ArgumentTypeError(f"{text!r} must be between {MIN_AGENTS} and {MAX_AGENTS}")
     return value
@@ -87,7 +78,7 @@ def add_demo(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--seed", type=_seed, default=1, help="random seed (default: 1)")
-    p.add_argument("--dialogs", type=_count, default=100, metavar="N", help="default: 100")
+    p.add_argument("--dialogs", type=nonneg_int, default=100, metavar="N", help="default: 100")
     p.add_argument(
         "--agents",
         type=_agents,
@@ -107,7 +98,7 @@ def add_demo(sub: Any) -> None:
     p.add_argument("--answer-key", metavar="ANSWERS.jsonl", help="default: not written")
     p.add_argument(
         "--start",
-        type=_count,
+        type=nonneg_int,
         default=DEFAULT_START,
         metavar="SECONDS",
         help=f"simulated clock at the first dialog (default: {DEFAULT_START})",

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from .cli import EXIT_OK, EXIT_REJECT, UsageError, _load_trust, _nonneg_int, _read_inputs, _visible
+from .cli import EXIT_OK, EXIT_REJECT, UsageError, load_trust, nonneg_int, read_inputs, visible
 from .ingest import IngestReport, Pipeline, ingest
 from .protocol.lifecycle import FlagKind, HopState
 from .settings import Settings, SettingsError
@@ -51,7 +51,7 @@ def _add_db_option(p: argparse.ArgumentParser) -> None:
 def _add_now_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--now",
-        type=_nonneg_int,
+        type=nonneg_int,
         metavar="SECONDS",
         help="evaluate time-based states and flags at this NumericDate (default: wall clock)",
     )
@@ -158,8 +158,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     trust_file = args.trust or settings.trust_file
     if trust_file is None:
         raise UsageError("no trust file: pass --trust FILE or set HANDOFF_TRACE_TRUST_FILE")
-    trust = _load_trust(str(trust_file))
-    inputs = _read_inputs(args.files)
+    trust = load_trust(str(trust_file))
+    inputs = read_inputs(args.files)
     engine = _engine(args, settings)
     now = int(time.time())
     options = VerifyOptions(
@@ -176,7 +176,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     for error in report.errors:
-        print(f"handoff-trace: {_visible(error.source, 80)}: {error.detail}", file=sys.stderr)
+        print(f"handoff-trace: {visible(error.source, 80)}: {error.detail}", file=sys.stderr)
     if args.json:
         json.dump([v.to_json() for v in report.verdicts], sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -201,10 +201,10 @@ class _Progress:
         if self.tty:
             bar = "#" * (done * 30 // total)
             end = "\n" if done == total else ""
-            self.out.write(f"\r{_visible(name, 40)} [{bar:<30}] {done}/{total}{end}")
+            self.out.write(f"\r{visible(name, 40)} [{bar:<30}] {done}/{total}{end}")
         elif tenth > self.step or done == total:
             self.step = tenth if done < total else 0
-            self.out.write(f"{_visible(name, 40)}: {done}/{total} items\n")
+            self.out.write(f"{visible(name, 40)}: {done}/{total} items\n")
         self.out.flush()
 
 
@@ -214,7 +214,7 @@ def _print_ingest_summary(report: IngestReport) -> None:
         print("REJECTED")
         for v in rejected[:20]:
             reason = v.reason.value if v.reason else "-"
-            print(f"  {_visible(v.source, 40)}  {reason}  {_visible(v.detail, 100)}")
+            print(f"  {visible(v.source, 40)}  {reason}  {visible(v.detail, 100)}")
         if len(rejected) > 20:
             print(f"  ... and {len(rejected) - 20} more (--json lists all)")
         print()
@@ -271,9 +271,9 @@ def cmd_hops(args: argparse.Namespace) -> int:
                 j["offer"][:10],
                 j["state"],
                 j["a2a_state"] or "-",
-                _visible(j["iss"], 40),
-                _visible(j["aud"], 40),
-                _visible(j["dialog"], 24),
+                visible(j["iss"], 40),
+                visible(j["aud"], 40),
+                visible(j["dialog"], 24),
                 ",".join(j["flags"]) or "-",
             )
         )
@@ -300,10 +300,10 @@ def cmd_flags(args: argparse.Namespace) -> int:
             (
                 str(j["id"]),
                 j["kind"],
-                _visible(j["variant"], 20) or "-",
+                visible(j["variant"], 20) or "-",
                 j["severity"],
                 j["status"],
-                _visible(j["iss"], 40),
+                visible(j["iss"], 40),
                 j["hop"][:12],
                 str(len(j["evidence"])),
             )
