@@ -1,9 +1,24 @@
-# handoff-trace: verify signed handoff captures (the service arrives with the store).
+# handoff-trace: the HTTP API (`handoff-trace serve`) as a non-root user.
+#
+# Configuration (environment):
+#   DATABASE_URL              postgresql+psycopg://USER:PASSWORD@HOST:5432/DB in production;
+#                             unset: the embedded SQLite file /srv/handoff-trace/var/handoff-trace.db
+#                             (mount a volume on /srv/handoff-trace/var to keep it)
+#   HANDOFF_TRACE_TRUST_FILE  the trust configuration (SPEC 4), mounted read-only; the service
+#                             refuses to start without one
+#   HANDOFF_TRACE_*           the other settings (see README "Configuration")
+#
+#   docker build -t handoff-trace .
+#   docker run -p 8000:8000 -v "$PWD/trust.json:/etc/handoff-trace/trust.json:ro" \
+#       -e DATABASE_URL=postgresql+psycopg://... handoff-trace
+#   docker run --rm -e DATABASE_URL=... handoff-trace tokens create --role ingest --name ci
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HANDOFF_TRACE_TRUST_FILE=/etc/handoff-trace/trust.json
 
 WORKDIR /srv/handoff-trace
 COPY pyproject.toml README.md ./
@@ -12,8 +27,14 @@ COPY templates ./templates
 COPY static ./static
 COPY alembic ./alembic
 RUN pip install --no-cache-dir . \
-    && useradd --system --uid 10001 --home-dir /srv/handoff-trace handoff
+    && useradd --system --uid 10001 --home-dir /srv/handoff-trace handoff \
+    && mkdir -p /srv/handoff-trace/var /etc/handoff-trace \
+    && chown handoff /srv/handoff-trace/var
 
-USER handoff
+USER 10001
+EXPOSE 8000
+# The slim image has no curl: ask /healthz with the Python that runs the service.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/api/v1/healthz', timeout=4).status != 200)"]
 ENTRYPOINT ["handoff-trace"]
-CMD ["--help"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

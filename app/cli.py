@@ -251,6 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .store_cli import add_store_commands
 
     add_store_commands(sub)
+    from .serve_cli import add_serve_commands
+
+    add_serve_commands(sub)
+    from .users_cli import add_users_commands
+
+    add_users_commands(sub)
+    from .run_cli import add_run_commands
+
+    add_run_commands(sub)
     return parser
 
 

@@ -12,10 +12,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from .protocol.encoding import MAX_ELEMENT_OCTETS
 from .protocol.lifecycle import Timing
 from .protocol.refs import RefPolicy
+from .verifying import VerifyOptions
 
 PREFIX = "HANDOFF_TRACE_"
 # The embedded default: a SQLite file beside the working directory, created on demand.
@@ -45,6 +47,8 @@ class Settings:
     ref_policy: RefPolicy = RefPolicy.NONE
     max_request_bytes: int = 8 * 1024 * 1024
     max_element_bytes: int = MAX_ELEMENT_OCTETS
+    # The service's sweep (SPEC 8 time rules) runs this often, and on each hops/flags query.
+    sweep_seconds: int = 30
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -66,6 +70,8 @@ class Settings:
                 f"{PREFIX}MAX_ELEMENT_BYTES ({self.max_element_bytes})"
             )
         _at_most("MAX_REQUEST_BYTES", self.max_request_bytes, 1024 * 1024 * 1024)
+        _at_least("SWEEP_SECONDS", self.sweep_seconds, 1)
+        _at_most("SWEEP_SECONDS", self.sweep_seconds, 3600)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -112,6 +118,19 @@ class Settings:
             lost_outcome_after=self.lost_outcome_after,
             cancel_grace=self.cancel_grace,
         )
+
+    def verify_options(self, *, at: int, **overrides: Any) -> VerifyOptions:
+        """The SPEC 12 verify parameters from these settings; ``overrides`` (receiver,
+        dialog, or a per-request skew, ...) win where given."""
+        values: dict[str, Any] = {
+            "skew": self.skew,
+            "max_lifetime": self.max_lifetime,
+            "max_chain": self.max_chain,
+            "ref_policy": self.ref_policy,
+            "max_element_bytes": self.max_element_bytes,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return VerifyOptions(at=at, **values)
 
 
 def check_database_url(url: str) -> str:

@@ -26,7 +26,6 @@ from .settings import Settings, SettingsError
 from .store import db
 from .store.derive import sweep
 from .store.queries import FlagStatus, list_flags, list_hops
-from .verifying import VerifyOptions
 
 # Inputs above these sizes get a progress line on stderr.
 _LARGE_BYTES = 1024 * 1024
@@ -162,13 +161,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     inputs = read_inputs(args.files)
     engine = _engine(args, settings)
     now = int(time.time())
-    options = VerifyOptions(
-        at=now,
-        skew=settings.skew,
-        max_lifetime=settings.max_lifetime,
-        max_chain=settings.max_chain,
-        ref_policy=settings.ref_policy,
-    )
+    options = settings.verify_options(at=now)
     pipeline = Pipeline(engine=engine, trust=trust, options=options, timing=settings.timing)
     large = {name for name, data in inputs if len(data) > _LARGE_BYTES}
     try:

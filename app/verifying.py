@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .carriers import Carried, CarrierError, ExtractStats, read_capture
+from .protocol.encoding import MAX_ELEMENT_OCTETS
 from .protocol.errors import Reason
 from .protocol.refs import AvailableObject, ObjectIndex, RefPolicy
 from .protocol.trust import TrustStore
@@ -29,6 +30,7 @@ class VerifyOptions:
     max_lifetime: int = 300
     max_chain: int = 16
     ref_policy: RefPolicy = RefPolicy.NONE
+    max_element_bytes: int = MAX_ELEMENT_OCTETS
 
     @property
     def policy(self) -> Policy:
@@ -37,6 +39,7 @@ class VerifyOptions:
             max_lifetime=self.max_lifetime,
             max_chain=self.max_chain,
             ref_policy=self.ref_policy,
+            max_element=self.max_element_bytes,
         )
 
 

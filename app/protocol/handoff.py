@@ -32,17 +32,17 @@ class StatusObject:
     form: Form
 
 
-def _element_octets(value: object, *, what: str) -> tuple[bytes, Form]:
+def _element_octets(value: object, *, what: str, limit: int) -> tuple[bytes, Form]:
     if isinstance(value, str):
-        if len(value) > MAX_ELEMENT_OCTETS:
-            raise MalformedError(f"{what} is larger than {MAX_ELEMENT_OCTETS} octets")
+        if len(value) > limit:
+            raise MalformedError(f"{what} is larger than {limit} octets")
         try:
             return value.encode("ascii"), Form.JWS
         except UnicodeEncodeError as exc:
             raise MalformedError(f"{what} is not ASCII compact JWS") from exc
     if isinstance(value, bytes):
-        if len(value) > MAX_ELEMENT_OCTETS:
-            raise MalformedError(f"{what} is larger than {MAX_ELEMENT_OCTETS} octets")
+        if len(value) > limit:
+            raise MalformedError(f"{what} is larger than {limit} octets")
         return value, Form.COSE
     raise MalformedError(f"{what} must be a compact JWS string or a COSE byte string")
 
@@ -52,8 +52,12 @@ def is_handoff_like(value: object) -> bool:
     return isinstance(value, Mapping) and ("offer" in value or "status" in value)
 
 
-def parse_object(value: object) -> HandoffObject | StatusObject:
+def parse_object(
+    value: object, *, max_element: int = MAX_ELEMENT_OCTETS
+) -> HandoffObject | StatusObject:
     """Read a handoff or status object. Other top-level members are ignored (SPEC 1.4).
+    An element above ``max_element`` octets (at most the profile's 64 KiB) is refused
+    before any decoding work.
 
     Raises MalformedError when it is neither, both, or its members have the wrong types.
     """
@@ -64,11 +68,11 @@ def parse_object(value: object) -> HandoffObject | StatusObject:
     if has_offer and has_status:
         raise MalformedError("an object must not carry both offer and status")
     if has_status:
-        octets, form = _element_octets(value["status"], what="status")
+        octets, form = _element_octets(value["status"], what="status", limit=max_element)
         return StatusObject(status=octets, form=form)
     if not has_offer:
         raise MalformedError("the object carries neither offer nor status")
-    offer, form = _element_octets(value["offer"], what="offer")
+    offer, form = _element_octets(value["offer"], what="offer", limit=max_element)
     chain_value = value.get("chain")
     carried = "chain" in value
     if chain_value is None:
@@ -78,7 +82,7 @@ def parse_object(value: object) -> HandoffObject | StatusObject:
             raise MalformedError("chain must be an array")
         items = []
         for i, item in enumerate(chain_value):
-            octets, item_form = _element_octets(item, what=f"chain[{i}]")
+            octets, item_form = _element_octets(item, what=f"chain[{i}]", limit=max_element)
             if item_form is not form:
                 raise MalformedError(f"chain[{i}] is not in the same form as the offer")
             items.append(octets)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from . import cose, jws
 from .chain import check_chain, check_too_deep
-from .encoding import handoff_digest
+from .encoding import MAX_ELEMENT_OCTETS, handoff_digest
 from .errors import CheckFailed, EmbeddedKeyError, MalformedError, Reason
 from .handoff import HandoffObject, StatusObject, parse_object
 from .memory import (
@@ -44,6 +44,8 @@ class Policy:
     max_lifetime: int = 300
     max_chain: int = 16
     ref_policy: RefPolicy = RefPolicy.NONE
+    # A deployment may refuse elements below the profile's 64 KiB ceiling (SPEC 1.2).
+    max_element: int = MAX_ELEMENT_OCTETS
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,7 @@ class Verifier:
     def verify_value(self, value: object, ctx: Context, *, source: str) -> Verdict:
         """Judge a handoff or status object as found in a carrier."""
         try:
-            obj = parse_object(value)
+            obj = parse_object(value, max_element=self.policy.max_element)
         except MalformedError as exc:
             return Verdict(source=source, element=None, reason=Reason.MALFORMED, detail=exc.detail)
         return self.verify_object(obj, ctx, source=source)

@@ -265,3 +265,47 @@ class SignatureCacheRow(SQLModel, table=True):
     digest: bytes = _digest(primary_key=True)
     trust: str = Field(sa_type=String(64), primary_key=True)
     verified_at: int = _time()
+
+
+class TokenRow(SQLModel, table=True):
+    """An API bearer token (``handoff-trace tokens create``). Only the SHA-256 of the token
+    is kept: the token itself is shown once, when it is made. Revoked tokens stay, so the
+    audit log's actors keep a name to point at; a name is never reused."""
+
+    __tablename__ = "api_token"
+
+    id: int | None = _id()
+    name: str = Field(sa_type=String(64), unique=True)
+    role: str = Field(sa_type=String(16))  # ingest | read | operator | admin
+    token_hash: str = Field(sa_type=String(64), unique=True)  # SHA-256 hex of the token
+    created_at: int = _time()
+    revoked_at: int | None = _time(default=None)
+
+
+class UserRow(SQLModel, table=True):
+    """A dashboard operator account (``handoff-trace users create``). The password is kept
+    only as an argon2id hash (``app.store.users``); a disabled account cannot log in but
+    stays, so the audit log's ``user:NAME`` actors keep a name to point at."""
+
+    __tablename__ = "operator_user"
+
+    id: int | None = _id()
+    username: str = Field(sa_type=String(64), unique=True)
+    role: str = Field(sa_type=String(16))  # read | operator | admin
+    password_hash: str = Field(sa_type=Text)
+    created_at: int = _time()
+    disabled_at: int | None = _time(default=None)
+
+
+class WebSessionRow(SQLModel, table=True):
+    """A logged-in browser. Only the SHA-256 of the session cookie is stored; ``csrf`` is the
+    token every state-changing request of that session must echo."""
+
+    __tablename__ = "web_session"
+
+    id: int | None = _id()
+    token_hash: str = Field(sa_type=String(64), unique=True)
+    user_id: int = _ref("operator_user.id", index=True)
+    csrf: str = Field(sa_type=String(64))
+    created_at: int = _time()
+    expires_at: int = _time(index=True)

@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from app.protocol.encoding import digest_text
 
-from .models import ActionRow, ElementRow, FlagRow, HopRow, LinkRow
+from .models import ActionRow, ElementRow, FlagRow, HopRow, LinkRow, ObservationRow, VerdictRow
 
 
 class FlagStatus(StrEnum):
@@ -324,3 +324,72 @@ def flag_actions(session: Session, *, flag_id: int) -> list[ActionRow]:
 def get_element(session: Session, *, digest: bytes) -> ElementRow | None:
     """A stored element; ``octets`` exactly as received, ``form`` jws or cose."""
     return session.get(ElementRow, digest)
+
+
+# --- for the HTTP API -------------------------------------------------------------------
+
+
+def hop_for_offer(session: Session, *, offer: bytes) -> HopListing | None:
+    """The hop of any offer stored for it: the canonical one (``get_hop``) or another offer
+    signed for the same (iss, hop), such as the second offer of an equivocation."""
+    found = get_hop(session, offer=offer)
+    if found is not None:
+        return found
+    element = session.get(ElementRow, offer)
+    if element is None or element.type != "offer":
+        return None
+    hop = session.get(HopRow, (element.iss, element.hop))
+    if hop is None:
+        return None
+    kinds = _flag_kinds(session, [(hop.iss, hop.hop)])
+    return HopListing(hop, kinds.get((hop.iss, hop.hop), ()))
+
+
+def hop_elements(session: Session, *, iss: str, hop: str) -> list[ElementRow]:
+    """The stored offers and statuses of one hop, in (iat, digest) order."""
+    query = (
+        select(ElementRow)
+        .where(ElementRow.hop_iss == iss, ElementRow.hop == hop)
+        .order_by(ElementRow.iat, ElementRow.digest)
+    )
+    return list(session.execute(query).scalars())
+
+
+def get_flag(session: Session, *, flag_id: int, now: int) -> FlagListing | None:
+    """One flag, its status judged at ``now``."""
+    flag = session.get(FlagRow, flag_id)
+    return None if flag is None else FlagListing(flag, _status_at(flag, now))
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCounts:
+    """What the store holds, for the service's metrics."""
+
+    elements: dict[str, int]  # by type: offer, status
+    observations: int
+    verdicts: dict[str, int]  # by outcome
+    hops: dict[str, int]  # by state
+    flags: dict[tuple[str, str], int]  # by (kind, status as of now)
+
+
+def store_counts(session: Session, *, now: int) -> StoreCounts:
+    """Counts of elements, observations, verdicts, hops and flags (grouped queries only)."""
+
+    def grouped(*columns: Any) -> dict[Any, int]:
+        rows = session.execute(select(*columns, func.count()).group_by(*columns))
+        return {(row[0] if len(columns) == 1 else tuple(row[:-1])): row[-1] for row in rows}
+
+    flags: dict[tuple[str, str], int] = {}
+    snoozed = func.coalesce(FlagRow.snoozed_until, 0) > now
+    for (kind, status, still), n in grouped(FlagRow.kind, FlagRow.status, snoozed).items():
+        # A snooze that has run out reads as open, as in ``list_flags``.
+        effective = "open" if status == "snoozed" and not still else status
+        flags[(kind, effective)] = flags.get((kind, effective), 0) + n
+    observations = session.execute(select(func.count()).select_from(ObservationRow))
+    return StoreCounts(
+        elements=grouped(ElementRow.type),
+        observations=int(observations.scalar_one()),
+        verdicts=grouped(VerdictRow.outcome),
+        hops=grouped(HopRow.state),
+        flags=flags,
+    )

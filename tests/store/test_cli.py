@@ -12,6 +12,7 @@ import pytest
 
 from app.cli import main
 from app.protocol.sign import trust_document
+from app.store.db import head_revision
 from app.store_cli import _Progress
 from tests.conftest import World
 from tests.store.builders import T0, bundle, jsonl, offer, rec, st, status, twin
@@ -193,7 +194,7 @@ def test_db_upgrade_on_the_embedded_default(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DATABASE_URL", raising=False)
     code, out, _ = cli(capsys, "db", "upgrade")
-    assert (code, out) == (0, "database schema at revision 0001\n")
+    assert (code, out) == (0, f"database schema at revision {head_revision()}\n")
     assert (tmp_path / "var" / "handoff-trace.db").exists()
     assert cli(capsys, "hops", "--json")[:2] == (0, "[]\n")
 
@@ -201,7 +202,7 @@ def test_db_upgrade_on_the_embedded_default(
 def test_db_upgrade_with_db(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(capsys, "db", "upgrade", "--db", db_url)[:2] == (
         0,
-        "database schema at revision 0001\n",
+        f"database schema at revision {head_revision()}\n",
     )
 
 

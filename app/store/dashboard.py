@@ -1,0 +1,362 @@
+"""The reads the operator dashboard needs beyond ``app.store.queries``: grouped counts for
+the overview, the triage queue's filters, a hop's verdicts and neighbours, and search.
+
+Like ``queries``, every function takes the session first and keyword-only arguments after
+it, and callers sweep first so time-based states are current. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlmodel import Session
+
+from app.protocol.encoding import digest_text
+
+from .models import (
+    ElementRow,
+    FlagRow,
+    HopRow,
+    LinkRow,
+    ObservationRow,
+    RefOutcomeRow,
+    VerdictRow,
+)
+from .queries import FlagListing, FlagStatus, HopListing, _effective_status, _flag_kinds, _status_at
+
+# --- overview ---------------------------------------------------------------------------
+
+
+def hop_states(session: Session) -> dict[str, int]:
+    rows = session.execute(select(HopRow.state, func.count()).group_by(HopRow.state))
+    return {state: n for state, n in rows}
+
+
+def open_flag_counts(session: Session, *, now: int) -> list[tuple[str, str, int]]:
+    """(kind, severity, count) of the flags open at ``now`` (a run-out snooze is open)."""
+    query = (
+        select(FlagRow.kind, FlagRow.severity, func.count())
+        .where(_effective_status(FlagStatus.OPEN, now))
+        .group_by(FlagRow.kind, FlagRow.severity)
+    )
+    return [(k, s, n) for k, s, n in session.execute(query)]
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """Hops offered (by offer ``iat``) and flags opened, per time bucket of ``width`` s."""
+
+    width: int
+    hops: dict[int, dict[str, int]]  # bucket start -> state -> count
+    flags: dict[int, int]  # bucket start -> flags opened
+
+
+def activity(session: Session, *, buckets: int = 48) -> Activity:
+    low, high = session.execute(select(func.min(HopRow.iat), func.max(HopRow.iat))).one()
+    if low is None:
+        return Activity(60, {}, {})
+    span = max(int(high) - int(low), 60)
+    width = max(60, -(-span // buckets))
+    start = (int(low) // width) * width
+    bucket = (HopRow.iat - start) // width
+    hops: dict[int, dict[str, int]] = {}
+    for b, state, n in session.execute(
+        select(bucket, HopRow.state, func.count()).group_by(bucket, HopRow.state)
+    ):
+        hops.setdefault(start + int(b) * width, {})[state] = n
+    flag_bucket = (FlagRow.opened_at - start) // width
+    flags = {
+        start + int(b) * width: n
+        for b, n in session.execute(
+            select(flag_bucket, func.count())
+            .where(FlagRow.opened_at >= start)
+            .group_by(flag_bucket)
+        )
+    }
+    return Activity(width, hops, flags)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    verdict_id: int
+    digest: bytes
+    element: str
+    reason: str | None
+    detail: str | None
+    judged_at: int
+    source: str
+    iss: str | None
+    hop: str | None
+
+
+def latest_rejections(session: Session, *, limit: int = 10) -> list[Rejection]:
+    """The most recently judged rejected observations, newest first."""
+    query = (
+        select(VerdictRow, ObservationRow.source, ElementRow.iss, ElementRow.hop)
+        .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
+        .outerjoin(ElementRow, ElementRow.digest == VerdictRow.digest)
+        .where(VerdictRow.outcome == "reject")
+        .order_by(VerdictRow.judged_at.desc(), VerdictRow.id.desc())
+        .limit(limit)
+    )
+    out = []
+    for v, source, iss, hop in session.execute(query):
+        out.append(
+            Rejection(v.id, v.digest, v.element, v.reason, v.detail, v.judged_at, source, iss, hop)
+        )
+    return out
+
+
+# --- triage -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TriageRow:
+    flag: FlagListing
+    dialog: str | None
+    aud: str | None
+    state: str | None  # the hop's state, when the hop is known
+
+
+def triage(
+    session: Session,
+    *,
+    now: int,
+    kind: str | None = None,
+    severity: str | None = None,
+    status: str | None = None,
+    agent: str | None = None,
+    dialog: str | None = None,
+    assignee: str | None = None,
+    oldest_first: bool = True,
+    offset: int = 0,
+    limit: int = 50,
+) -> tuple[list[TriageRow], int]:
+    """Flags matching every given filter, by age, and how many match in all. ``agent`` is
+    the hop's issuer or delegate; ``assignee`` ``"-"`` means unassigned."""
+    where: list[Any] = []
+    if kind:
+        where.append(FlagRow.kind == kind)
+    if severity:
+        where.append(FlagRow.severity == severity)
+    if status:
+        where.append(_effective_status(status, now))
+    if agent:
+        where.append(or_(FlagRow.iss == agent, HopRow.aud == agent))
+    if dialog:
+        where.append(HopRow.dialog == dialog)
+    if assignee == "-":
+        where.append(FlagRow.assignee.is_(None))
+    elif assignee:
+        where.append(FlagRow.assignee == assignee)
+    joined = and_(HopRow.iss == FlagRow.iss, HopRow.hop == FlagRow.hop)
+    base = select(FlagRow, HopRow.dialog, HopRow.aud, HopRow.state).outerjoin(HopRow, joined)
+    order = (
+        (FlagRow.opened_at, FlagRow.id)
+        if oldest_first
+        else (
+            FlagRow.opened_at.desc(),
+            FlagRow.id.desc(),
+        )
+    )
+    rows = session.execute(base.where(*where).order_by(*order).offset(offset).limit(limit))
+    found = [TriageRow(FlagListing(f, _status_at(f, now)), d, a, s) for f, d, a, s in rows]
+    total = session.execute(
+        select(func.count()).select_from(FlagRow).outerjoin(HopRow, joined).where(*where)
+    ).scalar_one()
+    return found, int(total)
+
+
+def assignees(session: Session) -> list[str]:
+    rows = session.execute(select(FlagRow.assignee).where(FlagRow.assignee.is_not(None)).distinct())
+    return sorted(a for (a,) in rows)
+
+
+# --- hops -------------------------------------------------------------------------------
+
+UNRESOLVED = ("offered", "accepted", "expired")
+
+
+def find_hops(
+    session: Session,
+    *,
+    states: Sequence[str] = (),
+    agent: str | None = None,
+    dialog: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> tuple[list[HopListing], int]:
+    """Hops in any of ``states`` (all when empty), oldest offer first, and the total."""
+    where: list[Any] = []
+    if states:
+        where.append(HopRow.state.in_(list(states)))
+    if agent:
+        where.append(or_(HopRow.iss == agent, HopRow.aud == agent))
+    if dialog:
+        where.append(HopRow.dialog == dialog)
+    query = select(HopRow).where(*where).order_by(HopRow.iat, HopRow.iss, HopRow.hop)
+    hops = list(session.execute(query.offset(offset).limit(limit)).scalars())
+    total = session.execute(select(func.count()).select_from(HopRow).where(*where)).scalar_one()
+    kinds = _flag_kinds(session, [(h.iss, h.hop) for h in hops])
+    return [HopListing(h, kinds.get((h.iss, h.hop), ())) for h in hops], int(total)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One receipt of an element and the verdict it got, with its refs' outcomes."""
+
+    verdict: VerdictRow
+    observation: ObservationRow
+    refs: tuple[RefOutcomeRow, ...]
+
+
+def verdicts_of(session: Session, *, digest: bytes) -> list[Judged]:
+    """Every observation of an element with its verdict, first received first."""
+    rows = list(
+        session.execute(
+            select(VerdictRow, ObservationRow)
+            .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
+            .where(VerdictRow.digest == digest)
+            .order_by(ObservationRow.received_at, ObservationRow.id)
+        )
+    )
+    ids = [v.id for v, _ in rows]
+    refs: dict[int, list[RefOutcomeRow]] = {}
+    if ids:
+        for ref in session.execute(
+            select(RefOutcomeRow)
+            .where(RefOutcomeRow.verdict_id.in_(ids))
+            .order_by(RefOutcomeRow.verdict_id, RefOutcomeRow.index)
+        ).scalars():
+            refs.setdefault(ref.verdict_id, []).append(ref)
+    return [Judged(v, o, tuple(refs.get(v.id or 0, ()))) for v, o in rows]
+
+
+def hop_neighbours(session: Session, *, offer: bytes) -> tuple[bytes | None, list[HopRow]]:
+    """The offer this one names as ``prev`` (stored or not), and the hops below it."""
+    parent = session.execute(select(LinkRow.prev).where(LinkRow.offer == offer)).scalar()
+    below = select(LinkRow.offer).where(LinkRow.prev == offer)
+    hops = session.execute(select(HopRow).where(HopRow.offer.in_(below)).order_by(HopRow.iat))
+    return parent, list(hops.scalars())
+
+
+def statuses_of(session: Session, *, offers: Sequence[bytes]) -> dict[bytes, list[ElementRow]]:
+    """The stored statuses naming each offer, in (iat, digest) order."""
+    found: dict[bytes, list[ElementRow]] = {}
+    for start in range(0, len(offers), 500):
+        query = (
+            select(ElementRow)
+            .where(ElementRow.type == "status", ElementRow.offer.in_(offers[start : start + 500]))
+            .order_by(ElementRow.iat, ElementRow.digest)
+        )
+        for row in session.execute(query).scalars():
+            assert row.offer is not None
+            found.setdefault(row.offer, []).append(row)
+    return found
+
+
+def elements(session: Session, *, digests: Sequence[bytes]) -> dict[bytes, ElementRow]:
+    rows = session.execute(select(ElementRow).where(ElementRow.digest.in_(list(digests))))
+    return {row.digest: row for row in rows.scalars()}
+
+
+# --- dialogs and agents -----------------------------------------------------------------
+
+
+def dialog_states(session: Session, *, dialogs: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Hop counts per state for each dialog."""
+    out: dict[str, dict[str, int]] = {}
+    if dialogs:
+        rows = session.execute(
+            select(HopRow.dialog, HopRow.state, func.count())
+            .where(HopRow.dialog.in_(list(dialogs)))
+            .group_by(HopRow.dialog, HopRow.state)
+        )
+        for dialog, state, n in rows:
+            out.setdefault(dialog, {})[state] = n
+    return out
+
+
+def agent_counts(session: Session, *, now: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Elements signed per issuer, and open flags per hop issuer."""
+    signed = dict(
+        session.execute(select(ElementRow.iss, func.count()).group_by(ElementRow.iss)).all()
+    )
+    flags = dict(
+        session.execute(
+            select(FlagRow.iss, func.count())
+            .where(_effective_status(FlagStatus.OPEN, now))
+            .group_by(FlagRow.iss)
+        ).all()
+    )
+    return {k: int(v) for k, v in signed.items()}, {k: int(v) for k, v in flags.items()}
+
+
+# --- search -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    hops: list[HopRow]
+    dialogs: list[str]
+    agents: list[str]
+    elements: list[ElementRow]
+
+
+def _digest_range(prefix: str) -> tuple[bytes, bytes | None] | None:
+    """The raw-octet range of digests whose base64url text starts with ``prefix``."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    if len(prefix) < 4 or any(c not in alphabet for c in prefix):
+        return None
+    bits = "".join(f"{alphabet.index(c):06b}" for c in prefix)
+    whole = len(bits) // 8
+    low = int(bits[: whole * 8], 2).to_bytes(whole, "big")
+    value = int.from_bytes(low, "big") + 1
+    high = None if value >> (8 * whole) else value.to_bytes(whole, "big")
+    return low, high
+
+
+def search(session: Session, *, text: str, limit: int = 20) -> Found:
+    """Hops by hop id or task id, dialogs and agents by exact or leading text, elements by
+    digest prefix (4 characters at least)."""
+    like = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    hops = list(
+        session.execute(
+            select(HopRow)
+            .where(or_(HopRow.hop == text, HopRow.task == text, HopRow.dialog == text))
+            .order_by(HopRow.iat)
+            .limit(limit)
+        ).scalars()
+    )
+    dialogs = [
+        d
+        for (d,) in session.execute(
+            select(HopRow.dialog)
+            .where(HopRow.dialog.like(like, escape="\\"))
+            .distinct()
+            .order_by(HopRow.dialog)
+            .limit(limit)
+        )
+    ]
+    agents = sorted(
+        {
+            a
+            for column in (HopRow.iss, HopRow.aud)
+            for (a,) in session.execute(
+                select(column).where(column.like("%" + like, escape="\\")).distinct().limit(limit)
+            )
+        }
+    )[:limit]
+    found: list[ElementRow] = []
+    span = _digest_range(text)
+    if span is not None:
+        low, high = span
+        query = select(ElementRow).where(ElementRow.digest >= low)
+        if high is not None:
+            query = query.where(ElementRow.digest < high)
+        rows = session.execute(query.order_by(ElementRow.digest).limit(limit * 4)).scalars()
+        found = [r for r in rows if digest_text(r.digest).startswith(text)][:limit]
+    return Found(hops, dialogs, agents, found)

@@ -1,0 +1,167 @@
+"""Dashboard operator accounts and browser sessions.
+
+Passwords are hashed with argon2id (``argon2-cffi``'s defaults, RFC 9106's second
+recommended option); a login for an unknown user hashes a dummy password too, so the time it
+takes does not tell whether the name exists. A session cookie is 32 random octets and only
+its SHA-256 is stored, like an API token (``app.store.tokens``): it has 256 bits of
+entropy, so a fast hash is enough and a stolen database holds nothing that logs in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import delete, select
+from sqlmodel import Session
+
+from .db import insert_ignore
+from .models import UserRow, WebSessionRow
+from .tokens import Role, check_name
+
+# The roles a person can hold; ``ingest`` is for machines and has no dashboard.
+USER_ROLES = (Role.READ, Role.OPERATOR, Role.ADMIN)
+SESSION_SECONDS = 12 * 3600
+MIN_PASSWORD = 12
+MAX_PASSWORD = 1024  # argon2 hashes anything, but nobody types more; refuse before hashing
+
+_hasher = PasswordHasher()
+# Verified against when the user does not exist, so both paths cost one argon2 verify.
+_DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
+
+
+class UserError(ValueError):
+    """An account cannot be made (bad name or role, name taken, weak password)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WebUser:
+    """Who a valid session speaks for, and the CSRF token of that session."""
+
+    id: int
+    username: str
+    role: Role
+    csrf: str
+    session_id: int
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names this person."""
+        return f"user:{self.username}"
+
+
+def generate_password() -> str:
+    """A password for a new account: 128 random bits, easy to paste."""
+    return secrets.token_urlsafe(16)
+
+
+def create_user(session: Session, *, username: str, role: Role, password: str, now: int) -> UserRow:
+    """Make an account. Raises UserError for a bad name or role, a taken name, or a
+    password shorter than ``MIN_PASSWORD`` characters."""
+    try:
+        check_name(username)
+    except ValueError as exc:
+        raise UserError(str(exc).replace("token name", "user name")) from exc
+    if role not in USER_ROLES:
+        raise UserError(f"role must be one of {', '.join(r.value for r in USER_ROLES)}")
+    if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
+        raise UserError(f"the password must be {MIN_PASSWORD} to {MAX_PASSWORD} characters")
+    values = {
+        "username": username,
+        "role": role.value,
+        "password_hash": _hasher.hash(password),
+        "created_at": now,
+        "disabled_at": None,
+    }
+    if not insert_ignore(session, UserRow, values, ["username"]):
+        raise UserError(f"a user named {username!r} exists already")
+    row = session.execute(select(UserRow).where(UserRow.username == username)).scalar_one()
+    return row
+
+
+def list_users(session: Session) -> list[UserRow]:
+    return list(session.execute(select(UserRow).order_by(UserRow.username)).scalars())
+
+
+def check_password(session: Session, *, username: str, password: str) -> UserRow | None:
+    """The active account with this name and password, else None. Takes one argon2 verify
+    whether or not the name exists (no user-name enumeration by timing)."""
+    row = None
+    if len(username) <= 64 and len(password) <= MAX_PASSWORD:
+        row = session.execute(
+            select(UserRow).where(UserRow.username == username, UserRow.disabled_at.is_(None))
+        ).scalar_one_or_none()
+    try:
+        _hasher.verify(
+            row.password_hash if row is not None else _DUMMY_HASH, password[:MAX_PASSWORD]
+        )
+    except (VerificationError, InvalidHashError):
+        return None
+    return row
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def open_session(session: Session, *, user: UserRow, now: int) -> str:
+    """Start a browser session for ``user``; returns the cookie value (shown once)."""
+    assert user.id is not None
+    token = secrets.token_urlsafe(32)
+    session.add(
+        WebSessionRow(
+            token_hash=_hash(token),
+            user_id=user.id,
+            csrf=secrets.token_urlsafe(32),
+            created_at=now,
+            expires_at=now + SESSION_SECONDS,
+        )
+    )
+    # Expired sessions of anyone are dropped while we are here; nothing else reads them.
+    session.execute(delete(WebSessionRow).where(WebSessionRow.expires_at <= now))
+    return token
+
+
+def session_user(session: Session, *, token: str, now: int) -> WebUser | None:
+    """The user of a live session cookie, else None (unknown, expired, disabled account)."""
+    if not token or len(token) > 128:
+        return None
+    row = session.execute(
+        select(WebSessionRow, UserRow)
+        .join(UserRow, UserRow.id == WebSessionRow.user_id)
+        .where(
+            WebSessionRow.token_hash == _hash(token),
+            WebSessionRow.expires_at > now,
+            UserRow.disabled_at.is_(None),
+        )
+    ).first()
+    if row is None:
+        return None
+    web, user = row
+    assert user.id is not None and web.id is not None
+    return WebUser(user.id, user.username, Role(user.role), web.csrf, web.id)
+
+
+def close_session(session: Session, *, token: str) -> None:
+    """Log a browser out: its session row is deleted."""
+    session.execute(delete(WebSessionRow).where(WebSessionRow.token_hash == _hash(token)))
+
+
+def set_password(session: Session, *, username: str, role: Role, password: str, now: int) -> None:
+    """Create the account, or give the existing one this role and password (and enable it).
+    For ``run-demo``'s one-time login. Raises UserError like ``create_user``."""
+    row = session.execute(select(UserRow).where(UserRow.username == username)).scalar_one_or_none()
+    if row is None:
+        create_user(session, username=username, role=role, password=password, now=now)
+        return
+    if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
+        raise UserError(f"the password must be {MIN_PASSWORD} to {MAX_PASSWORD} characters")
+    row.role = role.value
+    row.password_hash = _hasher.hash(password)
+    row.disabled_at = None
+    session.add(row)
+    # Whoever logged in with the old password is logged out.
+    session.execute(delete(WebSessionRow).where(WebSessionRow.user_id == row.id))

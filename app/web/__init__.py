@@ -1,0 +1,1 @@
+"""The HTTP service: the JSON API (``api.py``) and its plumbing."""

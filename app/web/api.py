@@ -1,0 +1,432 @@
+"""The JSON API under ``/api/v1`` (issue 3, section 4; SPEC 11 and 12).
+
+Routes only translate: HTTP in, the ingest pipeline or a store query, HTTP out. Nothing
+here verifies or writes SQL. Who may call what is in ``app.web.auth``; how errors look is
+in ``app.web.errors``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
+
+from app.ingest import ingest
+from app.protocol.encoding import MAX_SAFE_INT
+from app.protocol.lifecycle import FlagKind, HopState
+from app.protocol.verdict import Outcome, Verdict
+from app.store import db
+from app.store.queries import (
+    FlagActionError,
+    FlagStatus,
+    act_on_flag,
+    dialog_tree,
+    flag_actions,
+    get_element,
+    get_flag,
+    hop_elements,
+    hop_for_offer,
+    list_agents,
+    list_dialogs,
+    list_flags,
+    list_hops,
+    store_counts,
+)
+from app.verifying import verify_inputs
+
+from . import metrics
+from .auth import CurrentOperator, Ingester, Reader, VerifyCaller
+from .errors import ApiError, PayloadTooLarge, documented
+from .params import (
+    CAPTURE_BODY,
+    Cursor,
+    DigestPath,
+    Limit,
+    Text,
+    VerifyQuery,
+    decode_cursor,
+    paginate,
+    parse_digest,
+    read_capture,
+    reject_unknown_query,
+)
+from .schemas import (
+    AgentList,
+    AgentPublic,
+    DialogPage,
+    DialogPublic,
+    DialogTree,
+    ElementPublic,
+    FlagDetail,
+    FlagPage,
+    FlagPublic,
+    FlagUpdate,
+    Health,
+    HopDetail,
+    HopPage,
+    HopPublic,
+    IngestResponse,
+    Readiness,
+    VerifyResponse,
+)
+from .service import ServiceDep, get_service
+
+router = APIRouter(prefix="/api/v1", dependencies=[Depends(reject_unknown_query)])
+_ERRORS = documented(401, 403, 422, 503)
+# Elements travel with these media types (RFC 7515 section 9.2.1; RFC 9052 section 9).
+ELEMENT_TYPES = {"jws": "application/jose", "cose": "application/cose"}
+
+
+# --- ingest and verify (SPEC 11, 12) ----------------------------------------------------
+
+
+def _counts(verdicts: list[Verdict], skipped: int) -> dict[str, int]:
+    counts = {o.value: 0 for o in Outcome}
+    counts.update(Counter(v.outcome.value for v in verdicts))
+    return {**counts, "verdicts": len(verdicts), "skipped": skipped}
+
+
+@router.post(
+    "/ingest",
+    response_model=IngestResponse,
+    responses=documented(401, 403, 413, 415, 422, 503),
+    openapi_extra=CAPTURE_BODY,
+    summary="Verify a capture file and store it",
+    tags=["ingest"],
+)
+async def post_ingest(
+    request: Request, who: Ingester, service: ServiceDep, params: VerifyQuery
+) -> Response:
+    """Verify every element of the capture (SPEC 6, 7, 5) and store it: elements, receipts,
+    verdicts, hop states and flags. One verdict per element, in input order (SPEC 11); an
+    item the database could not store is listed in ``errors`` and the rest goes on."""
+    try:
+        body, media = await read_capture(request, service.settings.max_request_bytes)
+    except (ApiError, PayloadTooLarge) as exc:
+        service.count("ingest", getattr(exc, "status", None) or getattr(exc, "status_code", 0))
+        raise
+    now = service.clock()
+    pipeline = service.pipeline(params.options(service.settings, now=now))
+    report = await run_in_threadpool(
+        ingest, pipeline, [("request", body)], now=now, content_type=media
+    )
+    outcomes = Counter(v.outcome.value for v in report.verdicts)
+    if report.errors:
+        outcomes["error"] += len(report.errors)
+    service.count("ingest", 200)
+    service.count_items("ingest", outcomes)
+    return JSONResponse(
+        {
+            "verdicts": [v.to_json() for v in report.verdicts],
+            "counts": report.counts,
+            "errors": [{"source": e.source, "detail": e.detail} for e in report.errors],
+        }
+    )
+
+
+@router.post(
+    "/verify",
+    response_model=VerifyResponse,
+    responses=documented(401, 403, 413, 415, 422, 503),
+    openapi_extra=CAPTURE_BODY,
+    summary="Verify a capture file; store nothing",
+    tags=["ingest"],
+)
+async def post_verify(
+    request: Request, who: VerifyCaller, service: ServiceDep, params: VerifyQuery
+) -> Response:
+    """What ``handoff-trace verify --json`` says about the capture: one replay memory for
+    the request, nothing read from or written to the store."""
+    try:
+        body, media = await read_capture(request, service.settings.max_request_bytes)
+    except (ApiError, PayloadTooLarge) as exc:
+        service.count("verify", getattr(exc, "status", None) or getattr(exc, "status_code", 0))
+        raise
+    options = params.options(service.settings, now=service.clock())
+    report = await run_in_threadpool(
+        verify_inputs, [("request", body)], trust=service.trust, options=options, content_type=media
+    )
+    service.count("verify", 200)
+    service.count_items("verify", Counter(v.outcome.value for v in report.verdicts))
+    return JSONResponse(
+        {
+            "verdicts": [v.to_json() for v in report.verdicts],
+            "counts": _counts(report.verdicts, report.skipped),
+        }
+    )
+
+
+# --- hops and dialogs -------------------------------------------------------------------
+
+
+@router.get(
+    "/hops", response_model=HopPage, responses=documented(400, 401, 403, 422, 503), tags=["hops"]
+)
+def get_hops(
+    who: Reader,
+    service: ServiceDep,
+    state: HopState | None = None,
+    flag: Annotated[FlagKind | None, Query(description="only hops with an unresolved flag")] = None,
+    dialog: Text = None,
+    agent: Annotated[
+        str | None, Query(min_length=1, max_length=2048, description="iss or aud")
+    ] = None,
+    since: Annotated[int | None, Query(ge=0, le=MAX_SAFE_INT, description="offer iat >=")] = None,
+    until: Annotated[int | None, Query(ge=0, le=MAX_SAFE_INT, description="offer iat <=")] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> HopPage:
+    """Hops in (iat, iss, hop) order, with keyset pagination: pass ``next`` as ``cursor``."""
+    after = decode_cursor(cursor, (int, str, str))
+    service.sweep()
+    with service.reading() as session:
+        listings = list_hops(
+            session,
+            state=state,
+            flag=flag,
+            dialog=dialog,
+            agent=agent,
+            since=since,
+            until=until,
+            after=None if after is None else tuple(after),  # type: ignore[arg-type]
+            limit=limit + 1,
+        )
+    shown, following = paginate(listings, limit, lambda h: [h.hop.iat, h.hop.iss, h.hop.hop])
+    return HopPage(hops=[HopPublic.from_listing(h) for h in shown], next=following)
+
+
+@router.get(
+    "/hops/{offer_digest}",
+    response_model=HopDetail,
+    responses=documented(401, 403, 404, 422, 503),
+    tags=["hops"],
+)
+def get_hop_detail(who: Reader, service: ServiceDep, offer_digest: DigestPath) -> HopDetail:
+    """The hop of an offer (its canonical offer, or any other offer signed for it), with
+    its stored elements and every flag."""
+    offer = parse_digest(offer_digest)
+    service.sweep()
+    with service.reading() as session:
+        listing = hop_for_offer(session, offer=offer)
+        if listing is None:
+            raise ApiError(404, f"no hop has the offer {offer_digest}")
+        h = listing.hop
+        elements = hop_elements(session, iss=h.iss, hop=h.hop)
+        flags = list_flags(session, now=service.clock(), iss=h.iss, hop=h.hop)
+    return HopDetail.model_validate(
+        {
+            **HopPublic.from_listing(listing).model_dump(),
+            "elements": [ElementPublic.from_row(e) for e in elements],
+            "flag_details": [FlagPublic.from_listing(f) for f in flags],
+        }
+    )
+
+
+@router.get(
+    "/dialogs",
+    response_model=DialogPage,
+    responses=documented(400, 401, 403, 422, 503),
+    tags=["hops"],
+)
+def get_dialogs(
+    who: Reader, service: ServiceDep, limit: Limit = 100, cursor: Cursor = None
+) -> DialogPage:
+    """Dialogs with hops, in dialog order, with keyset pagination."""
+    after = decode_cursor(cursor, (str,))
+    with service.reading() as session:
+        summaries = list_dialogs(
+            session, after=None if after is None else after[0], limit=limit + 1
+        )
+    shown, following = paginate(summaries, limit, lambda d: [d.dialog])
+    return DialogPage(dialogs=[DialogPublic.from_summary(d) for d in shown], next=following)
+
+
+@router.get(
+    "/dialogs/{dialog:path}",
+    response_model=DialogTree,
+    responses=documented(401, 403, 404, 422, 503),
+    tags=["hops"],
+)
+def get_dialog(
+    who: Reader, service: ServiceDep, dialog: Annotated[str, Path(min_length=1, max_length=1024)]
+) -> DialogTree:
+    """The hops of one dialog as a tree (SPEC 7 chain links): ``roots`` and, per node, its
+    ``parent`` and ``children`` offers."""
+    service.sweep()
+    with service.reading() as session:
+        nodes = dialog_tree(session, dialog=dialog)
+    if not nodes:
+        raise ApiError(404, "no hop in that dialog")
+    return DialogTree.from_nodes(dialog, nodes)
+
+
+@router.get("/agents", response_model=AgentList, responses=_ERRORS, tags=["hops"])
+def get_agents(who: Reader, service: ServiceDep) -> AgentList:
+    """Every identifier that issued or received a hop, and whether the trust configuration
+    knows its keys."""
+    with service.reading() as session:
+        agents = list_agents(session)
+    return AgentList(
+        agents=[AgentPublic.from_summary(a, trusted=a.agent in service.trust) for a in agents]
+    )
+
+
+@router.get(
+    "/elements/{digest}",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The element's octets exactly as received",
+            "content": {
+                "application/jose": {"schema": {"type": "string"}},
+                "application/cose": {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        **documented(401, 403, 404, 422, 503),
+    },
+    tags=["hops"],
+)
+def get_element_octets(who: Reader, service: ServiceDep, digest: DigestPath) -> Response:
+    """The signed element with this handoff digest, byte for byte as first received:
+    ``application/jose`` (JWS compact) or ``application/cose`` (COSE_Sign1)."""
+    wanted = parse_digest(digest)
+    with service.reading() as session:
+        row = get_element(session, digest=wanted)
+    if row is None:
+        raise ApiError(404, f"no element has the digest {digest}")
+    # Elements are append-only, so a digest's octets never change.
+    headers = {"Cache-Control": "private, max-age=31536000, immutable"}
+    return Response(row.octets, media_type=ELEMENT_TYPES[row.form], headers=headers)
+
+
+# --- flags ------------------------------------------------------------------------------
+
+
+@router.get(
+    "/flags", response_model=FlagPage, responses=documented(400, 401, 403, 422, 503), tags=["flags"]
+)
+def get_flags(
+    who: Reader,
+    service: ServiceDep,
+    kind: FlagKind | None = None,
+    status: Annotated[FlagStatus | None, Query(description="as of now")] = None,
+    iss: Text = None,
+    hop: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> FlagPage:
+    """Flags in id order, with keyset pagination."""
+    after = decode_cursor(cursor, (int,))
+    service.sweep()
+    with service.reading() as session:
+        listings = list_flags(
+            session,
+            now=service.clock(),
+            kind=kind,
+            status=status,
+            iss=iss,
+            hop=hop,
+            after=None if after is None else after[0],
+            limit=limit + 1,
+        )
+    shown, following = paginate(listings, limit, lambda f: [f.flag.id])
+    return FlagPage(flags=[FlagPublic.from_listing(f) for f in shown], next=following)
+
+
+FlagId = Annotated[int, Path(ge=1, le=MAX_SAFE_INT)]
+
+
+@router.get(
+    "/flags/{flag_id}",
+    response_model=FlagDetail,
+    responses=documented(401, 403, 404, 422, 503),
+    tags=["flags"],
+)
+def get_flag_detail(who: Reader, service: ServiceDep, flag_id: FlagId) -> FlagDetail:
+    """One flag and its audit log."""
+    service.sweep()
+    with service.reading() as session:
+        listing = get_flag(session, flag_id=flag_id, now=service.clock())
+        if listing is None:
+            raise ApiError(404, f"no flag {flag_id}")
+        actions = flag_actions(session, flag_id=flag_id)
+    return FlagDetail.from_parts(listing, actions)
+
+
+@router.patch(
+    "/flags/{flag_id}",
+    response_model=FlagDetail,
+    responses=documented(400, 401, 403, 404, 413, 422, 503),
+    tags=["flags"],
+)
+def patch_flag(
+    who: CurrentOperator, service: ServiceDep, flag_id: FlagId, update: FlagUpdate
+) -> FlagDetail:
+    """Acknowledge, resolve (with a note), reopen, assign, snooze or annotate a flag. The
+    action is written to the flag's audit log with who (``token:NAME``) and when."""
+    now = service.clock()
+
+    def work(session: Session) -> FlagDetail:
+        if get_flag(session, flag_id=flag_id, now=now) is None:
+            raise ApiError(404, f"no flag {flag_id}")
+        try:
+            listing = act_on_flag(
+                session,
+                flag_id=flag_id,
+                actor=f"token:{who.name}",
+                action=update.action,
+                now=now,
+                note=update.note,
+                assignee=update.assignee,
+                snoozed_until=update.snoozed_until,
+            )
+        except FlagActionError as exc:
+            raise ApiError(422, str(exc), code="invalid-action") from exc
+        return FlagDetail.from_parts(listing, flag_actions(session, flag_id=flag_id))
+
+    return db.run(service.engine, work)
+
+
+# --- the service itself -----------------------------------------------------------------
+
+
+@router.get("/healthz", response_model=Health, tags=["service"])
+def healthz() -> Health:
+    """Liveness: the process answers. Anonymous."""
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Readiness, responses=documented(503), tags=["service"])
+def readyz(request: Request) -> Readiness:
+    """Readiness: the database answers and the trust configuration is loaded. Anonymous:
+    it says ready or not, nothing else."""
+    service = get_service(request)
+    try:
+        service.ready()
+    except Exception as exc:
+        raise ApiError(503, "the database does not answer", code="not-ready") from exc
+    return Readiness(status="ready", database="ok", trust="loaded")
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format 0.0.4",
+            "content": {metrics.CONTENT_TYPE: {"schema": {"type": "string"}}},
+        },
+        **_ERRORS,
+    },
+    tags=["service"],
+)
+def get_metrics(who: Reader, service: ServiceDep) -> PlainTextResponse:
+    """Store gauges (elements, observations, verdicts, hops, flags) and this process's
+    ingest request counters."""
+    with service.reading() as session:
+        counts = store_counts(session, now=service.clock())
+    return PlainTextResponse(metrics.render(service, counts), media_type=metrics.CONTENT_TYPE)

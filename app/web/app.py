@@ -1,0 +1,91 @@
+"""The service: ``create_app(settings)`` builds the FastAPI app.
+
+Its lifespan loads the trust store once (failing closed), connects, brings the schema to
+head, and runs the sweep (SPEC 8 time rules) every ``HANDOFF_TRACE_SWEEP_SECONDS``; queries
+of hops and flags sweep too, so a lost outcome shows up without a new element. ``uvicorn``
+builds the app with ``create_app_from_env`` (``handoff-trace serve`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator
+
+import anyio.to_thread
+from fastapi import FastAPI
+
+from app import __version__
+from app.settings import Settings
+
+from . import api, errors, pages
+from .guard import Guard
+from .service import Clock, Service, wall_clock
+
+log = logging.getLogger("handoff_trace.web")
+
+DESCRIPTION = """\
+Verify, store and triage signed handoff offers, chains and statuses between AI agents.
+
+Every route but `/api/v1/healthz` and `/api/v1/readyz` needs `Authorization: Bearer TOKEN`
+with a token from `handoff-trace tokens create --role ROLE --name NAME`: `ingest` may
+POST /ingest and /verify; `read` may GET; `operator` may GET, POST /verify and PATCH flags;
+`admin` may do everything. Errors are `{"error": {"code", "message"}}`.
+"""
+
+
+def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
+    """The app for ``settings``. ``clock`` is the store's clock (tests pin it)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        start = functools.partial(Service.start, settings, clock=clock)
+        service = await anyio.to_thread.run_sync(start)
+        app.state.service = service
+        sweeper = asyncio.create_task(_sweep_forever(service))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            app.state.service = None
+            service.close()
+
+    app = FastAPI(
+        title="handoff-trace",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_url="/api/v1/openapi.json",
+        # The interactive docs page loads its assets from a CDN; the service serves
+        # nothing from elsewhere, so only the OpenAPI document is offered.
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.service = None
+    errors.install(app)
+    app.include_router(api.router)
+    pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)
+    app.add_middleware(Guard, max_body=settings.max_request_bytes)
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """The app configured from the environment (``uvicorn --factory`` entry point)."""
+    return create_app(Settings.from_env())
+
+
+async def _sweep_forever(service: Service) -> None:
+    """Sweep now and every ``sweep_seconds``; a failing sweep is logged and tried again."""
+    sweep = functools.partial(service.sweep, force=True)
+    while True:
+        try:
+            swept = await anyio.to_thread.run_sync(sweep)
+            if swept:
+                log.info("sweep re-derived %d hops", swept)
+        except Exception:
+            log.exception("sweep failed; trying again in %d s", service.settings.sweep_seconds)
+        await asyncio.sleep(service.settings.sweep_seconds)

@@ -1,0 +1,89 @@
+"""Bearer tokens and the role matrix.
+
+| permission | what                           | roles                   |
+|------------|--------------------------------|-------------------------|
+| ingest     | POST /ingest                   | ingest, admin           |
+| verify     | POST /verify                   | ingest, operator, admin |
+| read       | every GET except the probes    | read, operator, admin   |
+| triage     | PATCH /flags/{id}              | operator, admin         |
+
+``/healthz`` and ``/readyz`` are anonymous (they say up or down and nothing else), and so is
+the OpenAPI document (it describes the API, which is public, not the data). A missing or
+unknown token is 401 with ``WWW-Authenticate: Bearer``; a valid token without the role is
+403. Routes take the principal through the ``Annotated`` aliases at the bottom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.store.tokens import Principal, Role, authenticate
+
+from .errors import ApiError
+from .service import Service, get_service
+
+
+class Permission(StrEnum):
+    INGEST = "ingest"
+    VERIFY = "verify"
+    READ = "read"
+    TRIAGE = "triage"
+
+
+GRANTS: dict[Permission, frozenset[Role]] = {
+    Permission.INGEST: frozenset({Role.INGEST, Role.ADMIN}),
+    Permission.VERIFY: frozenset({Role.INGEST, Role.OPERATOR, Role.ADMIN}),
+    Permission.READ: frozenset({Role.READ, Role.OPERATOR, Role.ADMIN}),
+    Permission.TRIAGE: frozenset({Role.OPERATOR, Role.ADMIN}),
+}
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    description="A token made with `handoff-trace tokens create --role ROLE --name NAME`.",
+)
+
+
+def _unauthorized(message: str, *, invalid: bool) -> ApiError:
+    # RFC 6750 section 3: name the scheme, and say invalid_token when one was sent.
+    challenge = 'Bearer error="invalid_token"' if invalid else "Bearer"
+    return ApiError(401, message, headers={"WWW-Authenticate": challenge})
+
+
+def requires(permission: Permission) -> Callable[..., Principal]:
+    """A dependency that answers 401/403 unless the request's token grants ``permission``."""
+
+    def dependency(
+        request: Request,
+        service: Annotated[Service, Depends(get_service)],
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> Principal:
+        if credentials is None:
+            raise _unauthorized(
+                "a bearer token is needed (Authorization: Bearer TOKEN)", invalid=False
+            )
+        with service.reading() as session:
+            principal = authenticate(session, credentials.credentials)
+        if principal is None:
+            raise _unauthorized("the bearer token is unknown or revoked", invalid=True)
+        if principal.role not in GRANTS[permission]:
+            raise ApiError(
+                403,
+                f"role {principal.role.value!r} may not {permission.value}; "
+                f"roles that may: {', '.join(sorted(GRANTS[permission]))}",
+            )
+        request.state.principal = principal
+        return principal
+
+    return dependency
+
+
+Ingester = Annotated[Principal, Depends(requires(Permission.INGEST))]
+VerifyCaller = Annotated[Principal, Depends(requires(Permission.VERIFY))]
+Reader = Annotated[Principal, Depends(requires(Permission.READ))]
+CurrentOperator = Annotated[Principal, Depends(requires(Permission.TRIAGE))]

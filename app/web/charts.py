@@ -1,0 +1,299 @@
+"""The dashboard's pictures: Plotly figures as plain dicts (rendered in the browser by
+static/app.js from a ``data-figure`` attribute) and the dialog's chain graph, laid out here
+and drawn as server-side SVG by templates/_graph.html.
+
+Colours are by hop state and match static/app.css; every click target is a hop page URL
+(``customdata`` / SVG ``<a href>``), never text from an element.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.protocol.encoding import digest_text
+from app.protocol.lifecycle import HopState
+from app.store.dashboard import Activity
+from app.store.models import ElementRow
+from app.store.queries import TreeNode
+
+STATE_COLOURS = {
+    HopState.OFFERED: "#3b82f6",
+    HopState.ACCEPTED: "#8b5cf6",
+    HopState.COMPLETED: "#16a34a",
+    HopState.FAILED: "#dc2626",
+    HopState.REJECTED: "#ea580c",
+    HopState.CANCELED: "#6b7280",
+    HopState.EXPIRED: "#ca8a04",
+}
+STATUS_SYMBOLS = {
+    "accepted": "circle",
+    "completed": "diamond",
+    "failed": "x",
+    "rejected": "triangle-down",
+    "canceled": "square",
+}
+FLAG_COLOUR = "#e11d48"
+
+
+def _iso(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    """Transparent backgrounds and the page's font, so both themes read well (app.js sets
+    the font colour from the page)."""
+    return {
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "font": {"family": "system-ui, sans-serif", "size": 12},
+        "margin": {"l": 48, "r": 16, "t": 8, "b": 40},
+        "legend": {"orientation": "h", "y": -0.2},
+        **extra,
+    }
+
+
+def activity_figure(act: Activity) -> dict[str, Any]:
+    """Hops offered per time bucket, stacked by their state now, and flags opened."""
+    buckets = sorted(set(act.hops) | set(act.flags))
+    xs = [_iso(b) for b in buckets]
+    data: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "name": state.value,
+            "x": xs,
+            "y": [act.hops.get(b, {}).get(state.value, 0) for b in buckets],
+            "marker": {"color": colour},
+            "hovertemplate": f"%{{y}} {state.value}<extra></extra>",
+        }
+        for state, colour in STATE_COLOURS.items()
+        if any(state.value in act.hops.get(b, {}) for b in buckets)
+    ]
+    opened = [b for b in buckets if act.flags.get(b)]
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "flags opened",
+            "x": [_iso(b) for b in opened],
+            "y": [act.flags[b] for b in opened],
+            "yaxis": "y2",
+            "marker": {"color": FLAG_COLOUR, "size": 9, "symbol": "diamond"},
+            "hovertemplate": "%{y} flags opened<extra></extra>",
+        }
+    )
+    layout = _layout(
+        barmode="stack",
+        height=280,
+        xaxis={"type": "date"},
+        yaxis={"title": {"text": "hops"}, "rangemode": "tozero"},
+        yaxis2={
+            "title": {"text": "flags"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+            "tickformat": "d",
+        },
+        bargap=0.15,
+    )
+    layout["margin"]["r"] = 48
+    return {"data": data, "layout": layout}
+
+
+def timeline_figure(
+    nodes: Sequence[TreeNode],
+    statuses: Mapping[bytes, Sequence[ElementRow]],
+    *,
+    skew: int,
+    numbers: Sequence[int] = (),
+) -> dict[str, Any]:
+    """Gantt-style: per hop the offer window iat..exp as a bar coloured by state, each
+    status as a marker at its iat, and the expiry line (exp + skew). Rows follow
+    ``nodes`` (the chain graph's order), top to bottom, numbered as in the graph."""
+    numbers = list(numbers) or list(range(1, len(nodes) + 1))
+    labels = [f"{numbers[i]}. {_label(n)}" for i, n in enumerate(nodes)]
+    data: list[dict[str, Any]] = []
+    for state, colour in STATE_COLOURS.items():
+        rows = [(i, n) for i, n in enumerate(nodes) if n.hop.hop.state == state.value]
+        if not rows:
+            continue
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": state.value,
+                "y": [labels[i] for i, _ in rows],
+                "base": [_iso(n.hop.hop.iat) for _, n in rows],
+                "x": [max(n.hop.hop.exp - n.hop.hop.iat, 1) * 1000 for _, n in rows],
+                "marker": {"color": colour, "opacity": 0.55},
+                "customdata": [f"/hops/{digest_text(n.hop.hop.offer)}" for _, n in rows],
+                "hovertemplate": f"{state.value}: offer window<extra></extra>",
+            }
+        )
+    for kind, symbol in STATUS_SYMBOLS.items():
+        points = [
+            (labels[i], s, n)
+            for i, n in enumerate(nodes)
+            for s in statuses.get(n.hop.hop.offer, ())
+            if s.state == kind
+        ]
+        if points:
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": f"status {kind}",
+                    "y": [p[0] for p in points],
+                    "x": [_iso(p[1].iat) for p in points],
+                    "marker": {
+                        "symbol": symbol,
+                        "size": 10,
+                        "color": STATE_COLOURS[HopState(kind)],
+                        "line": {"width": 1, "color": "#111827"},
+                    },
+                    "customdata": [f"/hops/{digest_text(p[2].hop.hop.offer)}" for p in points],
+                    "hovertemplate": f"{kind} signed %{{x}}<extra></extra>",
+                }
+            )
+    expiry = [(labels[i], n.hop.hop.exp + skew) for i, n in enumerate(nodes)]
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "expiry (exp + skew)",
+            "y": [e[0] for e in expiry],
+            "x": [_iso(e[1]) for e in expiry],
+            "marker": {"symbol": "line-ns-open", "size": 14, "color": "#9ca3af"},
+            "hovertemplate": "expires %{x}<extra></extra>",
+        }
+    )
+    height = 90 + 26 * max(len(nodes), 3)
+    layout = _layout(
+        barmode="overlay",
+        height=height,
+        xaxis={"type": "date", "side": "top"},
+        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+        legend={"orientation": "h", "y": -40 / height},
+    )
+    layout["margin"] = {"l": 8, "r": 16, "t": 36, "b": 40}
+    return {"data": data, "layout": layout}
+
+
+def _label(node: TreeNode) -> str:
+    h = node.hop.hop
+    return f"{h.iss.rsplit('/', 1)[-1]} → {h.aud.rsplit('/', 1)[-1]}"
+
+
+# --- the chain graph ----------------------------------------------------------------------
+
+ROW = 34
+COLUMN = 180
+PAGE = 100  # nodes per page of a large dialog
+
+
+@dataclass
+class GraphNode:
+    node: TreeNode | None  # None: a ``prev`` this dialog does not hold (a broken link)
+    digest: str
+    depth: int
+    row: int = 0
+    parent_row: int | None = None
+    continued: bool = False  # the parent is on an earlier page
+    untrusted: bool = False
+    equivocation: bool = False
+    flags: tuple[str, ...] = ()
+
+    @property
+    def x(self) -> int:
+        return 16 + self.depth * COLUMN
+
+    @property
+    def y(self) -> int:
+        return 20 + self.row * ROW
+
+
+@dataclass
+class Graph:
+    nodes: list[GraphNode]
+    page: int
+    pages: int
+    total: int
+    width: int = 0
+    height: int = 0
+    first: int = 1  # the number of this page's first row
+    ordered: list[TreeNode] = field(default_factory=list)  # this page's hops, graph order
+    numbers: list[int] = field(default_factory=list)  # their row numbers in the graph
+
+
+def chain_graph(nodes: Sequence[TreeNode], *, trusted: set[str], page: int = 1) -> Graph:
+    """The dialog's hops as an indented tree (depth-first, children by iat), one row per
+    hop, paged by ``PAGE`` rows so a dialog of thousands of hops stays light. A ``prev``
+    the dialog does not hold appears once as a broken-link node above its children."""
+    by_offer = {n.hop.hop.offer: n for n in nodes}
+    children: dict[bytes | None, list[TreeNode]] = {}
+    ghosts: list[bytes] = []
+    for n in nodes:
+        parent = n.parent if n.parent in by_offer else None
+        if n.parent is not None and parent is None:
+            if n.parent not in children:
+                ghosts.append(n.parent)
+            children.setdefault(n.parent, []).append(n)
+        else:
+            children.setdefault(parent, []).append(n)
+    order: list[GraphNode] = []
+
+    def walk(node: TreeNode, depth: int, parent_index: int | None) -> None:
+        stack = [(node, depth, parent_index)]
+        while stack:
+            current, d, p = stack.pop()
+            h = current.hop
+            order.append(
+                GraphNode(
+                    current,
+                    digest_text(h.hop.offer),
+                    d,
+                    parent_row=p,
+                    untrusted=h.hop.iss not in trusted or h.hop.aud not in trusted,
+                    equivocation="equivocation" in h.flags,
+                    flags=h.flags,
+                )
+            )
+            index = len(order) - 1
+            below = children.get(h.hop.offer, [])
+            stack.extend((c, d + 1, index) for c in reversed(below))
+
+    roots = children.get(None, [])
+    for ghost in ghosts:
+        order.append(GraphNode(None, digest_text(ghost), 0))
+        ghost_index = len(order) - 1
+        for child in children[ghost]:
+            walk(child, 1, ghost_index)
+    for root in roots:
+        walk(root, 0, None)
+    total = len(order)
+    pages = max(1, -(-total // PAGE))
+    page = min(max(page, 1), pages)
+    start = (page - 1) * PAGE
+    shown = order[start : start + PAGE]
+    for i, g in enumerate(shown):
+        g.row = i
+        if g.parent_row is not None:
+            if g.parent_row < start:
+                g.continued, g.parent_row = True, None
+            else:
+                g.parent_row -= start
+    depth = max((g.depth for g in shown), default=0)
+    return Graph(
+        nodes=shown,
+        page=page,
+        pages=pages,
+        total=total,
+        width=16 + depth * COLUMN + 560,
+        height=ROW * max(len(shown), 1) + 8,
+        ordered=[g.node for g in shown if g.node is not None],
+        numbers=[start + 1 + g.row for g in shown if g.node is not None],
+        first=start + 1,
+    )

@@ -1,0 +1,158 @@
+"""How every error looks on the wire: ``{"error": {"code", "message"[, "details"]}}``.
+
+One handler (``handle``) owns the shape for every exception the app lets out: the API's own
+``ApiError``, Starlette's HTTP errors (404 for an unknown route, 405, 413), request
+validation (422, with one ``details`` entry per problem), and a database that does not
+answer (503). Anything else is caught by ``app.web.guard`` and answered 500 through
+``error_response`` too, logged, and never with a traceback. tests/web/test_errors.py pins
+the shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlmodel import SQLModel
+from starlette.exceptions import HTTPException
+
+log = logging.getLogger("handoff_trace.web")
+
+# Machine codes by HTTP status, for errors raised without a code of their own.
+_CODES = {
+    400: "bad-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    406: "not-acceptable",
+    409: "conflict",
+    413: "payload-too-large",
+    415: "unsupported-media-type",
+    422: "invalid-request",
+    500: "internal-error",
+    503: "unavailable",
+}
+
+
+class ErrorDetail(SQLModel):
+    """One problem with a request: where (``loc``, e.g. ``["query", "limit"]``) and what."""
+
+    loc: list[str | int]
+    message: str
+
+
+class ErrorBody(SQLModel):
+    code: str
+    message: str
+    details: list[ErrorDetail] | None = None
+
+
+class ErrorResponse(SQLModel):
+    """The body of every error response."""
+
+    error: ErrorBody
+
+
+class ApiError(Exception):
+    """An error the API answers on purpose: HTTP ``status``, machine ``code``, ``message``
+    for people."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code or _CODES.get(status, "error")
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+class PayloadTooLarge(HTTPException):
+    """A request body over the limit. An HTTPException, so FastAPI's own body reading lets
+    it through unchanged instead of turning it into a 400."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is larger than {limit} octets")
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    details: list[dict[str, Any]] | None = None,
+) -> JSONResponse:
+    """The one error shape."""
+    body: dict[str, Any] = {"code": code or _CODES.get(status, "error"), "message": message}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse({"error": body}, status_code=status, headers=dict(headers or {}))
+
+
+async def handle(request: Request, exc: Exception) -> JSONResponse:
+    """Every exception the app answers, in the one shape."""
+    if isinstance(exc, ApiError):
+        return error_response(exc.status, exc.message, code=exc.code, headers=exc.headers)
+    if isinstance(exc, RequestValidationError):
+        details = [_detail(e) for e in exc.errors()]
+        first = details[0] if details else {"loc": [], "message": "invalid request"}
+        where = ".".join(str(part) for part in first["loc"])
+        message = f"{where}: {first['message']}" if where else first["message"]
+        return error_response(422, message, details=details)
+    if isinstance(exc, HTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed_methods(request, headers.get("Allow", ""))
+        return error_response(exc.status_code, message, headers=headers)
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database is down or unreachable: the client may try again; the log says why.
+        log.warning("database unavailable: %s", str(exc.orig or exc).strip().splitlines()[0])
+        return error_response(503, "the database is unavailable; try again later")
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal error (logged)")
+
+
+def _allowed_methods(request: Request, fallback: str) -> str:
+    """Every method the resource serves (RFC 9110 section 10.2.1), from the app's OpenAPI
+    document: Starlette's own 405 names only the methods of the first route matched."""
+    route = request.scope.get("route")
+    paths = request.app.openapi().get("paths", {})
+    operations = paths.get(getattr(route, "path_format", None), {})
+    methods = {m.upper() for m in operations if m != "parameters"}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods)) or fallback
+
+
+def _detail(error: Mapping[str, Any]) -> dict[str, Any]:
+    # ``input`` is left out on purpose: echoing request data back helps no one and can be big.
+    loc = [part if isinstance(part, int) else str(part) for part in error.get("loc", ())]
+    return {"loc": loc, "message": str(error.get("msg", "invalid"))}
+
+
+def install(app: FastAPI) -> None:
+    """Route every error the app can raise through ``handle``."""
+    for kind in (ApiError, RequestValidationError, HTTPException, OperationalError, InterfaceError):
+        app.add_exception_handler(kind, handle)
+
+
+# For the OpenAPI document: every route lists the errors it may answer with this model.
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {
+        status: {"model": ErrorResponse, "description": HTTPStatus(status).phrase}
+        for status in statuses
+    }

@@ -1,0 +1,354 @@
+"""The dashboard's read pages (server-rendered Jinja2 + htmx): overview, dialogs, hops,
+agents, trust and search; ``install`` adds every dashboard router to the app.
+
+Routes only translate: query parameters in, store reads (``app.store.queries``,
+``app.store.dashboard``) out to a template. Nothing here verifies or writes SQL. Filters
+and paging live in the URL, so every view is a deep link and the back button works.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import FileResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from app.protocol.encoding import digest_text, parse_digest_text
+from app.protocol.errors import MalformedError
+from app.protocol.lifecycle import A2A_STATE, HopState
+from app.protocol.verdict import OFFER_CHECKS, STATUS_CHECKS
+from app.store import dashboard
+from app.store.queries import (
+    dialog_tree,
+    get_element,
+    hop_elements,
+    hop_for_offer,
+    list_agents,
+    list_dialogs,
+    list_flags,
+)
+
+from . import charts
+from .render import STATIC, plotly_path, render, secure
+from .service import Service, ServiceDep
+from .sessions import LoginRequired, PageError, Viewer, login_redirect, page_error
+
+router = APIRouter(include_in_schema=False)
+Page = Annotated[int, Query(ge=1, le=1_000_000)]
+Text = Annotated[str | None, Query(max_length=2048)]
+PER_PAGE = 50
+
+
+def _none(value: str | None) -> str | None:
+    return value.strip() or None if value else None
+
+
+def _read(service: Service) -> Any:
+    service.sweep()
+    return service.reading()
+
+
+# --- overview ---------------------------------------------------------------------------
+
+
+@router.get("/")
+def overview(request: Request, user: Viewer, service: ServiceDep) -> Response:
+    now = service.clock()
+    with _read(service) as session:
+        states = dashboard.hop_states(session)
+        flag_counts = dashboard.open_flag_counts(session, now=now)
+        figure = charts.activity_figure(dashboard.activity(session))
+        agents = sorted(list_agents(session), key=lambda a: -(a.issued + a.received))[:8]
+        rejected = dashboard.latest_rejections(session, limit=8)
+    severities = {"critical": 0, "high": 0, "medium": 0, "low": 0}
+    for _, severity, n in flag_counts:
+        severities[severity] = severities.get(severity, 0) + n
+    context = {
+        "nav": "overview",
+        "now": now,
+        "states": [(s.value, states.get(s.value, 0)) for s in HopState],
+        "hop_total": sum(states.values()),
+        "flag_counts": sorted(flag_counts, key=lambda r: (-r[2], r[0])),
+        "severities": severities,
+        "figure": figure,
+        "agents": agents,
+        "rejected": rejected,
+    }
+    return render(request, "overview.html", context)
+
+
+# --- dialogs ----------------------------------------------------------------------------
+
+
+@router.get("/dialogs")
+def dialogs(request: Request, user: Viewer, service: ServiceDep, after: Text = None) -> Response:
+    with _read(service) as session:
+        found = list_dialogs(session, after=_none(after), limit=PER_PAGE + 1)
+        shown = found[:PER_PAGE]
+        states = dashboard.dialog_states(session, dialogs=[d.dialog for d in shown])
+    following = shown[-1].dialog if len(found) > PER_PAGE else None
+    context = {
+        "nav": "dialogs",
+        "now": service.clock(),
+        "dialogs": shown,
+        "states": states,
+        "following": following,
+        "after": _none(after),
+        "colours": charts.STATE_COLOURS,
+    }
+    return render(request, "dialogs.html", context)
+
+
+@router.get("/dialogs/{dialog:path}")
+def dialog_page(
+    request: Request, dialog: str, user: Viewer, service: ServiceDep, page: Page = 1
+) -> Response:
+    if len(dialog) > 1024:
+        raise PageError(404, "No dialog has that name.")
+    with _read(service) as session:
+        nodes = dialog_tree(session, dialog=dialog)
+        if not nodes:
+            raise PageError(404, "No hop is stored for that dialog.")
+        graph = charts.chain_graph(nodes, trusted=set(service.trust.issuers), page=page)
+        statuses = dashboard.statuses_of(session, offers=[n.hop.hop.offer for n in graph.ordered])
+    states: dict[str, int] = {}
+    for n in nodes:
+        states[n.hop.hop.state] = states.get(n.hop.hop.state, 0) + 1
+    figure = charts.timeline_figure(
+        graph.ordered, statuses, skew=service.settings.skew, numbers=graph.numbers
+    )
+    context = {
+        "nav": "dialogs",
+        "now": service.clock(),
+        "dialog": dialog,
+        "graph": graph,
+        "figure": figure,
+        "states": states,
+        "flagged": sum(1 for n in nodes if n.hop.flags),
+    }
+    return render(request, "dialog.html", context)
+
+
+# --- hops -------------------------------------------------------------------------------
+
+
+@router.get("/hops")
+def hops(
+    request: Request,
+    user: Viewer,
+    service: ServiceDep,
+    state: Text = None,
+    agent: Text = None,
+    dialog: Text = None,
+    page: Page = 1,
+) -> Response:
+    state = _none(state)
+    if state == "unresolved":
+        states: tuple[str, ...] = dashboard.UNRESOLVED
+    elif state in {s.value for s in HopState}:
+        states = (state,) if state else ()
+    else:
+        state, states = None, ()
+    with _read(service) as session:
+        found, total = dashboard.find_hops(
+            session,
+            states=states,
+            agent=_none(agent),
+            dialog=_none(dialog),
+            offset=(page - 1) * PER_PAGE,
+            limit=PER_PAGE,
+        )
+    context = {
+        "nav": "unresolved" if state == "unresolved" else "hops",
+        "now": service.clock(),
+        "hops": found,
+        "total": total,
+        "page": page,
+        "pages": max(1, -(-total // PER_PAGE)),
+        "filters": {
+            "state": state or "",
+            "agent": _none(agent) or "",
+            "dialog": _none(dialog) or "",
+        },
+        "state_names": [s.value for s in HopState],
+    }
+    return render(request, "hops.html", context)
+
+
+def _digest(text: str) -> bytes:
+    try:
+        return parse_digest_text(text, what="offer digest")
+    except MalformedError as exc:
+        raise PageError(404, "That is not an offer digest (43 characters of base64url).") from exc
+
+
+@router.get("/hops/{offer_digest}")
+def hop_page(request: Request, offer_digest: str, user: Viewer, service: ServiceDep) -> Response:
+    offer = _digest(offer_digest)
+    now = service.clock()
+    with _read(service) as session:
+        listing = hop_for_offer(session, offer=offer)
+        if listing is None:
+            return _element_page(request, service, session, offer)
+        h = listing.hop
+        stored = hop_elements(session, iss=h.iss, hop=h.hop)
+        judged = {e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in stored}
+        flags = list_flags(session, now=now, iss=h.iss, hop=h.hop)
+        parent, below = dashboard.hop_neighbours(session, offer=h.offer)
+        parent_hop = None if parent is None else hop_for_offer(session, offer=parent)
+    from .evidence import decode
+
+    offers = [e for e in stored if e.type == "offer"]
+    statuses = [e for e in stored if e.type == "status"]
+    canonical = next((e for e in offers if e.digest == h.offer), offers[0] if offers else None)
+    context = {
+        "nav": "hops",
+        "now": now,
+        "hop": h,
+        "flags_open": listing.flags,
+        "a2a": A2A_STATE.get(HopState(h.state)),
+        "offer": canonical,
+        "decoded": None if canonical is None else decode(canonical),
+        "payloads": {e.digest: decode(e).payload for e in stored},
+        "other_offers": [e for e in offers if canonical is None or e.digest != h.offer],
+        "statuses": statuses,
+        "judged": judged,
+        "flags": flags,
+        "parent": parent,
+        "parent_hop": parent_hop,
+        "below": below,
+        "offer_checks": OFFER_CHECKS,
+        "status_checks": STATUS_CHECKS,
+        "trusted": {h.iss: h.iss in service.trust, h.aud: h.aud in service.trust},
+    }
+    return render(request, "hop.html", context)
+
+
+def _element_page(request: Request, service: Service, session: Any, digest: bytes) -> Response:
+    """A stored element that belongs to no hop (a rejected offer, a status whose offer is
+    unknown): its verdicts, decoded payload and octets, and the flags that name it."""
+    from .evidence import decode
+
+    row = get_element(session, digest=digest)
+    if row is None:
+        raise PageError(404, "No stored hop or element has that digest.")
+    flags = [
+        f
+        for f in list_flags(session, now=service.clock(), iss=row.hop_iss, hop=row.hop)
+        if digest_text(digest) in f.flag.evidence
+    ]
+    context = {
+        "nav": "hops",
+        "now": service.clock(),
+        "element": row,
+        "decoded": decode(row),
+        "payloads": {row.digest: decode(row).payload},
+        "judged": {row.digest: dashboard.verdicts_of(session, digest=row.digest)},
+        "flags": flags,
+        "hop_offer": None,
+        "show_payload": False,
+    }
+    return render(request, "element.html", context)
+
+
+@router.get("/elements/{digest}")
+def element_octets(digest: str, user: Viewer, service: ServiceDep) -> Response:
+    """A stored element's signed octets as a download (the API's ``/api/v1/elements``
+    route takes a bearer token; this one the dashboard session)."""
+    wanted = _digest(digest)
+    with service.reading() as session:
+        row = get_element(session, digest=wanted)
+    if row is None:
+        raise PageError(404, "No element has that digest.")
+    media = "application/jose" if row.form == "jws" else "application/cose"
+    name = f"{digest_text(row.digest)}.{row.form}"
+    headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+    return secure(Response(row.octets, media_type=media, headers=headers))
+
+
+# --- agents, trust, search ----------------------------------------------------------------
+
+
+@router.get("/agents")
+def agents(request: Request, user: Viewer, service: ServiceDep) -> Response:
+    now = service.clock()
+    with _read(service) as session:
+        listed = list_agents(session)
+        signed, flagged = dashboard.agent_counts(session, now=now)
+    rows = [
+        {
+            "agent": a.agent,
+            "issued": a.issued,
+            "received": a.received,
+            "signed": signed.get(a.agent, 0),
+            "flags": flagged.get(a.agent, 0),
+            "keys": service.trust.keys_for(a.agent) or (),
+        }
+        for a in listed
+    ]
+    context = {"nav": "agents", "now": now, "rows": rows}
+    return render(request, "agents.html", context)
+
+
+@router.get("/trust")
+def trust(request: Request, user: Viewer, service: ServiceDep) -> Response:
+    with service.reading() as session:
+        seen = {a.agent for a in list_agents(session)}
+    issuers = sorted(service.trust.issuers.items())
+    context = {
+        "nav": "trust",
+        "now": service.clock(),
+        "issuers": issuers,
+        "seen": seen,
+        "unknown": sorted(seen - set(service.trust.issuers)),
+        "fingerprint": service.trust.fingerprint,
+        "trust_file": service.settings.trust_file,
+    }
+    return render(request, "trust.html", context)
+
+
+@router.get("/search")
+def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) -> Response:
+    text = (q or "").strip()
+    found = None
+    if text:
+        with service.reading() as session:
+            # An exact offer digest goes straight to its hop.
+            if len(text) == 43:
+                try:
+                    listing = hop_for_offer(session, offer=parse_digest_text(text, what="q"))
+                except MalformedError:
+                    listing = None
+                if listing is not None:
+                    return secure(RedirectResponse(f"/hops/{text}", status_code=303))
+            found = dashboard.search(session, text=text)
+    context = {"nav": "", "now": service.clock(), "q": text, "found": found}
+    return render(request, "search.html", context)
+
+
+# --- assets and installation ------------------------------------------------------------
+
+
+@router.get("/vendor/plotly.min.js")
+def plotly_js() -> Response:
+    """Plotly's bundle from the installed package (no CDN); its version is in the URL's
+    query string, so it may be cached for long."""
+    return FileResponse(
+        plotly_path(),
+        media_type="text/javascript",
+        headers={"Cache-Control": "public, max-age=86400"},
+    )
+
+
+def install(app: FastAPI) -> None:
+    """Add the dashboard to the app: pages, login, static files and their error pages."""
+    from . import sessions, triage, upload
+
+    app.include_router(sessions.router)
+    app.include_router(router)
+    app.include_router(triage.router)
+    app.include_router(upload.router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_exception_handler(LoginRequired, login_redirect)
+    app.add_exception_handler(PageError, page_error)

@@ -1,0 +1,389 @@
+"""The API's request and response bodies, named by role (``HopPublic``, ``FlagUpdate``).
+
+They document the wire format in the OpenAPI document, and the read routes build them from
+the store's listings (``from_listing``). Digests are 43 characters of base64url (SPEC 1.3);
+times are NumericDate seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlmodel import SQLModel
+
+from app.protocol.encoding import MAX_SAFE_INT, digest_text
+from app.protocol.lifecycle import FlagKind, HopState
+from app.protocol.verdict import Outcome, RefOutcome, Result, Variant
+from app.store.models import ActionRow, ElementRow
+from app.store.queries import (
+    AgentSummary,
+    DialogSummary,
+    FlagAction,
+    FlagListing,
+    FlagStatus,
+    HopListing,
+    TreeNode,
+)
+
+Digest = str  # 43 characters of base64url
+
+
+# --- verdicts (SPEC 11) -----------------------------------------------------------------
+
+
+class CheckPublic(SQLModel):
+    check: str
+    result: Result
+    reason: str | None = None
+    detail: str | None = None
+
+
+class ChainElementPublic(SQLModel):
+    index: int
+    digest: Digest | None
+    iss: str | None
+    aud: str | None
+    hop: str | None
+    result: Result
+    reason: str | None = None
+
+
+class ChainPublic(SQLModel):
+    carried: bool
+    length: int
+    partial: bool
+    elements: list[ChainElementPublic]
+
+
+class RefPublic(SQLModel):
+    index: int
+    kind: str
+    outcome: RefOutcome
+    detail: str | None = None
+
+
+class EquivocationPublic(SQLModel):
+    first: Digest
+    variant: Variant
+
+
+class VerdictPublic(SQLModel):
+    """One element's verdict, exactly as ``verify --json`` prints it (SPEC 11). Offers
+    carry ``chain`` and ``refs``; statuses carry ``offer`` (the offer's digest) instead."""
+
+    source: str
+    element: Literal["offer", "status"] | None
+    form: Literal["jws", "cose"] | None
+    digest: Digest | None
+    iss: str | None
+    aud: str | None
+    hop: str | None
+    outcome: Outcome
+    reason: str | None
+    detail: str | None
+    checks: list[CheckPublic]
+    chain: ChainPublic | None = None
+    refs: list[RefPublic] | None = None
+    offer: Digest | None = None
+    equivocation: EquivocationPublic | None
+
+
+class VerifyCounts(SQLModel):
+    accept: int
+    reject: int
+    duplicate: int
+    pending: int
+    verdicts: int
+    skipped: int = Field(description="items that carried no handoff at all")
+
+
+class IngestCounts(VerifyCounts):
+    errors: int = Field(description="items that could not be stored (see errors)")
+    stored: int = Field(description="elements stored for the first time")
+
+
+class ItemErrorPublic(SQLModel):
+    """An item that could not be stored (a database error); nothing of it was kept and the
+    rest of the request went on."""
+
+    source: str
+    detail: str
+
+
+class VerifyResponse(SQLModel):
+    verdicts: list[VerdictPublic]
+    counts: VerifyCounts
+
+
+class IngestResponse(SQLModel):
+    verdicts: list[VerdictPublic]
+    counts: IngestCounts
+    errors: list[ItemErrorPublic]
+
+
+# --- hops and dialogs -------------------------------------------------------------------
+
+
+class HopPublic(SQLModel):
+    """A hop (SPEC 8), keyed by (iss, hop); ``offer`` is its offer's digest."""
+
+    offer: Digest
+    iss: str
+    aud: str
+    hop: str
+    dialog: str
+    task: str | None
+    state: HopState
+    a2a_state: str | None
+    flags: list[FlagKind] = Field(description="kinds of the hop's unresolved flags")
+    iat: int
+    exp: int
+    accepted_at: int | None
+    terminal_at: int | None
+
+    @classmethod
+    def from_listing(cls, listing: HopListing) -> HopPublic:
+        return cls.model_validate(_hop_fields(listing))
+
+
+def _hop_fields(listing: HopListing) -> dict[str, object]:
+    h = listing.hop
+    return {
+        **listing.to_json(),
+        "iat": h.iat,
+        "exp": h.exp,
+        "accepted_at": h.accepted_at,
+        "terminal_at": h.terminal_at,
+    }
+
+
+class HopPage(SQLModel):
+    hops: list[HopPublic]
+    next: str | None = Field(description="cursor of the next page; null on the last page")
+
+
+class ElementPublic(SQLModel):
+    """A stored element of a hop; ``GET /api/v1/elements/{digest}`` has its octets."""
+
+    digest: Digest
+    type: Literal["offer", "status"]
+    form: Literal["jws", "cose"]
+    iss: str
+    aud: str
+    state: str | None = Field(description="a status's state; null for an offer")
+    iat: int
+    first_seen: int
+
+    @classmethod
+    def from_row(cls, row: ElementRow) -> ElementPublic:
+        return cls(
+            digest=digest_text(row.digest),
+            type=row.type,  # type: ignore[arg-type]
+            form=row.form,  # type: ignore[arg-type]
+            iss=row.iss,
+            aud=row.aud,
+            state=row.state,
+            iat=row.iat,
+            first_seen=row.first_seen,
+        )
+
+
+class DialogPublic(SQLModel):
+    dialog: str
+    hops: int
+    first_iat: int
+    last_iat: int
+
+    @classmethod
+    def from_summary(cls, summary: DialogSummary) -> DialogPublic:
+        return cls(
+            dialog=summary.dialog,
+            hops=summary.hops,
+            first_iat=summary.first_iat,
+            last_iat=summary.last_iat,
+        )
+
+
+class DialogPage(SQLModel):
+    dialogs: list[DialogPublic]
+    next: str | None
+
+
+class DialogNode(HopPublic):
+    """A hop in its dialog's tree: ``parent`` is the offer its offer names as ``prev``
+    (SPEC 7), null for none; ``children`` are the offers of the hops below it."""
+
+    parent: Digest | None
+    children: list[Digest]
+
+
+class DialogTree(SQLModel):
+    dialog: str
+    roots: list[Digest] = Field(
+        description="offers of the hops whose parent is not in this dialog's hops"
+    )
+    nodes: list[DialogNode]
+
+    @classmethod
+    def from_nodes(cls, dialog: str, nodes: list[TreeNode]) -> DialogTree:
+        offers = {n.hop.hop.offer for n in nodes}
+        children: dict[bytes, list[str]] = {}
+        for n in nodes:
+            if n.parent is not None and n.parent in offers:
+                children.setdefault(n.parent, []).append(digest_text(n.hop.hop.offer))
+        public = [
+            DialogNode.model_validate(
+                {
+                    **_hop_fields(n.hop),
+                    "parent": None if n.parent is None else digest_text(n.parent),
+                    "children": children.get(n.hop.hop.offer, []),
+                }
+            )
+            for n in nodes
+        ]
+        roots = [
+            digest_text(n.hop.hop.offer)
+            for n in nodes
+            if n.parent is None or n.parent not in offers
+        ]
+        return cls(dialog=dialog, roots=roots, nodes=public)
+
+
+class AgentPublic(SQLModel):
+    agent: str
+    issued: int = Field(description="hops it delegated (offer iss)")
+    received: int = Field(description="hops delegated to it (offer aud)")
+    trusted: bool = Field(description="the trust configuration lists keys for it")
+
+    @classmethod
+    def from_summary(cls, summary: AgentSummary, *, trusted: bool) -> AgentPublic:
+        return cls(
+            agent=summary.agent,
+            issued=summary.issued,
+            received=summary.received,
+            trusted=trusted,
+        )
+
+
+class AgentList(SQLModel):
+    agents: list[AgentPublic]
+
+
+# --- flags ------------------------------------------------------------------------------
+
+
+class FlagPublic(SQLModel):
+    """A condition that needs a person (SPEC 8 flags). ``evidence`` are element digests;
+    ``status`` is as of now (a snooze that has run out reads ``open``)."""
+
+    id: int
+    kind: FlagKind
+    variant: str | None
+    severity: str
+    status: FlagStatus
+    iss: str
+    hop: str
+    offer: Digest | None
+    evidence: list[Digest]
+    opened_at: int
+    detail: str
+    assignee: str | None
+    snoozed_until: int | None
+    note: str | None
+    updated_at: int
+
+    @classmethod
+    def from_listing(cls, listing: FlagListing) -> FlagPublic:
+        return cls.model_validate(_flag_fields(listing))
+
+
+def _flag_fields(listing: FlagListing) -> dict[str, object]:
+    f = listing.flag
+    return {
+        **listing.to_json(),
+        "detail": f.detail,
+        "assignee": f.assignee,
+        "snoozed_until": f.snoozed_until,
+        "note": f.note,
+        "updated_at": f.updated_at,
+    }
+
+
+class ActionPublic(SQLModel):
+    """One audit log entry: who (``token:NAME`` for API tokens) did what, when, and why."""
+
+    id: int
+    actor: str
+    at: int
+    action: FlagAction
+    note: str | None
+
+    @classmethod
+    def from_row(cls, row: ActionRow) -> ActionPublic:
+        assert row.id is not None
+        return cls(
+            id=row.id,
+            actor=row.actor,
+            at=row.at,
+            action=FlagAction(row.action),
+            note=row.note,
+        )
+
+
+class FlagDetail(FlagPublic):
+    actions: list[ActionPublic] = Field(description="the audit log, oldest first")
+
+    @classmethod
+    def from_parts(cls, listing: FlagListing, actions: list[ActionRow]) -> FlagDetail:
+        return cls.model_validate(
+            {**_flag_fields(listing), "actions": [ActionPublic.from_row(a) for a in actions]}
+        )
+
+
+class FlagPage(SQLModel):
+    flags: list[FlagPublic]
+    next: str | None
+
+
+class HopDetail(HopPublic):
+    elements: list[ElementPublic] = Field(description="the hop's offers and statuses")
+    flag_details: list[FlagPublic] = Field(description="every flag of the hop, resolved too")
+
+
+class FlagUpdate(BaseModel):
+    """One operator action on a flag, recorded in its audit log with who and when.
+
+    ``acknowledge``, ``resolve`` (needs a ``note``), ``reopen``, ``assign`` (``assignee``;
+    null unassigns), ``snooze`` (needs ``snoozed_until`` in the future), ``note`` (replaces
+    the note). A ``note`` given with any action replaces the flag's note too."""
+
+    action: FlagAction
+    note: str | None = Field(default=None, min_length=1, max_length=4000)
+    assignee: str | None = Field(default=None, min_length=1, max_length=200)
+    snoozed_until: int | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _needs(self) -> FlagUpdate:
+        if self.action is FlagAction.RESOLVE and not self.note:
+            raise ValueError("resolve needs a note saying why")
+        if self.action is FlagAction.NOTE and not self.note:
+            raise ValueError("note needs a note")
+        if self.action is FlagAction.SNOOZE and self.snoozed_until is None:
+            raise ValueError("snooze needs snoozed_until")
+        return self
+
+
+# --- service ----------------------------------------------------------------------------
+
+
+class Health(SQLModel):
+    status: Literal["ok"]
+
+
+class Readiness(SQLModel):
+    status: Literal["ready"]
+    database: Literal["ok"]
+    trust: Literal["loaded"]

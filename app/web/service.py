@@ -1,0 +1,159 @@
+"""What the running service holds: the settings, one engine, the trust store (loaded once),
+the clock, the sweep and the request counters. Built in the app's lifespan
+(``Service.start``) and reached by routes through ``ServiceDep``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+
+from app.ingest import Pipeline
+from app.protocol.errors import TrustConfigError
+from app.protocol.trust import TrustStore
+from app.settings import Settings, SettingsError
+from app.store import db
+from app.store.derive import sweep
+from app.verifying import VerifyOptions
+
+from .errors import ApiError
+
+log = logging.getLogger("handoff_trace.web")
+Clock = Callable[[], int]
+
+
+def wall_clock() -> int:
+    return int(time.time())
+
+
+class ServiceConfigError(RuntimeError):
+    """The service cannot start: ``str(exc)`` is one line saying what to fix."""
+
+
+def load_trust(settings: Settings) -> TrustStore:
+    """The trust store the service verifies against. Fails closed: no file, an unreadable
+    or unsafe one (``TrustStore.load``'s checks) is a ServiceConfigError, never an empty
+    store that would reject, or worse accept, everything."""
+    if settings.trust_file is None:
+        raise ServiceConfigError(
+            "no trust file: set HANDOFF_TRACE_TRUST_FILE or pass --trust FILE "
+            "(the service refuses to verify against nothing)"
+        )
+    try:
+        return TrustStore.load(settings.trust_file)
+    except TrustConfigError as exc:
+        raise ServiceConfigError(str(exc)) from exc
+
+
+def database_url(settings: Settings) -> str:
+    return settings.database_url or db.default_url()
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    return make_url(db.normalise_url(url)).render_as_string(hide_password=True)
+
+
+@dataclass
+class Service:
+    settings: Settings
+    engine: Engine
+    trust: TrustStore
+    clock: Clock = wall_clock
+    requests: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, status)
+    items: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, outcome)
+    _last_sweep: int | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Held while a sweep runs, so ``close`` never disposes of the engine under one.
+    _sweeping: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def start(cls, settings: Settings, *, clock: Clock = wall_clock) -> Service:
+        """Load the trust store, connect and bring the schema to head.
+
+        Raises ServiceConfigError with one clear line for anything that stops it."""
+        trust = load_trust(settings)
+        url = database_url(settings)
+        try:
+            engine = db.make_engine(url)
+        except SettingsError as exc:
+            raise ServiceConfigError(str(exc)) from exc
+        try:
+            db.ensure_schema(engine)
+        except SQLAlchemyError as exc:
+            engine.dispose()
+            first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+            raise ServiceConfigError(f"cannot use the database {shown_url(url)}: {first}") from exc
+        return cls(settings=settings, engine=engine, trust=trust, clock=clock)
+
+    def close(self) -> None:
+        with self._sweeping:
+            self.engine.dispose()
+
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A read-only transaction (no write lock on SQLite, one snapshot on PostgreSQL)."""
+        with db.transaction(db.read_only(self.engine)) as session:
+            yield session
+
+    def pipeline(self, options: VerifyOptions) -> Pipeline:
+        return Pipeline(
+            engine=self.engine, trust=self.trust, options=options, timing=self.settings.timing
+        )
+
+    def sweep(self, *, force: bool = False) -> int:
+        """Apply the clock to time-based states and flags (SPEC 8). Queries call it before
+        they read; at most once per clock second per process unless ``force``d (the
+        background task), since ingests derive their hops at their own clock anyway."""
+        now = self.clock()
+        with self._lock:
+            if not force and self._last_sweep == now:
+                return 0
+        with self._sweeping:
+            done = db.run(
+                self.engine, lambda session: sweep(session, now=now, timing=self.settings.timing)
+            )
+        with self._lock:
+            self._last_sweep = now
+        return done
+
+    def ready(self) -> None:
+        """Raises when the database does not answer."""
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+
+    def count(self, route: str, status: int) -> None:
+        with self._lock:
+            self.requests[(route, str(status))] += 1
+
+    def counters(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """Copies of the request and item counters."""
+        with self._lock:
+            return dict(self.requests), dict(self.items)
+
+    def count_items(self, route: str, outcomes: Counter[str]) -> None:
+        with self._lock:
+            for outcome, n in outcomes.items():
+                self.items[(route, outcome)] += n
+
+
+def get_service(request: Request) -> Service:
+    service: Service | None = getattr(request.app.state, "service", None)
+    if service is None:
+        raise ApiError(503, "the service is starting or stopping", code="not-ready")
+    return service
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]

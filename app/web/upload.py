@@ -1,0 +1,182 @@
+"""Upload and verify (``/upload``): a capture file (JSON, JSON Lines, HAR, CBOR) or one
+pasted handoff object or JWS, verified only (``app.verifying.verify_inputs``, nothing
+stored) or verified and stored (``app.ingest.ingest``, the one pipeline).
+
+The report is a table of verdicts and can be downloaded as the JSON that ``verify --json``
+prints. Reports are kept in memory for a while, per user, behind an unguessable id (a
+dashboard with several workers serves a download only from the worker that made it).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections import OrderedDict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request, UploadFile
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from app.ingest import ingest
+from app.protocol.errors import HandoffError
+from app.protocol.model import Form as ElementForm
+from app.protocol.verdict import Outcome
+from app.protocol.verify import parse_element
+from app.verifying import VerifyOptions, verify_inputs
+
+from .auth import GRANTS, Permission
+from .render import render, secure
+from .service import ServiceDep
+from .sessions import PageError, Verifier, Viewer
+
+router = APIRouter(include_in_schema=False)
+KEEP_REPORTS = 32
+MAX_REPORT = 32 * 1024 * 1024
+_MULTIPART_SLACK = 64 * 1024  # room for the form's other fields and boundaries
+_JWS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+class Reports:
+    """The last few reports, per user, newest kept."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, user_id: int, body: bytes) -> str | None:
+        if len(body) > MAX_REPORT:
+            return None
+        key = secrets.token_urlsafe(18)
+        with self._lock:
+            self._items[key] = (user_id, body)
+            while len(self._items) > KEEP_REPORTS:
+                self._items.popitem(last=False)
+        return key
+
+    def get(self, user_id: int, key: str) -> bytes | None:
+        with self._lock:
+            found = self._items.get(key)
+        return found[1] if found is not None and found[0] == user_id else None
+
+
+def _reports(request: Request) -> Reports:
+    if getattr(request.app.state, "upload_reports", None) is None:
+        request.app.state.upload_reports = Reports()
+    return request.app.state.upload_reports  # type: ignore[no-any-return]
+
+
+def _limit(service: Any) -> int:
+    return int(service.settings.max_request_bytes) - _MULTIPART_SLACK
+
+
+@router.get("/upload")
+def upload_page(request: Request, user: Viewer, service: ServiceDep) -> Response:
+    context = _context(service, user, report=None)
+    return render(request, "upload.html", context)
+
+
+def _context(service: Any, user: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "nav": "upload",
+        "now": service.clock(),
+        "max_bytes": _limit(service),
+        "can_verify": user.role in GRANTS[Permission.VERIFY],
+        "can_store": user.role in GRANTS[Permission.INGEST],
+        "error": None,
+        **extra,
+    }
+
+
+def _pasted(text: str) -> tuple[str, bytes]:
+    """A pasted handoff/status object (JSON) as is; a bare compact JWS wrapped in the
+    object its payload's ``type`` names (an offer when it cannot be read)."""
+    text = text.strip()
+    if text.startswith(("{", "[")):
+        return "pasted.json", text.encode()
+    compact = "".join(text.split())
+    member = "offer"
+    if compact and set(compact) <= _JWS:
+        try:
+            if not parse_element(compact.encode(), ElementForm.JWS).is_offer:
+                member = "status"
+        except HandoffError:
+            pass  # the verifier reports what is wrong with it
+    return "pasted.json", json.dumps({member: compact}).encode()
+
+
+@router.post("/upload")
+async def upload(
+    request: Request,
+    user: Verifier,
+    service: ServiceDep,
+    file: UploadFile | None = None,
+    paste: Annotated[str, Form(max_length=1024 * 1024)] = "",
+    mode: Annotated[str, Form(max_length=16)] = "verify",
+) -> Response:
+    limit = _limit(service)
+    if file is not None and file.filename:
+        data = await file.read(limit + 1)
+        name = file.filename[:200]
+    elif paste.strip():
+        name, data = _pasted(paste)
+    else:
+        raise PageError(422, "Choose a capture file or paste a handoff object or JWS.")
+    if len(data) > limit:
+        raise PageError(413, f"The file is larger than {limit} octets, the most one upload may be.")
+    store = mode == "store"
+    if store and user.role not in GRANTS[Permission.INGEST]:
+        raise PageError(403, "Only an admin may store uploads; choose “verify only”.")
+    now = service.clock()
+    s = service.settings
+    options = VerifyOptions(
+        at=now,
+        skew=s.skew,
+        max_lifetime=s.max_lifetime,
+        max_chain=s.max_chain,
+        ref_policy=s.ref_policy,
+    )
+    errors: list[Any] = []
+    if store:
+        result = await run_in_threadpool(ingest, service.pipeline(options), [(name, data)], now=now)
+        verdicts, skipped, errors = result.verdicts, result.skipped, result.errors
+    else:
+        report = await run_in_threadpool(
+            verify_inputs, [(name, data)], trust=service.trust, options=options
+        )
+        verdicts, skipped = report.verdicts, report.skipped
+    counts = {o.value: sum(1 for v in verdicts if v.outcome is o) for o in Outcome}
+    body = json.dumps(
+        {
+            "verdicts": [v.to_json() for v in verdicts],
+            "counts": {**counts, "verdicts": len(verdicts), "skipped": skipped},
+            "errors": [{"source": e.source, "detail": e.detail} for e in errors],
+        },
+        indent=2,
+    ).encode()
+    key = _reports(request).add(user.id, body)
+    context = _context(
+        service,
+        user,
+        report={
+            "name": name,
+            "size": len(data),
+            "stored": store,
+            "verdicts": verdicts,
+            "counts": counts,
+            "skipped": skipped,
+            "errors": errors,
+            "key": key,
+        },
+    )
+    return render(request, "upload.html", context)
+
+
+@router.get("/upload/reports/{key}.json")
+def report_json(key: str, user: Viewer, request: Request) -> Response:
+    body = _reports(request).get(user.id, key[:64])
+    if body is None:
+        raise PageError(404, "That report is no longer kept; upload the capture again.")
+    headers = {"Content-Disposition": 'attachment; filename="handoff-trace-report.json"'}
+    return secure(Response(body, media_type="application/json", headers=headers))

@@ -1,0 +1,180 @@
+// handoff-trace dashboard: the few behaviours the pages need, in one static file (the CSP
+// allows no inline script). Nothing here builds HTML from data: text goes in with
+// textContent, figures come from JSON in data attributes, and links only to /hops/DIGEST.
+(function () {
+  "use strict";
+
+  function csrfToken() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.getAttribute("content") : null;
+  }
+
+  // --- htmx: the CSRF token on every request, errors shown as text -------------------------
+  document.addEventListener("htmx:configRequest", function (event) {
+    var token = csrfToken();
+    if (token) event.detail.headers["X-CSRF-Token"] = token;
+  });
+
+  function messageOf(xhr) {
+    var text = xhr.responseText || "";
+    try {
+      var body = JSON.parse(text);
+      if (body && body.error && typeof body.error.message === "string") return body.error.message;
+    } catch (e) { /* not JSON: an HTML error page */ }
+    var doc = new DOMParser().parseFromString(text, "text/html");
+    var alert = doc.querySelector('[role="alert"]');
+    return alert ? alert.textContent.trim() : "The request failed (HTTP " + xhr.status + ").";
+  }
+
+  document.addEventListener("htmx:responseError", function (event) {
+    var target = document.getElementById("upload-message") || null;
+    var text = messageOf(event.detail.xhr);
+    if (target) {
+      target.textContent = text;
+      target.className = "alert-inline";
+    } else {
+      window.alert(text);
+    }
+  });
+
+  // --- upload: size check before sending, progress while sending --------------------------
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!(form instanceof HTMLFormElement) || form.id !== "upload") return;
+    var input = form.querySelector('input[type="file"]');
+    var max = parseInt(form.getAttribute("data-max-bytes") || "0", 10);
+    var message = document.getElementById("upload-message");
+    if (input && input.files && input.files[0] && max && input.files[0].size > max) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      message.textContent = "This file is " + input.files[0].size + " octets; the most one upload may be is " + max + " octets.";
+      message.className = "alert-inline";
+    }
+  }, true);
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (event.detail.elt && event.detail.elt.id === "upload") {
+      var bar = document.getElementById("progress");
+      var message = document.getElementById("upload-message");
+      bar.hidden = false;
+      bar.value = 0;
+      message.textContent = "Uploading…";
+      message.className = "muted";
+    }
+  });
+  document.addEventListener("htmx:xhr:progress", function (event) {
+    var bar = document.getElementById("progress");
+    if (bar && event.detail.lengthComputable) {
+      bar.value = Math.round((100 * event.detail.loaded) / event.detail.total);
+      if (event.detail.loaded >= event.detail.total) {
+        document.getElementById("upload-message").textContent = "Verifying…";
+      }
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.elt && event.detail.elt.id === "upload") {
+      document.getElementById("progress").hidden = true;
+      var message = document.getElementById("upload-message");
+      if (event.detail.successful) message.textContent = "";
+    }
+  });
+
+  // --- Plotly figures from data-figure ------------------------------------------------------
+  var HOP_URL = /^\/hops\/[A-Za-z0-9_-]{43}$/;
+
+  function drawPlot(el) {
+    if (el.getAttribute("data-drawn") || typeof window.Plotly === "undefined") return;
+    el.setAttribute("data-drawn", "1");
+    var figure = JSON.parse(el.getAttribute("data-figure"));
+    var style = getComputedStyle(document.body);
+    var layout = figure.layout || {};
+    layout.font = layout.font || {};
+    layout.font.color = style.color;
+    var grid = style.getPropertyValue("--grid").trim() || "#e5e7eb";
+    ["xaxis", "yaxis", "yaxis2"].forEach(function (axis) {
+      if (layout[axis]) {
+        layout[axis].gridcolor = grid;
+        layout[axis].zerolinecolor = grid;
+      }
+    });
+    window.Plotly.newPlot(el, figure.data, layout, { displayModeBar: false, responsive: true });
+    el.on("plotly_click", function (data) {
+      var url = data && data.points && data.points[0] && data.points[0].customdata;
+      if (typeof url === "string" && HOP_URL.test(url)) window.location.assign(url);
+    });
+  }
+
+  function setUp(root) {
+    root.querySelectorAll(".plot[data-figure]").forEach(drawPlot);
+  }
+
+  // --- copy buttons --------------------------------------------------------------------------
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("button[data-copy]") : null;
+    if (!button) return;
+    var source = document.querySelector(button.getAttribute("data-copy"));
+    if (!source || !navigator.clipboard) return;
+    navigator.clipboard.writeText(source.textContent).then(function () {
+      button.textContent = "Copied";
+      setTimeout(function () { button.textContent = "Copy"; }, 1500);
+    });
+  });
+
+  // --- triage: select all, keyboard shortcuts ------------------------------------------------
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches("input.all")) {
+      var table = event.target.closest("table");
+      table.querySelectorAll('input[name="ids"]').forEach(function (box) {
+        box.checked = event.target.checked;
+      });
+    }
+  });
+
+  function rows() {
+    return Array.prototype.slice.call(document.querySelectorAll("table.triage tr.row"));
+  }
+
+  function move(step) {
+    var all = rows();
+    if (!all.length) return;
+    var index = all.findIndex(function (row) { return row.classList.contains("current"); });
+    var next = Math.min(Math.max(index + step, 0), all.length - 1);
+    if (index >= 0) all[index].classList.remove("current");
+    all[next].classList.add("current");
+    all[next].scrollIntoView({ block: "nearest" });
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    var tag = (event.target.tagName || "").toLowerCase();
+    if (tag === "input" || tag === "textarea" || tag === "select" || event.target.isContentEditable) return;
+    if (event.key === "/") {
+      var search = document.querySelector('form.search input[name="q"]');
+      if (search) { event.preventDefault(); search.focus(); }
+      return;
+    }
+    var current = document.querySelector("table.triage tr.row.current");
+    if (event.key === "j") { move(1); event.preventDefault(); }
+    else if (event.key === "k") { move(-1); event.preventDefault(); }
+    else if (event.key === "x" && current) {
+      var box = current.querySelector('input[name="ids"]');
+      box.checked = !box.checked;
+    } else if (event.key === "o" && current) {
+      window.location.assign(current.getAttribute("data-href"));
+    } else if (event.key === "a" && current) {
+      // Acknowledge the current flag alone, through the same audited bulk form.
+      var form = document.getElementById("bulk");
+      if (!form || !form.querySelector('select[name="action"]')) return;
+      rows().forEach(function (row) { row.querySelector('input[name="ids"]').checked = row === current; });
+      form.querySelector('select[name="action"]').value = "acknowledge";
+      form.requestSubmit();
+    }
+  });
+
+  if (window.htmx) {
+    window.htmx.onLoad(setUp);
+  } else {
+    document.addEventListener("DOMContentLoaded", function () { setUp(document); });
+  }
+  window.addEventListener("load", function () { setUp(document); });
+})();

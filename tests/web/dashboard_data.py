@@ -1,0 +1,105 @@
+"""A store for the dashboard tests: a small demo run (every fault kind, equivocation
+included) plus hostile traffic, ingested through the one pipeline into a SQLite file.
+
+Hostile traffic: an agent whose identifier is markup (``<img src=x onerror=...>`` spelt
+without spaces, since identifiers are printable ASCII), a dialog that is a script tag, a
+status whose ``detail`` carries a bidi override, and an offer from that agent to an
+identity the trust store does not know, and one the policy rejects (so the hostile issuer
+reaches the triage queue and the overview).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from app.demo import DemoConfig, DemoPaths, write_demo
+from app.ingest import Pipeline, ingest
+from app.protocol.lifecycle import Timing
+from app.protocol.refs import RefPolicy
+from app.protocol.sign import Signer, make_offer, make_status, trust_document
+from app.protocol.trust import TrustStore
+from app.store import db
+from app.store.models import FlagRow
+from app.verifying import VerifyOptions, load_objects
+
+HOSTILE_AGENT = "spiffe://evil.example/<img/src=x/onerror=alert(document.domain)>"
+HOSTILE_DIALOG = "ctx-<script>alert(2)</script>"
+BIDI_DETAIL = "done \u202egnp.exe\u202c see log"
+HELPER = "spiffe://b.example/agent/helper-9"
+STRANGER = "spiffe://nowhere.example/<svg/onload=alert(3)>"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    db: Path  # a template: copy it before a test writes
+    trust: Path
+    capture: Path  # the demo's JSON Lines capture, for upload tests
+    now: int  # the store clock the data was ingested at
+    equivocation_flag: int
+
+
+def _hostile(start: int) -> tuple[list[Signer], bytes]:
+    evil = Signer.generate(HOSTILE_AGENT, "Ed25519", kid="evil-1")
+    helper = Signer.generate(HELPER, "ES256", kid="helper-1")
+    iat = start + 60
+    offer = make_offer(evil, aud=HELPER, dialog=HOSTILE_DIALOG, iat=iat, lifetime=240)
+    accepted = make_status(helper, offer_octets=offer, state="accepted", iat=iat + 5)
+    completed = make_status(
+        helper, offer_octets=offer, state="completed", iat=iat + 9, detail=BIDI_DETAIL
+    )
+    stray = make_offer(evil, aud=STRANGER, dialog=HOSTILE_DIALOG, iat=iat + 20)
+    # Rejected (a lifetime over the 300 s policy), so the hostile issuer reaches triage.
+    too_long = make_offer(evil, aud=HELPER, dialog=HOSTILE_DIALOG, iat=iat + 30, lifetime=900)
+    records = [
+        {"received_at": iat + 1, "received_by": HELPER, "payload": {"offer": offer.decode()}},
+        {"received_at": iat + 6, "payload": {"status": accepted.decode()}},
+        {"received_at": iat + 10, "payload": {"status": completed.decode()}},
+        {"received_at": iat + 21, "payload": {"offer": stray.decode()}},
+        {"received_at": iat + 31, "payload": {"offer": too_long.decode()}},
+    ]
+    lines = "".join(json.dumps(r) + "\n" for r in records).encode()
+    return [evil, helper], lines
+
+
+def build(root: Path, *, dialogs: int = 10, seed: int = 1) -> Dataset:
+    """Write the run under ``root`` and ingest it into ``root/store.db``."""
+    paths = DemoPaths.beside(root / "capture.jsonl", trust=None, answers=None)
+    summary = write_demo(DemoConfig(seed=seed, dialogs=dialogs, fault_rate=0.3), paths)
+    assert summary.suggested_now is not None and summary.first is not None
+    now = summary.suggested_now
+    signers, hostile = _hostile(summary.first)
+    doc = json.loads(paths.trust.read_text())
+    doc["issuers"].extend(trust_document(signers)["issuers"])
+    trust_path = root / "trust.json"
+    trust_path.write_text(json.dumps(doc))
+    trust_path.chmod(0o644)
+    url = f"sqlite:///{root / 'store.db'}"
+    engine = db.make_engine(url)
+    try:
+        db.ensure_schema(engine)
+        pipeline = Pipeline(
+            engine=engine,
+            trust=TrustStore.load(trust_path),
+            options=VerifyOptions(at=now, ref_policy=RefPolicy.CHECK_AVAILABLE),
+            timing=Timing(),
+            objects=load_objects(paths.objects),
+        )
+        inputs = [
+            (str(paths.out), paths.out.read_bytes()),
+            (str(paths.cbor), paths.cbor.read_bytes()),
+            ("hostile.jsonl", hostile),
+        ]
+        report = ingest(pipeline, inputs, now=now)
+        assert not report.errors, report.errors
+        with db.transaction(engine) as session:
+            flag_id = session.execute(
+                select(FlagRow.id).where(FlagRow.kind == "equivocation").order_by(FlagRow.id)
+            ).scalar()
+    finally:
+        engine.dispose()
+    assert flag_id is not None, "the demo run must hold an equivocation"
+    return Dataset(root / "store.db", trust_path, paths.out, now, int(flag_id))

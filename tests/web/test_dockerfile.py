@@ -1,0 +1,39 @@
+"""The Dockerfile passes hadolint (errors fail the run) and says what the service needs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HADOLINT = Path(sys.executable).parent / "hadolint"
+
+
+def test_hadolint_finds_no_error() -> None:
+    if not HADOLINT.exists():
+        pytest.fail(f"{HADOLINT} is missing: install the dev extras (pip install -e '.[dev]')")
+    done = subprocess.run(
+        [str(HADOLINT), "--failure-threshold", "error", str(REPO / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_image_runs_the_service_as_a_non_root_user() -> None:
+    lines = [line.strip() for line in (REPO / "Dockerfile").read_text().splitlines()]
+    instructions = [line for line in lines if line and not line.startswith("#")]
+    assert instructions[0].startswith("FROM python:3.11-slim")
+    user = [line for line in instructions if line.startswith("USER ")]
+    assert user and user[-1] not in ("USER root", "USER 0")
+    assert 'CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]' in instructions
+    assert 'ENTRYPOINT ["handoff-trace"]' in instructions
+    assert any(line.startswith("HEALTHCHECK") for line in instructions)
+    text = (REPO / "Dockerfile").read_text()
+    assert "/api/v1/healthz" in text
+    for setting in ("DATABASE_URL", "HANDOFF_TRACE_TRUST_FILE"):
+        assert setting in text

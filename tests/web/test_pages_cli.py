@@ -1,0 +1,99 @@
+"""``handoff-trace users`` and ``handoff-trace run-demo`` (what ``make run`` starts)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from app import run_cli
+from app.cli import main
+from app.store import db
+from app.store.users import check_password
+
+
+def _check(url: str, username: str, password: str) -> bool:
+    engine = db.make_engine(url)
+    try:
+        with db.transaction(engine) as session:
+            return check_password(session, username=username, password=password) is not None
+    finally:
+        engine.dispose()
+
+
+def test_users_create_prints_a_generated_password_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert main(["users", "create", "--username", "ops", "--role", "operator", "--db", url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    password = out[-1]
+    assert "shown once" in out[0] and len(password) >= 16
+    assert _check(url, "ops", password)
+    assert not _check(url, "ops", password + "x")
+    assert main(["users", "create", "--username", "ops", "--role", "read", "--db", url]) == 2
+    assert "exists already" in capsys.readouterr().err
+
+
+def test_users_create_reads_the_password_from_stdin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    monkeypatch.setattr("sys.stdin", io.StringIO("correct horse battery\n"))
+    args = ["users", "create", "--username", "ann", "--role", "admin", "--password-stdin"]
+    assert main([*args, "--db", url]) == 0
+    assert "correct horse" not in capsys.readouterr().out
+    assert _check(url, "ann", "correct horse battery")
+    monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
+    assert (
+        main(
+            [
+                "users",
+                "create",
+                "--username",
+                "bo",
+                "--role",
+                "read",
+                "--password-stdin",
+                "--db",
+                url,
+            ]
+        )
+        == 2
+    )
+    assert "12 to 1024 characters" in capsys.readouterr().err
+    assert main(["users", "list", "--json", "--db", url]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(u["username"], u["role"]) for u in listed] == [("ann", "admin")]
+
+
+def test_users_refuse_the_ingest_role_and_bad_names(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with pytest.raises(SystemExit):
+        main(["users", "create", "--username", "x", "--role", "ingest", "--db", url])
+    assert main(["users", "create", "--username", "<b>", "--role", "read", "--db", url]) == 2
+
+
+def test_run_demo_loads_once_and_prints_a_fresh_login(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: list[argparse.Namespace] = []
+    monkeypatch.setattr("app.serve_cli.cmd_serve", lambda args: served.append(args) or 0)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    args = ["run-demo", "--db", url, "--dir", str(tmp_path / "demo"), "--dialogs", "3"]
+    assert main([*args, "--port", "8123"]) == 0
+    first = capsys.readouterr()
+    assert "http://127.0.0.1:8123/" in first.out
+    password = first.out.split("one-time password ", 1)[1].split()[0]
+    assert _check(url, run_cli.DEMO_USER, password)
+    assert served[0].trust.endswith("capture.trust.json") and served[0].db == url
+    assert main(args) == 0
+    second = capsys.readouterr()
+    assert "not loading again" in second.err
+    again = second.out.split("one-time password ", 1)[1].split()[0]
+    assert again != password and _check(url, run_cli.DEMO_USER, again)
+    assert not _check(url, run_cli.DEMO_USER, password)
