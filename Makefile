@@ -55,8 +55,11 @@ test: system-deps browser-deps lint typecheck
 vectors: install
 	$(BIN)/python tests/vectors/generate.py
 
-bench: install
+# Benchmarks (see BENCHMARKS.md); the ingest ones start a throwaway PostgreSQL too.
+bench: install system-deps
 	$(BIN)/python bench/verify_rate.py
+	$(BIN)/python bench/ingest_bulk.py
+	$(BIN)/python bench/chain_cost.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

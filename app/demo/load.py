@@ -13,7 +13,7 @@ import time
 from app.protocol.errors import TrustConfigError
 from app.protocol.refs import RefPolicy
 from app.protocol.trust import TrustStore
-from app.verifying import VerifyOptions, load_objects
+from app.verifying import load_objects
 
 from .output import DemoPaths
 
@@ -37,13 +37,7 @@ def load_run(paths: DemoPaths, *, now: int | None) -> int:
     except SQLAlchemyError as exc:
         raise UsageError(f"cannot use the database: {str(exc).splitlines()[0][:200]}") from exc
     clock = int(time.time())
-    options = VerifyOptions(
-        at=clock,
-        skew=settings.skew,
-        max_lifetime=settings.max_lifetime,
-        max_chain=settings.max_chain,
-        ref_policy=RefPolicy.CHECK_AVAILABLE,
-    )
+    options = settings.verify_options(at=clock, ref_policy=RefPolicy.CHECK_AVAILABLE)
     pipeline = Pipeline(
         engine=engine,
         trust=trust,

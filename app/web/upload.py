@@ -24,7 +24,7 @@ from app.protocol.errors import HandoffError
 from app.protocol.model import Form as ElementForm
 from app.protocol.verdict import Outcome
 from app.protocol.verify import parse_element
-from app.verifying import VerifyOptions, verify_inputs
+from app.verifying import verify_inputs
 
 from .auth import GRANTS, Permission
 from .render import render, secure
@@ -130,13 +130,7 @@ async def upload(
         raise PageError(403, "Only an admin may store uploads; choose “verify only”.")
     now = service.clock()
     s = service.settings
-    options = VerifyOptions(
-        at=now,
-        skew=s.skew,
-        max_lifetime=s.max_lifetime,
-        max_chain=s.max_chain,
-        ref_policy=s.ref_policy,
-    )
+    options = s.verify_options(at=now)
     errors: list[Any] = []
     if store:
         result = await run_in_threadpool(ingest, service.pipeline(options), [(name, data)], now=now)
