@@ -60,6 +60,9 @@ bench: install system-deps
 	$(BIN)/python bench/verify_rate.py
 	$(BIN)/python bench/ingest_bulk.py
 	$(BIN)/python bench/chain_cost.py
+	$(BIN)/python bench/http_ingest.py
+	$(BIN)/python bench/page_render.py
+	$(BIN)/python bench/ingest_memory.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

@@ -1,0 +1,318 @@
+"""HTTP ingest: ``handoff-trace serve`` with 1 and 2 workers, 8 concurrent clients.
+
+A JSON Lines capture is generated with the traffic simulator (``app.demo``, fault rate 0.02,
+JWS dialogs only: the COSE half of a demo run is a CBOR file and is left out here), cut into
+chunks of ``--chunk`` records (20 by default; each record carries one handoff or status
+object, so one chunk is ~20 elements), and POSTed as ``application/x-ndjson`` to
+``/api/v1/ingest`` of a ``handoff-trace serve`` subprocess on 127.0.0.1 (a free port, a
+fresh SQLite file, and a fresh database on a throwaway PostgreSQL cluster, ``tests/pg.py``),
+by ``--clients`` threads (8) that each take the next chunk in capture order, for at most
+``--seconds`` (60) per run or until the chunks run out. The first ``--warmup`` (4) chunks are sent
+by one client before the timed run and not counted (a fresh worker's first requests pay
+imports and SQLAlchemy statement compiling). An admin bearer token comes from
+``handoff-trace tokens create`` (its last line of output).
+
+Reported per backend and worker count: elements/s (verdicts returned in 200 answers, over the
+wall time of the run), requests/s, p50/p99 request latency (client side, whole request), non-200
+answers and item errors, and the ratio of elements/s to raw ``cryptography`` verify of a
+sample of the same capture's signatures, measured in this process just before and just after
+each run (one core). Target (issue 5): >= 500 elements/s with 2 workers.
+
+Servers are started in their own process group and stopped (SIGTERM, then SIGKILL) in
+``finally``; SIGTERM/SIGHUP to this script unwind the same way.
+
+    .venv/bin/python bench/http_ingest.py [--db sqlite|postgresql|both] [--seconds 60]
+                                          [--clients 8] [--chunk 20] [--quick]
+
+Prints a table and writes bench/results/http_ingest.json (``--quick``: http_ingest_quick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _support import (
+    RawCase,
+    RawVerifier,
+    interruptible,
+    postgres,
+    raw_case,
+    top_element,
+    write_results,
+)
+
+from app.carriers import Carried, read_capture
+from app.demo import DemoConfig, DemoPaths, write_demo
+from app.protocol.trust import TrustStore
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = str(ROOT / ".venv" / "bin" / "handoff-trace")
+TARGET_2_WORKERS = 500.0
+ITEMS_PER_DIALOG = 15.4
+
+
+# --- the capture --------------------------------------------------------------------------
+
+
+def make_chunks(work: Path, *, elements: int, seed: int, chunk: int, sample: int) -> dict[str, Any]:
+    dialogs = max(1, round(elements / ITEMS_PER_DIALOG))
+    paths = DemoPaths.beside(work / "capture.jsonl", trust=None, answers=None)
+    write_demo(DemoConfig(seed=seed, dialogs=dialogs, fault_rate=0.02, agents=12), paths)
+    lines = [ln for ln in paths.out.read_bytes().splitlines() if ln.strip()]
+    chunks = [b"\n".join(lines[i : i + chunk]) + b"\n" for i in range(0, len(lines), chunk)]
+    stride = max(1, len(lines) // sample)
+    cases: list[RawCase] = []
+    for n, found in enumerate(read_capture(paths.out.read_bytes(), name="capture")):
+        if isinstance(found, Carried) and n % stride == 0 and len(cases) < sample:
+            element = top_element(found.value)
+            if element is not None:
+                cases.append(raw_case(element))
+    return {"paths": paths, "records": len(lines), "chunks": chunks, "cases": cases}
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_token(url: str) -> str:
+    done = subprocess.run(
+        [CLI, "tokens", "create", "--role", "admin", "--name", "bench", "--db", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+@contextmanager
+def server(url: str, trust: Path, workers: int, log: Path) -> Iterator[str]:
+    """``handoff-trace serve`` on a free loopback port; yields its base URL; always stopped."""
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                *(CLI, "serve", "--host", "127.0.0.1", "--port", str(port)),
+                *("--workers", str(workers), "--db", url, "--trust", str(trust)),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: uvicorn's workers stop with it
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve exited {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{base}/api/v1/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"serve did not become ready: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        if workers > 1:
+            time.sleep(2)  # let every worker finish its start-up, not just the first
+        yield base
+    finally:
+        stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # any worker left behind
+    proc.wait()
+
+
+# --- the clients --------------------------------------------------------------------------
+
+
+def load(base: str, token: str, chunks: list[bytes], clients: int, seconds: float) -> dict:
+    lock = threading.Lock()
+    state = {"next": 0}
+    latencies: list[float] = []
+    statuses: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    errors = [0]
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/x-ndjson"}
+    stop_at = time.perf_counter() + seconds
+
+    def client() -> None:
+        with httpx.Client(base_url=base, headers=headers, timeout=120) as http:
+            while time.perf_counter() < stop_at:
+                with lock:
+                    i = state["next"]
+                    if i >= len(chunks):
+                        return
+                    state["next"] = i + 1
+                t = time.perf_counter()
+                try:
+                    r = http.post("/api/v1/ingest", content=chunks[i])
+                except httpx.HTTPError as exc:
+                    with lock:
+                        statuses[type(exc).__name__] += 1
+                    continue
+                took = time.perf_counter() - t
+                with lock:
+                    latencies.append(took)
+                    statuses[str(r.status_code)] += 1
+                    if r.status_code == 200:
+                        body = r.json()
+                        outcomes.update(v["outcome"] for v in body["verdicts"])
+                        errors[0] += len(body["errors"])
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    lat = sorted(latencies)
+    elements = sum(outcomes.values())
+
+    def pct(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
+
+    return {
+        "seconds": round(wall, 2),
+        "requests": len(lat),
+        "chunks_sent": state["next"],
+        "chunks_total": len(chunks),
+        "elements": elements,
+        "elements_per_second": round(elements / wall, 1),
+        "requests_per_second": round(len(lat) / wall, 2),
+        "p50_ms": round(pct(0.50), 1),
+        "p99_ms": round(pct(0.99), 1),
+        "max_ms": round(lat[-1] * 1000, 1) if lat else None,
+        "statuses": dict(statuses),
+        "outcomes": dict(outcomes),
+        "item_errors": errors[0],
+    }
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+def run_one(
+    backend: str, url: str, workers: int, cap: dict, raw: RawVerifier, args: Any, work: Path
+) -> dict:
+    token = make_token(url)  # also brings the fresh database to the schema head
+    log = work / f"serve-{backend}-{workers}.log"
+    raw.round()
+    print(f"{backend}, {workers} worker(s): {args.seconds:.0f} s ...", file=sys.stderr)
+    warm, chunks = cap["chunks"][: args.warmup], cap["chunks"][args.warmup :]
+    with server(url, cap["paths"].trust, workers, log) as base:
+        # Untimed: the first requests of a fresh process pay imports and statement compiling.
+        load(base, token, warm, 1, 120)
+        res = load(base, token, chunks, args.clients, args.seconds)
+    raw.round()
+    raw_ps = statistics.median(raw.samples[-2:])
+    ratio = res["elements_per_second"] / raw_ps
+    row = {
+        "backend": backend,
+        "workers": workers,
+        "clients": args.clients,
+        **res,
+        "raw_per_second": round(raw_ps, 1),
+        "ratio_to_raw": round(ratio, 4),
+    }
+    if workers == 2:
+        met = res["elements_per_second"] >= TARGET_2_WORKERS
+        row["target"] = f">= {TARGET_2_WORKERS:.0f}/s: {'met' if met else 'missed'}"
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    print(
+        f"{'backend':10} {'wk':>2} {'elements':>9} {'s':>6} {'elem/s':>7} {'req/s':>6} "
+        f"{'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} {'raw/s':>7} {'x raw':>7} target"
+    )
+    for r in rows:
+        bad = sum(v for k, v in r["statuses"].items() if k != "200")
+        print(
+            f"{r['backend']:10} {r['workers']:>2} {r['elements']:>9,} {r['seconds']:>6.1f} "
+            f"{r['elements_per_second']:>7,.1f} {r['requests_per_second']:>6.1f} "
+            f"{r['p50_ms']:>7,.0f} {r['p99_ms']:>7,.0f} {bad:>7} {r['raw_per_second']:>7,.0f} "
+            f"{r['ratio_to_raw']:>7.4f} {r.get('target', '')}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--db", choices=("sqlite", "postgresql", "both"), default="both")
+    parser.add_argument("--seconds", type=float, default=60.0, help="bound per run")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--chunk", type=int, default=20, help="records per request")
+    parser.add_argument("--elements", type=int, default=20_000, help="capture size (about)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=4, help="untimed chunks sent first")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 5 s per run, SQLite")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.elements, args.db = 5.0, 1_000, "sqlite"
+    if args.seconds <= 0 or args.clients < 1 or args.chunk < 1 or args.elements < 1:
+        parser.error("--seconds, --clients, --chunk and --elements must be positive")
+    backends = ["sqlite", "postgresql"] if args.db == "both" else [args.db]
+
+    rows: list[dict] = []
+    with interruptible(), tempfile.TemporaryDirectory(prefix="handoff-trace-http-") as tmp:
+        work = Path(tmp)
+        cap = make_chunks(
+            work, elements=args.elements, seed=args.seed, chunk=args.chunk, sample=1000
+        )
+        print(
+            f"capture: {cap['records']:,} JSON Lines records in {len(cap['chunks']):,} chunks",
+            file=sys.stderr,
+        )
+        raw = RawVerifier(TrustStore.load(cap["paths"].trust), cap["cases"])
+        raw.round()  # warm-up
+        raw.samples.clear()
+        for backend in backends:
+            for workers in (1, 2):
+                if backend == "sqlite":
+                    url = f"sqlite:///{work / f'http-{workers}.db'}"
+                    rows.append(run_one(backend, url, workers, cap, raw, args, work))
+                else:
+                    with postgres() as cluster:
+                        url = cluster.create_database("bench")
+                        rows.append(run_one(backend, url, workers, cap, raw, args, work))
+                print_table(rows[-1:])
+    print_table(rows)
+    name = "http_ingest_quick" if args.quick else "http_ingest"
+    path = write_results(name, {"params": vars(args), "results": rows})
+    print(f"written {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
