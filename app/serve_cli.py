@@ -34,8 +34,9 @@ def add_serve_commands(sub: Any) -> None:
 def _add_serve(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
-        help="run the HTTP API (uvicorn)",
-        description="Run the HTTP API under /api/v1 with uvicorn. Migrations run first. "
+        help="run the service: the JSON API and the dashboard (uvicorn)",
+        description="Run the JSON API under /api/v1 and the dashboard with uvicorn. "
+        "Migrations run first. "
         "Configuration comes from the environment (DATABASE_URL, HANDOFF_TRACE_*); "
         "--db and --trust override DATABASE_URL and HANDOFF_TRACE_TRUST_FILE.",
     )
