@@ -55,7 +55,7 @@ from .store.records import (
     update_judgement,
     update_verdict,
 )
-from .verifying import VerifyOptions, carrier_error_verdict, context_for
+from .verifying import VerifyOptions, carrier_error_verdict, context_for, outcome_counts
 
 # Restarts of one item that found a lock taken, before it is reported as an error.
 _RESTARTS = 50
@@ -92,15 +92,8 @@ class IngestReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts = {o.value: 0 for o in Outcome}
-        for v in self.verdicts:
-            counts[v.outcome.value] += 1
-        counts.update(
-            verdicts=len(self.verdicts),
-            errors=len(self.errors),
-            skipped=self.skipped,
-            stored=self.stored,
-        )
+        counts = outcome_counts(self.verdicts, skipped=self.skipped)
+        counts.update(errors=len(self.errors), stored=self.stored)
         return counts
 
 

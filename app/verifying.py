@@ -15,7 +15,7 @@ from .protocol.encoding import MAX_ELEMENT_OCTETS
 from .protocol.errors import Reason
 from .protocol.refs import AvailableObject, ObjectIndex, RefPolicy
 from .protocol.trust import TrustStore
-from .protocol.verdict import Verdict
+from .protocol.verdict import Outcome, Verdict
 from .protocol.verify import Context, Policy, Session, Verifier
 
 
@@ -47,6 +47,20 @@ class VerifyOptions:
 class Report:
     verdicts: list[Verdict]
     skipped: int
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Verdicts by outcome (every outcome present), plus totals (SPEC 12 ``counts``)."""
+        return outcome_counts(self.verdicts, skipped=self.skipped)
+
+
+def outcome_counts(verdicts: Iterable[Verdict], *, skipped: int) -> dict[str, int]:
+    counts = {o.value: 0 for o in Outcome}
+    total = 0
+    for v in verdicts:
+        counts[v.outcome.value] += 1
+        total += 1
+    return {**counts, "verdicts": total, "skipped": skipped}
 
 
 def load_objects(directory: Path) -> ObjectIndex:

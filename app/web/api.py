@@ -18,7 +18,6 @@ from starlette.concurrency import run_in_threadpool
 from app.ingest import ingest
 from app.protocol.encoding import MAX_SAFE_INT
 from app.protocol.lifecycle import FlagKind, HopState
-from app.protocol.verdict import Outcome, Verdict
 from app.store import db
 from app.store.queries import (
     FlagActionError,
@@ -82,12 +81,6 @@ ELEMENT_TYPES = {"jws": "application/jose", "cose": "application/cose"}
 
 
 # --- ingest and verify (SPEC 11, 12) ----------------------------------------------------
-
-
-def _counts(verdicts: list[Verdict], skipped: int) -> dict[str, int]:
-    counts = {o.value: 0 for o in Outcome}
-    counts.update(Counter(v.outcome.value for v in verdicts))
-    return {**counts, "verdicts": len(verdicts), "skipped": skipped}
 
 
 @router.post(
@@ -155,7 +148,7 @@ async def post_verify(
     return JSONResponse(
         {
             "verdicts": [v.to_json() for v in report.verdicts],
-            "counts": _counts(report.verdicts, report.skipped),
+            "counts": report.counts,
         }
     )
 
