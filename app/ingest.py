@@ -55,6 +55,7 @@ from .store.records import (
     update_judgement,
     update_verdict,
 )
+from .store.rejected import keep_refused
 from .verifying import VerifyOptions, carrier_error_verdict, context_for, outcome_counts
 
 # Restarts of one item that found a lock taken, before it is reported as an error.
@@ -155,11 +156,16 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     it finds locks taken. None when it never got them. Raises SQLAlchemyError."""
     obj, element = _parse(item.value)
     if obj is None or element is None:
-        # Malformed, or a key inside the message: the verdict says why, and nothing of it
-        # can be kept (no digest), so no database is needed to judge it.
+        # Malformed, or a key inside the message: judged without any memory (the verdict
+        # depends on the octets alone); the octets are kept as evidence (app.store.rejected).
         ctx = context_for(item, pipeline.options)
         verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
-        return _Done(verifier.verify_value(item.value, ctx, source=item.source))
+        verdict = verifier.verify_value(item.value, ctx, source=item.source)
+        keep = functools.partial(
+            keep_refused, item=item, ctx=ctx, verdict=verdict, now=now, timing=pipeline.timing
+        )
+        db.run(pipeline.engine, keep)
+        return _Done(verdict)
     keys = frozenset(_lock_keys(obj, element))
 
     def work(session: Session, keys: frozenset[str]) -> _Done:

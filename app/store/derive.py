@@ -46,7 +46,15 @@ from app.protocol.verdict import Variant
 
 from .db import Locks, digest_lock, hop_lock, upsert
 from .flags import sync_flags
-from .models import ElementRow, HopRow, LinkRow, ObservationRow, VerdictRow
+from .models import (
+    ElementRow,
+    HopRow,
+    LinkRow,
+    ObservationRow,
+    RejectedObservationRow,
+    RejectedOctetsRow,
+    VerdictRow,
+)
 
 HopKey = tuple[str, str]  # (iss, hop) of the offer
 
@@ -226,7 +234,7 @@ def _rejections(session: Session, iss: str, hop: str) -> list[Flag]:
         .group_by(VerdictRow.fault, ElementRow.digest)
     )
     by_fault: dict[str, list[tuple[bytes, int]]] = {}
-    for fault, digest, first in rows:
+    for fault, digest, first in [*rows, *_refused(session, iss, hop)]:
         by_fault.setdefault(fault, []).append((digest, first))
     kind = FlagKind.REJECTED_ELEMENT
     return [
@@ -240,6 +248,21 @@ def _rejections(session: Session, iss: str, hop: str) -> list[Flag]:
         )
         for fault, found in sorted(by_fault.items())
     ]
+
+
+def _refused(session: Session, iss: str, hop: str) -> Sequence[Any]:
+    """Octets refused before they became an element (``app.store.rejected``), filed under
+    the hop their payload names: (reason, digest, first received_at)."""
+    return session.execute(
+        select(
+            RejectedObservationRow.reason,
+            RejectedOctetsRow.digest,
+            func.min(RejectedObservationRow.received_at),
+        )
+        .join(RejectedOctetsRow, RejectedOctetsRow.digest == RejectedObservationRow.digest)
+        .where(RejectedOctetsRow.hop_iss == iss, RejectedOctetsRow.hop == hop)
+        .group_by(RejectedObservationRow.reason, RejectedOctetsRow.digest)
+    ).all()
 
 
 def _equivocation(offers: Sequence[_Offer]) -> Flag:

@@ -309,3 +309,53 @@ class WebSessionRow(SQLModel, table=True):
     csrf: str = Field(sa_type=String(64))
     created_at: int = _time()
     expires_at: int = _time(index=True)
+
+
+class RejectedOctetsRow(SQLModel, table=True):
+    """Octets refused before they could become an element: a malformed element, one whose
+    header carries a key (SPEC 2), or a carried object that is no handoff or status object.
+    Kept as evidence, keyed by the SHA-256 of the octets (for an element, its handoff
+    digest), so nothing a sender sent is lost and a ``rejected-element`` flag can name it.
+
+    Append-only like ``ElementRow``. ``form`` is ``jws`` or ``cose`` for an element's octets,
+    ``json`` or ``cbor`` for a carried object that did not parse (its canonical encoding).
+    ``iss``..``hop_iss`` are read from the payload when it could be read: unauthenticated,
+    they only say where to file the evidence.
+    """
+
+    __tablename__ = "rejected_octets"
+    __table_args__ = (Index("ix_rejected_octets_hop", "hop_iss", "hop"),)
+
+    digest: bytes = _digest(primary_key=True)
+    form: str = Field(sa_type=String(8))  # jws | cose | json | cbor
+    type: str | None = Field(default=None, sa_type=String(8))  # offer | status when known
+    octets: bytes = Field(sa_type=LargeBinary)
+    iss: str | None = Field(default=None, sa_type=Text)
+    aud: str | None = Field(default=None, sa_type=Text)
+    hop: str | None = Field(default=None, sa_type=String(64))
+    hop_iss: str | None = Field(default=None, sa_type=Text)
+    first_seen: int = _time()
+
+
+class RejectedObservationRow(SQLModel, table=True):
+    """One receipt of refused octets, with its verdict (always ``reject``; ``reason`` is
+    ``malformed`` or ``untrusted-key``). Append-only: a retransmission adds a row."""
+
+    __tablename__ = "rejected_observation"
+
+    id: int | None = _id()
+    digest: bytes = Field(
+        sa_column=Column(Digest, ForeignKey("rejected_octets.digest"), index=True, nullable=False)
+    )
+    received_at: int = _time()
+    received_by: str | None = Field(default=None, sa_type=Text)
+    source: str = Field(sa_type=Text)
+    carrier: str | None = Field(default=None, sa_type=String(16))
+    role: str | None = Field(default=None, sa_type=String(32))
+    dialog: str | None = Field(default=None, sa_type=Text)
+    task_id: str | None = Field(default=None, sa_type=Text)
+    task_state: str | None = Field(default=None, sa_type=String(64))
+    reason: str = Field(sa_type=Text)
+    detail: str | None = Field(default=None, sa_type=Text)
+    verdict: dict[str, Any] = Field(sa_type=JSON)  # the SPEC 11 verdict as reported
+    ingested_at: int = _time()

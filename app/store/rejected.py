@@ -1,0 +1,159 @@
+"""Octets refused before they could become an element, kept as evidence.
+
+An element that does not parse (malformed, or a key in its header, SPEC 2) has no payload
+the store can trust, so it gets no ``ElementRow``; a carried object that is neither a
+handoff nor a status object has no element at all. Their verdict alone would lose what was
+sent, so the octets are kept here (``RejectedOctetsRow``, keyed by their SHA-256), with one
+``RejectedObservationRow`` per receipt. When the payload can still be read, its iss and hop
+say under which hop the ``rejected-element`` flag files it (``app.store.derive``).
+
+Nothing here depends on a memory: the same octets always get the same verdict, so the rows
+and the flag depend only on the set of receipts, never on their order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cbor2
+from sqlmodel import Session
+
+from app.carriers import Carried
+from app.protocol.cose import decode_sign1
+from app.protocol.encoding import b64url_decode, strict_json_loads
+from app.protocol.errors import EmbeddedKeyError, HandoffError, Reason
+from app.protocol.handoff import StatusObject, parse_object
+from app.protocol.lifecycle import Timing
+from app.protocol.model import Form, Offer, Status, StatusState, try_read_payload
+from app.protocol.verdict import Verdict
+from app.protocol.verify import Context, parse_element
+
+from .db import Locks, hop_lock, insert_ignore
+from .derive import derive_hops
+from .models import RejectedObservationRow, RejectedOctetsRow
+
+# What decoding evidence may raise besides HandoffError (cbor2's errors are ValueErrors).
+_DECODE_ERRORS = (HandoffError, ValueError, TypeError, OverflowError, RecursionError)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """What the store keeps of one refused item: its octets and what could be read."""
+
+    octets: bytes
+    form: str  # jws | cose | json | cbor
+    type: str | None  # offer | status, when the carrying object said which
+    payload: Offer | Status | None
+
+    @property
+    def digest(self) -> bytes:
+        return hashlib.sha256(self.octets).digest()
+
+    @property
+    def hop_key(self) -> tuple[str, str] | None:
+        """(iss, hop) of the hop the element claims, by SPEC 1.2's swap for a status."""
+        p = self.payload
+        if p is None:
+            return None
+        if isinstance(p, Offer) or p.state is StatusState.CANCELED:
+            return p.iss, p.hop
+        return p.aud, p.hop
+
+
+def refused(value: Mapping[str, Any]) -> Refused:
+    """The evidence of a carried object that did not parse into an element."""
+    try:
+        obj = parse_object(value)
+    except HandoffError:
+        return _object(value)
+    octets = obj.status if isinstance(obj, StatusObject) else obj.offer
+    kind = "status" if isinstance(obj, StatusObject) else "offer"
+    return Refused(octets, obj.form.value, kind, readable_payload(octets, obj.form))
+
+
+def _object(value: Mapping[str, Any]) -> Refused:
+    """An object that is no handoff or status object: its canonical encoding, JSON when it
+    came as JSON (text members only), else CBOR."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return Refused(text.encode(), "json", None, None)
+    except (TypeError, ValueError):
+        return Refused(cbor2.dumps(value, canonical=True), "cbor", None, None)
+
+
+def readable_payload(octets: bytes, form: Form) -> Offer | Status | None:
+    """The payload of an element that does not parse, when it can still be read; for
+    evidence only (nothing about it is verified)."""
+    try:
+        return parse_element(octets, form).payload
+    except EmbeddedKeyError as exc:
+        return exc.payload if isinstance(exc.payload, Offer | Status) else None
+    except HandoffError:
+        pass
+    try:
+        return try_read_payload(_payload_doc(octets, form), form=form)
+    except _DECODE_ERRORS:
+        return None
+
+
+def _payload_doc(octets: bytes, form: Form) -> object:
+    if form is Form.JWS:
+        parts = octets.decode("ascii").split(".")
+        if len(parts) != 3:
+            return None
+        return strict_json_loads(b64url_decode(parts[1], what="payload"), what="payload")
+    return cbor2.loads(decode_sign1(octets).payload)
+
+
+def keep_refused(
+    session: Session,
+    *,
+    item: Carried,
+    ctx: Context,
+    verdict: Verdict,
+    now: int,
+    timing: Timing,
+) -> bytes:
+    """Store a refused item's octets (once) and this receipt of them, and re-derive the
+    flags of the hop they claim. Returns the digest. Run it in its own transaction
+    (``app.store.db.run``); raises SQLAlchemyError."""
+    evidence = refused(item.value)
+    hop = evidence.hop_key
+    locks = Locks(session, [] if hop is None else [hop_lock(hop[1])])
+    p = evidence.payload
+    row: dict[str, Any] = {
+        "digest": evidence.digest,
+        "form": evidence.form,
+        "type": evidence.type,
+        "octets": evidence.octets,
+        "iss": None if p is None else p.iss,
+        "aud": None if p is None else p.aud,
+        "hop": None if hop is None else hop[1],
+        "hop_iss": None if hop is None else hop[0],
+        "first_seen": now,
+    }
+    insert_ignore(session, RejectedOctetsRow, row, ["digest"])
+    session.execute(
+        RejectedObservationRow.__table__.insert().values(
+            digest=evidence.digest,
+            received_at=ctx.now,
+            received_by=ctx.receiver,
+            source=item.source,
+            carrier=item.carrier.value,
+            role=item.role.value,
+            dialog=ctx.dialog,
+            task_id=item.task_id,
+            task_state=item.task_state,
+            reason=(verdict.reason or Reason.MALFORMED).value,
+            detail=verdict.detail,
+            verdict=verdict.to_json(),
+            ingested_at=now,
+        )
+    )
+    if hop is not None:
+        derive_hops(session, [hop], now=now, timing=timing, locks=locks)
+    return evidence.digest
