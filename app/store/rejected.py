@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import cbor2
+from sqlalchemy import select
 from sqlmodel import Session
 
 from app.carriers import Carried
@@ -34,7 +35,7 @@ from app.protocol.verify import Context, parse_element
 
 from .db import Locks, hop_lock, insert_ignore
 from .derive import derive_hops
-from .models import RejectedObservationRow, RejectedOctetsRow
+from .models import HopRow, RejectedObservationRow, RejectedOctetsRow
 
 # What decoding evidence may raise besides HandoffError (cbor2's errors are ValueErrors).
 _DECODE_ERRORS = (HandoffError, ValueError, TypeError, OverflowError, RecursionError)
@@ -157,3 +158,38 @@ def keep_refused(
     if hop is not None:
         derive_hops(session, [hop], now=now, timing=timing, locks=locks)
     return evidence.digest
+
+
+# --- reading them back (the dashboard's element and hop pages, the API) ----------------
+
+
+def get_refused(session: Session, *, digest: bytes) -> RejectedOctetsRow | None:
+    return session.get(RejectedOctetsRow, digest)
+
+
+def receipts_of(session: Session, *, digest: bytes) -> list[RejectedObservationRow]:
+    """Every receipt of refused octets, first received first."""
+    query = (
+        select(RejectedObservationRow)
+        .where(RejectedObservationRow.digest == digest)
+        .order_by(RejectedObservationRow.received_at, RejectedObservationRow.id)
+    )
+    return list(session.execute(query).scalars())
+
+
+def refused_of_hop(session: Session, *, iss: str, hop: str) -> list[RejectedOctetsRow]:
+    """The refused octets filed under one hop, in digest order."""
+    query = (
+        select(RejectedOctetsRow)
+        .where(RejectedOctetsRow.hop_iss == iss, RejectedOctetsRow.hop == hop)
+        .order_by(RejectedOctetsRow.digest)
+    )
+    return list(session.execute(query).scalars())
+
+
+def filed_under(session: Session, row: RejectedOctetsRow) -> bytes | None:
+    """The offer digest of the hop the refused octets are filed under, when it is a hop."""
+    if row.hop_iss is None or row.hop is None:
+        return None
+    hop = session.get(HopRow, (row.hop_iss, row.hop))
+    return None if hop is None else hop.offer

@@ -28,6 +28,7 @@ from app.store.queries import (
     list_dialogs,
     list_flags,
 )
+from app.store.rejected import filed_under, get_refused, receipts_of, refused_of_hop
 
 from . import charts
 from .render import STATIC, plotly_path, render, secure
@@ -195,6 +196,7 @@ def hop_page(request: Request, offer_digest: str, user: Viewer, service: Service
         stored = hop_elements(session, iss=h.iss, hop=h.hop)
         judged = {e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in stored}
         flags = list_flags(session, now=now, iss=h.iss, hop=h.hop)
+        refused = refused_of_hop(session, iss=h.iss, hop=h.hop)
         parent, below = dashboard.hop_neighbours(session, offer=h.offer)
         parent_hop = None if parent is None else hop_for_offer(session, offer=parent)
     from .evidence import decode
@@ -215,6 +217,7 @@ def hop_page(request: Request, offer_digest: str, user: Viewer, service: Service
         "statuses": statuses,
         "judged": judged,
         "flags": flags,
+        "refused": refused,
         "parent": parent,
         "parent_hop": parent_hop,
         "below": below,
@@ -232,7 +235,7 @@ def _element_page(request: Request, service: Service, session: Any, digest: byte
 
     row = get_element(session, digest=digest)
     if row is None:
-        raise PageError(404, "No stored hop or element has that digest.")
+        return _refused_page(request, service, session, digest)
     flags = [
         f
         for f in list_flags(session, now=service.clock(), iss=row.hop_iss, hop=row.hop)
@@ -250,6 +253,27 @@ def _element_page(request: Request, service: Service, session: Any, digest: byte
         "show_payload": False,
     }
     return render(request, "element.html", context)
+
+
+def _refused_page(request: Request, service: Service, session: Any, digest: bytes) -> Response:
+    """Octets refused before they became an element (malformed, a key in the header): each
+    receipt's verdict, the octets, and the flags that name them."""
+    row = get_refused(session, digest=digest)
+    if row is None:
+        raise PageError(404, "No stored hop or element has that digest.")
+    flags = []
+    if row.hop_iss is not None and row.hop is not None:
+        found = list_flags(session, now=service.clock(), iss=row.hop_iss, hop=row.hop)
+        flags = [f for f in found if digest_text(digest) in f.flag.evidence]
+    context = {
+        "nav": "hops",
+        "now": service.clock(),
+        "refused": row,
+        "receipts": receipts_of(session, digest=digest),
+        "flags": flags,
+        "hop_offer": filed_under(session, row),
+    }
+    return render(request, "refused.html", context)
 
 
 @router.get("/elements/{digest}")

@@ -5,7 +5,8 @@ Hostile traffic: an agent whose identifier is markup (``<img src=x onerror=...>`
 without spaces, since identifiers are printable ASCII), a dialog that is a script tag, a
 status whose ``detail`` carries a bidi override, and an offer from that agent to an
 identity the trust store does not know, and one the policy rejects (so the hostile issuer
-reaches the triage queue and the overview).
+reaches the triage queue and the overview), and a copy of its offer with a key in the
+header (refused before parsing, kept as evidence).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from pathlib import Path
 from sqlalchemy import select
 
 from app.demo import DemoConfig, DemoPaths, write_demo
+from app.demo.elements import embedded_key_offer
 from app.ingest import Pipeline, ingest
 from app.protocol.lifecycle import Timing
+from app.protocol.model import Form
 from app.protocol.refs import RefPolicy
 from app.protocol.sign import Signer, make_offer, make_status, trust_document
 from app.protocol.trust import TrustStore
+from app.protocol.verify import parse_element
 from app.store import db
 from app.store.models import FlagRow
 from app.verifying import VerifyOptions, load_objects
@@ -54,8 +58,12 @@ def _hostile(start: int) -> tuple[list[Signer], bytes]:
     stray = make_offer(evil, aud=STRANGER, dialog=HOSTILE_DIALOG, iat=iat + 20)
     # Rejected (a lifetime over the 300 s policy), so the hostile issuer reaches triage.
     too_long = make_offer(evil, aud=HELPER, dialog=HOSTILE_DIALOG, iat=iat + 30, lifetime=900)
+    # The same offer with the signer's key in its header (SPEC 2): refused before parsing,
+    # kept as evidence under the hostile hop.
+    keyed = embedded_key_offer(dict(parse_element(offer, Form.JWS).raw_payload), evil)
     records = [
         {"received_at": iat + 1, "received_by": HELPER, "payload": {"offer": offer.decode()}},
+        {"received_at": iat + 2, "received_by": HELPER, "payload": {"offer": keyed.decode()}},
         {"received_at": iat + 6, "payload": {"status": accepted.decode()}},
         {"received_at": iat + 10, "payload": {"status": completed.decode()}},
         {"received_at": iat + 21, "payload": {"offer": stray.decode()}},

@@ -406,3 +406,31 @@ def test_an_empty_store_renders_every_page(dataset: Dataset, tmp_path: Path) -> 
         assert client.get("/dialogs/nothing-here").status_code == 404
         assert client.get("/hops/not-a-digest").status_code == 404
         assert client.get("/flags/12345").status_code == 404
+
+
+def test_refused_octets_open_their_own_page_and_show_on_their_hop(dash: Dash) -> None:
+    from sqlalchemy import select
+
+    from app.protocol.encoding import digest_text
+    from app.store.models import HopRow, RejectedOctetsRow
+
+    engine = db.make_engine(f"sqlite:///{dash.data.db}")
+    try:
+        with db.transaction(engine) as session:
+            refused = list(session.execute(select(RejectedOctetsRow)).scalars())
+            filed = {
+                r.digest: hop.offer
+                for r in refused
+                if (hop := session.get(HopRow, (r.hop_iss or "", r.hop or ""))) is not None
+            }
+    finally:
+        engine.dispose()
+    assert refused, "the dashboard data set holds octets refused before parsing"
+    dash.login("rita")
+    for row in refused:
+        page = dash.client.get(f"/hops/{digest_text(row.digest)}")
+        assert page.status_code == 200
+        assert "refused before it became an element" in page.text
+    for digest, offer in filed.items():
+        hop_page = dash.client.get(f"/hops/{digest_text(offer)}").text
+        assert "Refused before parsing" in hop_page and digest_text(digest)[:12] in hop_page
