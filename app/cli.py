@@ -260,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .run_cli import add_run_commands
 
     add_run_commands(sub)
+    from .transfer_cli import add_transfer_commands
+
+    add_transfer_commands(sub)
     return parser
 
 

@@ -126,6 +126,17 @@ def ingest(
     return report
 
 
+def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) -> IngestReport:
+    """Ingest objects already taken out of their carriers, in order, at store clock
+    ``now`` (``handoff-trace rederive`` and ``import`` replay stored receipts this way).
+    Never raises for bad input or a failing item."""
+    report = IngestReport()
+    index: dict[int, int] = {}
+    for item in items:
+        _ingest_found(pipeline, item, now, report, index)
+    return report
+
+
 def _ingest_found(
     pipeline: Pipeline, item: Found, now: int, report: IngestReport, index: dict[int, int]
 ) -> None:
