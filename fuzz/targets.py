@@ -210,6 +210,9 @@ def http_capture(data: bytes, content_type: str | None, post: Post | None = None
         body = response.json()
         if response.status_code == 200:
             assert isinstance(body["verdicts"], list) and isinstance(body["counts"], dict)
+            # An item the database could not store is lost: the pipeline must never hand
+            # the store what it cannot keep.
+            assert body.get("errors", []) == [], body["errors"]
         else:
             assert set(body) == {"error"} and body["error"]["code"], body
 

@@ -27,9 +27,9 @@ HTTP = settings(
 CAPTURES = list(seeds.captures())
 
 
-@pytest.fixture(scope="module")
-def vectors_api(databases: Databases) -> Iterator[Api]:
-    for api in start(databases.new("sqlite"), targets.VECTORS / "trust.json"):
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def vectors_api(request: pytest.FixtureRequest, databases: Databases) -> Iterator[Api]:
+    for api in start(databases.new(request.param), targets.VECTORS / "trust.json"):
         api.clock.now = targets.AT
         yield api
 
