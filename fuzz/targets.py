@@ -166,26 +166,21 @@ class Http:
         from fastapi.testclient import TestClient
 
         from app.settings import Settings
-        from app.store.db import make_engine, transaction
+        from app.store.db import transaction
         from app.store.tokens import Role, create_token
         from app.web.app import create_app
 
         self._dir = tempfile.TemporaryDirectory(prefix="handoff-fuzz-")
         url = f"sqlite:///{self._dir.name}/fuzz.db"
-        engine = make_engine(url)
-        try:
-            with transaction(engine) as session:
-                self.tokens = {
-                    role: create_token(session, name=f"fuzz-{role}", role=Role(role), now=AT)
-                    for role in ("ingest", "operator")
-                }
-        finally:
-            engine.dispose()
         settings = Settings(database_url=url, trust_file=VECTORS / "trust.json")
-        self.client = TestClient(
-            create_app(settings, clock=lambda: AT), raise_server_exceptions=False
-        )
-        self.client.__enter__()
+        app = create_app(settings, clock=lambda: AT)
+        self.client = TestClient(app, raise_server_exceptions=False)
+        self.client.__enter__()  # the lifespan brings the schema to head
+        with transaction(app.state.service.engine) as session:
+            self.tokens = {
+                role: create_token(session, name=f"fuzz-{role}", role=Role(role), now=AT)
+                for role in ("ingest", "operator")
+            }
 
     def post(self, path: str, body: bytes, content_type: str | None, role: str) -> Any:
         headers = {"Authorization": f"Bearer {self.tokens[role]}"}
