@@ -144,13 +144,12 @@ def captures() -> Iterator[tuple[str | None, bytes]]:
 
 
 def regressions(target: str) -> Iterator[bytes]:
-    """The fuzz regression vectors for ``target`` (tests/vectors/fuzz/index.json)."""
-    index = VECTORS / "fuzz" / "index.json"
-    if not index.is_file():
-        return
-    for entry in json.loads(index.read_bytes()):
+    """The fuzz regression vectors for ``target`` (tests/vectors/fuzz/index.json), as its
+    harness reads them."""
+    for entry in json.loads((VECTORS / "fuzz" / "index.json").read_bytes()):
         if entry["target"] == target:
-            yield (VECTORS / "fuzz" / f"{entry['name']}.bin").read_bytes()
+            data = (VECTORS / "fuzz" / f"{entry['name']}.bin").read_bytes()
+            yield _with_type(entry["content_type"], data) if target == "http" else data
 
 
 def _with_type(content_type: str | None, body: bytes) -> bytes:

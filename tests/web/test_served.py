@@ -55,9 +55,7 @@ def _environment() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(
-    url: str, trust: Path, logs: Path, env: dict[str, str] | None = None
-) -> Iterator[str]:
+def serving(url: str, trust: Path, logs: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """``handoff-trace serve`` on a free loopback port until the block ends; yields its base
     URL once ``/readyz`` answers. ``env`` adds settings (``HANDOFF_TRACE_*``). The process
     is stopped (killed if need be) in any case."""
