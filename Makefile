@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install system-deps browser-deps lint typecheck vectors bench clean
+.PHONY: run test install system-deps browser-deps lint typecheck vectors bench fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,8 +42,8 @@ run: install
 	$(BIN)/handoff-trace run-demo
 
 lint: install
-	$(BIN)/ruff check app tests bench
-	$(BIN)/ruff format --check app tests bench
+	$(BIN)/ruff check app tests bench fuzz
+	$(BIN)/ruff format --check app tests bench fuzz
 
 typecheck: install
 	$(BIN)/mypy
@@ -63,6 +63,22 @@ bench: install system-deps
 	$(BIN)/python bench/http_ingest.py
 	$(BIN)/python bench/page_render.py
 	$(BIN)/python bench/ingest_memory.py
+
+# Coverage-guided fuzzing (atheris/libFuzzer) of every target in fuzz/ for FUZZ_SECONDS each,
+# seeded from tests/vectors; the corpus grows in var/fuzz/corpus/TARGET, and a crashing input
+# is written to var/fuzz/crashes/TARGET/ (make it a vector in tests/vectors/fuzz once fixed).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= jws cose handoff capture carriers verify http
+fuzz: install
+	$(BIN)/python -m pip install --quiet -e '.[dev,fuzz]'
+	$(BIN)/python -m fuzz.seeds var/fuzz/corpus
+	@status=0; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p var/fuzz/crashes/$$t; echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
+	  $(BIN)/python -m fuzz.fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
+	    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=var/fuzz/crashes/$$t/ \
+	    var/fuzz/corpus/$$t 2> var/fuzz/$$t.log || { status=1; echo "$$t: crash, see var/fuzz/$$t.log"; }; \
+	  grep -a "stat::number_of_executed_units" var/fuzz/$$t.log || true; \
+	done; exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

@@ -249,6 +249,12 @@ def _carried(
             context.source,
             f"the handoff entry in {where} is {_type_name(value)}, not an object",
         )
+    for name, text in (("contextId", dialog), ("task id", task_id)):
+        if text is not None and not _storable(text):
+            return CarrierError(
+                context.source,
+                f"the {name} of the message carrying {where} holds NUL or a lone surrogate",
+            )
     return Carried(
         source=context.source,
         value=value,
@@ -261,6 +267,13 @@ def _carried(
         task_state=task_state,
         role=role,
     )
+
+
+def _storable(text: str) -> bool:
+    """Host text (an A2A contextId or task id) is kept with each receipt; text with NUL
+    (which PostgreSQL cannot store) or a lone surrogate (which UTF-8 cannot encode, from a
+    JSON ``\\ud800`` escape) is a malformed host message, not something to store."""
+    return not any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in text)
 
 
 # SPEC 10 capture record: {"received_at", "received_by", "dialog", "payload"}.

@@ -36,9 +36,20 @@ class HandoffError(Exception):
     """
 
     def __init__(self, reason: Reason, detail: str) -> None:
+        detail = escaped(detail)
         super().__init__(f"{reason.value}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+def escaped(detail: str) -> str:
+    """``detail`` with every character that cannot be shown or stored as text written as a
+    Python escape (``\\x00``, ``\\ud800``, ``\\u202e``). Details quote parts of hostile
+    input (a header member's name); a NUL would fail in PostgreSQL, a lone surrogate in
+    any UTF-8 encoder, and a bidi override would reorder what an operator reads."""
+    if detail.isprintable():
+        return detail
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in detail)
 
 
 class MalformedError(HandoffError):

@@ -90,7 +90,8 @@ def check_password(session: Session, *, username: str, password: str) -> UserRow
     """The active account with this name and password, else None. Takes one argon2 verify
     whether or not the name exists (no user-name enumeration by timing)."""
     row = None
-    if len(username) <= 64 and len(password) <= MAX_PASSWORD:
+    # No account name holds NUL, and PostgreSQL fails on one in a query: not looked up.
+    if len(username) <= 64 and "\x00" not in username and len(password) <= MAX_PASSWORD:
         row = session.execute(
             select(UserRow).where(UserRow.username == username, UserRow.disabled_at.is_(None))
         ).scalar_one_or_none()

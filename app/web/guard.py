@@ -6,6 +6,8 @@
   handler, since no response has started yet).
 - Anything the app lets escape is logged once and answered 500 in the one error shape,
   never with a traceback.
+- A NUL anywhere in the URL is refused with 400 (no parameter of this service can hold
+  one, and PostgreSQL would fail on it deep in a query).
 - Every response says ``X-Content-Type-Options: nosniff``: element octets and agent-chosen
   strings must never be sniffed into something a browser runs.
 """
@@ -30,6 +32,11 @@ class Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if _has_nul(scope):
+            # No identifier, digest or search text of this service contains NUL, and
+            # PostgreSQL's text type cannot hold one: refused here for every route at once.
+            await error_response(400, "the URL contains a NUL character")(scope, receive, send)
             return
         declared = _content_length(scope)
         if declared == -1:
@@ -73,6 +80,12 @@ class Guard:
             if not started:
                 response = error_response(500, "internal error (logged)")
                 await response(scope, receive, guarded_send)
+
+
+def _has_nul(scope: Scope) -> bool:
+    """A NUL in the (decoded) path or, percent-encoded or not, in the query string."""
+    query: bytes = scope.get("query_string", b"")
+    return "\x00" in scope.get("path", "") or b"\x00" in query or b"%00" in query
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -126,6 +126,15 @@ Cursor = Annotated[
 Text = Annotated[str | None, Query(min_length=1, max_length=2048)]
 
 
+def storable(value: str | None) -> str | None:
+    """Text a person typed, checked before the store sees it: PostgreSQL's text type refuses
+    NUL, and UTF-8 cannot carry a lone surrogate (a JSON ``\\ud800`` escape makes one), so
+    either would fail deep in the database driver. Raises ValueError (answered 422)."""
+    if value is not None and any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in value):
+        raise ValueError("text must not contain NUL or a lone surrogate")
+    return value
+
+
 def parse_digest(text: str) -> bytes:
     try:
         return parse_digest_text(text, what="digest")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlmodel import SQLModel
 
 from app.protocol.encoding import MAX_SAFE_INT, digest_text
@@ -25,6 +25,8 @@ from app.store.queries import (
     HopListing,
     TreeNode,
 )
+
+from .params import storable
 
 Digest = str  # 43 characters of base64url
 
@@ -364,6 +366,8 @@ class FlagUpdate(BaseModel):
     snoozed_until: int | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
 
     model_config = ConfigDict(extra="forbid")
+
+    _storable = field_validator("note", "assignee")(storable)
 
     @model_validator(mode="after")
     def _needs(self) -> FlagUpdate:

@@ -31,6 +31,7 @@ from app.store.queries import (
 )
 
 from .evidence import compare, decode, variant_sentence
+from .params import storable
 from .render import render, secure
 from .service import ServiceDep
 from .sessions import PageError, Triager, Viewer
@@ -124,6 +125,11 @@ def _apply(
         raise PageError(422, "Choose an action.") from exc
     if not ids:
         raise PageError(422, "Select at least one flag.")
+    try:
+        storable(note)
+        storable(assignee)
+    except ValueError as exc:
+        raise PageError(422, "The note and assignee must be plain text (no NUL).") from exc
     if len(ids) > BULK_LIMIT:
         raise PageError(422, f"At most {BULK_LIMIT} flags at a time.")
     now = service.clock()

@@ -118,7 +118,12 @@ async def upload(
     limit = _limit(service)
     if file is not None and file.filename:
         data = await file.read(limit + 1)
-        name = file.filename[:200]
+        # The name labels every verdict's source and is stored with each receipt: only
+        # printable characters, so no NUL or control character reaches a log or the store.
+        name = "".join(
+            c if c.isprintable() and not "\ud800" <= c <= "\udfff" else "?"
+            for c in file.filename[:200]
+        )
     elif paste.strip():
         name, data = _pasted(paste)
     else:

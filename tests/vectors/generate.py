@@ -1839,7 +1839,32 @@ def readme(vectors: Sequence[Vector]) -> str:
                 f"| [{v.name}]({folder}/{v.name}.json) | {v.rule} | "
                 f"{must_produce(v)} | {v.description} |\n"
             )
+    lines.append(FUZZ_HEAD)
+    for entry in sorted(json.loads((HERE / "fuzz" / "index.json").read_bytes()), key=_name):
+        lines.append(
+            f"| [{entry['name']}](fuzz/{entry['name']}.bin) | {entry['target']} | "
+            f"{entry['rule']} | {entry['expect']} | {entry['description']} |\n"
+        )
     return "".join(lines)
+
+
+def _name(entry: dict[str, Any]) -> str:
+    return str(entry["name"])
+
+
+FUZZ_HEAD = """
+## fuzz/
+
+Inputs that crashed the service, found by fuzzing or the hostile-input tests and kept, once
+fixed, as regression vectors named after what they break (not generated: the raw octets as
+found, listed by hand in `fuzz/index.json`). `target` is the fuzz target of
+`fuzz/targets.py` they were found through (`http`: a body for `POST /api/v1/ingest` and
+`/verify`, sent with the listed content type; `jws`: element octets);
+`tests/test_fuzz_vectors.py` runs them all, and `make fuzz` seeds its corpus with them.
+
+| vector | target | rule | must produce | what it broke |
+|---|---|---|---|---|
+"""
 
 
 def dump(doc: Any) -> str:

@@ -1,6 +1,6 @@
 """Schemathesis drives every operation of the app's own OpenAPI document with generated
-requests (in process, with an admin token, on a store with data in it): no answer is a
-5xx, and every answer matches what the document says."""
+requests (in process, on a store with data in it) with each role's token and with none: no
+answer is a 5xx, and every answer, a 401 or 403 included, matches what the document says."""
 
 from __future__ import annotations
 
@@ -24,25 +24,29 @@ from tests.store.builders import jsonl, pipeline
 from tests.web.conftest import NOW, make_tokens, write_trust
 from tests.web.test_api import Scenario
 
-EXAMPLES = 25  # per operation and generation mode; the whole run stays well under a minute
+# Per operation and generation mode: the admin's run in full, each other role's briefly
+# (most of its answers are a 401 or 403); the whole file stays about a minute.
+EXAMPLES = 25
+FEWER = 3
+ROLES = (None, "read", "ingest", "operator")
 
 
 @pytest.fixture(scope="module")
 def served(
     databases: Databases, world: World, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Any, str]]:
+) -> Iterator[tuple[Any, dict[str, str]]]:
     url = databases.new("sqlite")
     trust = write_trust(world, tmp_path_factory.mktemp("openapi") / "trust.json")
     engine = make_engine(url)
     try:
-        token = make_tokens(engine)["admin"]
+        tokens = make_tokens(engine)
         ingest(pipeline(engine, world.trust), [("seed.jsonl", jsonl(Scenario(world).records))])
     finally:
         engine.dispose()
     app = create_app(Settings(database_url=url, trust_file=Path(trust)), clock=lambda: NOW)
     DEFERRED.app = app
     try:
-        yield app, token
+        yield app, tokens
     finally:
         asgi.shutdown_lifespans()  # schemathesis started the app's lifespan; end it
 
@@ -69,14 +73,29 @@ schema = schemathesis.openapi.from_dict(create_app(Settings()).openapi())
 schema.app = DEFERRED
 
 
-@schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-def test_no_operation_answers_a_server_error(case: Any, served: tuple[Any, str]) -> None:
-    _, token = served
+def _call(case: Any, token: str | None) -> None:
     case.call_and_validate(
-        headers={"Authorization": f"Bearer {token}"},
+        headers={} if token is None else {"Authorization": f"Bearer {token}"},
         # A schema-valid request may still be refused on purpose: a cursor this API never
         # gave out (400), a snooze into the past or a resolve without a note (422). JSON
         # Schema cannot say either, so "valid requests are accepted" is not checked.
         excluded_checks=[positive_data_acceptance],
     )
+
+
+@schema.parametrize()
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_operation_answers_a_server_error(case: Any, served: tuple[Any, dict[str, str]]) -> None:
+    """With the admin's token every operation runs in full."""
+    _call(case, served[1]["admin"])
+
+
+@schema.parametrize()
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r or "anonymous")
+@settings(max_examples=FEWER, deadline=None, suppress_health_check=list(HealthCheck))
+def test_every_role_gets_a_documented_answer(
+    case: Any, role: str | None, served: tuple[Any, dict[str, str]]
+) -> None:
+    """Each other role, and no token: allowed operations run, the rest are a documented
+    401 or 403, never a 5xx."""
+    _call(case, None if role is None else served[1][role])

@@ -55,9 +55,10 @@ def _environment() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(url: str, trust: Path, logs: Path) -> Iterator[str]:
+def serving(url: str, trust: Path, logs: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """``handoff-trace serve`` on a free loopback port until the block ends; yields its base
-    URL once ``/readyz`` answers. The process is stopped (killed if need be) in any case."""
+    URL once ``/readyz`` answers. ``env`` adds settings (``HANDOFF_TRACE_*``). The process
+    is stopped (killed if need be) in any case."""
     port = _free_port()
     log_path = logs / f"serve-{port}.log"
     with log_path.open("wb") as log:
@@ -66,7 +67,7 @@ def serving(url: str, trust: Path, logs: Path) -> Iterator[str]:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=logs,
-            env=_environment(),
+            env={**_environment(), **(env or {})},
         )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -1,0 +1,220 @@
+"""The fuzz targets: one function per parser or endpoint, and the property each must keep.
+
+Shared by the atheris harnesses (``fuzz/fuzz_*.py``, run by ``make fuzz``) and the bounded
+hypothesis tests (``tests/test_fuzz.py``, ``tests/web/test_fuzz_http.py``), so both tools
+hold the code to the same rule:
+
+- a protocol parser (``jws.parse``, ``cose.parse``, ``parse_object``, ``verify_element``)
+  returns or raises one of its declared errors (``app.protocol.errors``);
+- the capture readers and carrier extraction (``app.capture``, ``app.carriers``) and the
+  verifier behind them (``verify_inputs``) never raise on bad input at all;
+- the HTTP endpoints (``POST /api/v1/ingest``, ``POST /api/v1/verify``) never answer 5xx.
+
+Any other exception escapes the target, which is how both fuzzers see a crash. Each target
+also checks what a success promises (the element's octets and digest are the input's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from app.capture import CaptureFormat, CaptureItem, CarrierError, detect_format, read_items
+from app.carriers import A2A_EXTENSION_URI, MCP_META_KEY, Carried, extract, read_capture
+from app.protocol import cose, jws
+from app.protocol.errors import CheckFailed, EmbeddedKeyError, MalformedError
+from app.protocol.handoff import parse_object
+from app.protocol.model import Element
+from app.protocol.signature import verify_element
+from app.protocol.trust import TrustStore
+from app.protocol.verdict import Verdict
+from app.protocol.verify import Context, Verifier
+from app.verifying import VerifyOptions, verify_inputs
+
+VECTORS = Path(__file__).resolve().parents[1] / "tests" / "vectors"
+# The vectors' clock and receiver (tests/vectors/README.md), so that seeds taken from the
+# vectors get past freshness and audience and the fuzzer reaches the checks behind them.
+AT = 1_793_000_030
+RECEIVER = "spiffe://c.example/agent/tester"
+WATCH = (A2A_EXTENSION_URI.encode(), MCP_META_KEY.encode())
+# The content types a capture may be sent with (app/web/params.py), and none.
+CONTENT_TYPES = (
+    None,
+    "application/json",
+    "application/x-ndjson",
+    "application/har+json",
+    "application/cbor",
+    "application/cbor-seq",
+)
+
+
+@cache
+def trust() -> TrustStore:
+    """The vectors' trust store: every seed from tests/vectors is signed by its keys."""
+    return TrustStore.from_mapping(json.loads((VECTORS / "trust.json").read_bytes()))
+
+
+def _check_element(element: Element, data: bytes) -> None:
+    assert element.octets == data, "a parsed element must keep the octets as received"
+    assert element.digest == hashlib.sha256(data).digest(), "the handoff digest is SHA-256"
+
+
+def _parsed_then_verified(parse: Any, data: bytes) -> None:
+    try:
+        element = parse(data)
+    except (MalformedError, EmbeddedKeyError):
+        return
+    _check_element(element, data)
+    with contextlib.suppress(CheckFailed):
+        verify_element(element, trust())
+
+
+# --- protocol parsers: declared errors only ----------------------------------------------
+
+
+def jws_element(data: bytes) -> None:
+    """``jws.parse`` then the signature check: MalformedError, EmbeddedKeyError or, from the
+    signature check, CheckFailed; nothing else."""
+    _parsed_then_verified(jws.parse, data)
+
+
+def cose_element(data: bytes) -> None:
+    """``cose.parse`` (its own strict CBOR reader) then the signature check: as above."""
+    _parsed_then_verified(cose.parse, data)
+
+
+def handoff_value(value: object) -> Verdict:
+    """``parse_object`` raises only MalformedError; the whole check pipeline on the same
+    value (``Verifier.verify_value``) never raises and always returns a verdict."""
+    with contextlib.suppress(MalformedError):
+        parse_object(value)
+    verdict = Verifier(trust()).verify_value(
+        value, Context(now=AT, receiver=RECEIVER), source="fuzz"
+    )
+    assert isinstance(verdict, Verdict)
+    return verdict
+
+
+def decoded_values(data: bytes) -> Iterator[object]:
+    """The values a fuzzer's bytes decode to, as JSON when they look like it, else as a CBOR
+    sequence (a bad document yields nothing)."""
+    fmt = CaptureFormat.JSON if data.lstrip()[:1] in (b"{", b"[") else CaptureFormat.CBOR
+    for item in read_items(data, name="fuzz", fmt=fmt):
+        if isinstance(item, CaptureItem):
+            yield item.value
+
+
+def handoff_bytes(data: bytes) -> None:
+    """``handoff_value`` over every value the bytes decode to."""
+    for value in decoded_values(data):
+        handoff_value(value)
+
+
+# --- capture files and carriers: never raise ---------------------------------------------
+
+
+def capture_file(data: bytes, fmt: CaptureFormat) -> None:
+    """``detect_format`` and ``read_items`` never raise; each item is a payload, an error
+    or None (a HAR body that is no JSON)."""
+    detect_format(data)
+    for item in read_items(data, name="fuzz", fmt=fmt, watch=WATCH):
+        assert item is None or isinstance(item, CaptureItem | CarrierError), item
+        if isinstance(item, CarrierError):
+            assert isinstance(item.detail, str) and item.detail
+
+
+def carried_value(value: object) -> None:
+    """``extract`` never raises on any decoded payload and answers Carried or CarrierError."""
+    for found in extract(value, source="fuzz", received_at=AT):
+        assert isinstance(found, Carried | CarrierError), found
+
+
+def capture_carriers(data: bytes, content_type: str | None) -> None:
+    """``read_capture`` never raises; every answer is Carried or CarrierError."""
+    for found in read_capture(data, name="fuzz", content_type=content_type):
+        assert isinstance(found, Carried | CarrierError), found
+
+
+def capture_verified(data: bytes, content_type: str | None) -> None:
+    """``verify_inputs`` (carriers, then the check pipeline) never raises: every bad item is
+    a verdict of its own."""
+    options = VerifyOptions(at=AT, receiver=RECEIVER)
+    report = verify_inputs(
+        [("fuzz", data)], trust=trust(), options=options, content_type=content_type
+    )
+    assert all(isinstance(v, Verdict) for v in report.verdicts)
+
+
+# --- the HTTP endpoints: never 5xx -------------------------------------------------------
+
+
+# (path, body, content type, role) -> response
+Post = Callable[[str, bytes, "str | None", str], Any]
+
+
+class Http:
+    """The real app on a throwaway SQLite file, started once, with an ingest token (and an
+    operator's, for /verify); the clock is pinned at the vectors' time."""
+
+    def __init__(self) -> None:
+        from fastapi.testclient import TestClient
+
+        from app.settings import Settings
+        from app.store.db import transaction
+        from app.store.tokens import Role, create_token
+        from app.web.app import create_app
+
+        self._dir = tempfile.TemporaryDirectory(prefix="handoff-fuzz-")
+        url = f"sqlite:///{self._dir.name}/fuzz.db"
+        settings = Settings(database_url=url, trust_file=VECTORS / "trust.json")
+        app = create_app(settings, clock=lambda: AT)
+        self.client = TestClient(app, raise_server_exceptions=False)
+        self.client.__enter__()  # the lifespan brings the schema to head
+        with transaction(app.state.service.engine) as session:
+            self.tokens = {
+                role: create_token(session, name=f"fuzz-{role}", role=Role(role), now=AT)
+                for role in ("ingest", "operator")
+            }
+
+    def post(self, path: str, body: bytes, content_type: str | None, role: str) -> Any:
+        headers = {"Authorization": f"Bearer {self.tokens[role]}"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return self.client.post(path, content=body, headers=headers)
+
+
+@cache
+def http() -> Http:
+    return Http()
+
+
+def http_capture(data: bytes, content_type: str | None, post: Post | None = None) -> None:
+    """``POST /api/v1/ingest`` (ingest token) and ``POST /api/v1/verify`` (operator token)
+    never answer 5xx, and every answer has the documented shape. ``post`` sends one
+    request (``Http.post`` by default, a test's own app otherwise)."""
+    send = post or http().post
+    for path, role in (("/api/v1/ingest", "ingest"), ("/api/v1/verify", "operator")):
+        response = send(path, data, content_type, role)
+        assert response.status_code < 500, (path, response.status_code, response.text[:500])
+        body = response.json()
+        if response.status_code == 200:
+            assert isinstance(body["verdicts"], list) and isinstance(body["counts"], dict)
+            # An item the database could not store is lost: the pipeline must never hand
+            # the store what it cannot keep.
+            assert body.get("errors", []) == [], body["errors"]
+        else:
+            assert set(body) == {"error"} and body["error"]["code"], body
+
+
+def pick(data: bytes, options: tuple[Any, ...]) -> tuple[Any, bytes]:
+    """The first byte chooses one of ``options``; the rest is the input (for atheris, whose
+    input is one byte string)."""
+    if not data:
+        return options[0], b""
+    return options[data[0] % len(options)], data[1:]
