@@ -383,7 +383,9 @@ def case_figure(detail: CaseDetail) -> dict[str, Any]:
                 "name": "owner (epoch band)",
                 "y": [labels[e.owner] for e in detail.epochs],
                 "base": [_iso(e.start) for e in detail.epochs],
-                "x": [max(end - e.start, 1) * 1000 for e, end in zip(detail.epochs, ends)],
+                "x": [
+                    max(end - e.start, 1) * 1000 for e, end in zip(detail.epochs, ends, strict=True)
+                ],
                 "text": [f"epoch {e.epoch}" for e in detail.epochs],
                 "textposition": "inside",
                 "insidetextanchor": "start",
