@@ -24,6 +24,7 @@ import cbor2
 from app.protocol.model import Form
 
 from .agents import Cast, make_cast
+from .cases import CaseSim, EnvelopeDeck, plan_case
 from .plan import Deck, Planner
 from .simulate import CANCEL_GRACE, LOST_OUTCOME_AFTER, SKEW, DialogOutput, DialogSim
 
@@ -38,16 +39,26 @@ class DemoConfig:
     agents: int = 12
     fault_rate: float = 0.1
     start: int = DEFAULT_START
+    cases: int | None = None  # envelope cases; None: one per two dialogs
+
+    @property
+    def case_count(self) -> int:
+        return self.dialogs // 2 if self.cases is None else self.cases
 
 
 def generate(config: DemoConfig, cast: Cast) -> Iterator[DialogOutput]:
-    """Yield each dialog's records, answer-key lines and ref objects, in start order.
+    """Yield each dialog's records, answer-key lines and ref objects, in start order, with
+    the envelope cases spread among them (a case starts with the dialog before it).
 
     Every choice comes from random generators seeded by ``config.seed`` (one per dialog,
-    one for the fault deck), so a seed fixes the structure, the hop identifiers and the
-    answer key; only ECDSA signatures (and so digests) differ between runs.
+    one per case, one for each fault deck), so a seed fixes the structure, the hop
+    identifiers and the answer key; only ECDSA signatures (and so digests) differ between
+    runs.
     """
     deck = Deck(random.Random(f"handoff-trace-demo:{config.seed}:deck"))
+    envelope_deck = EnvelopeDeck(random.Random(f"handoff-trace-demo:{config.seed}:envelope-deck"))
+    cases = config.case_count if config.dialogs else 0
+    next_case = 0
     start = config.start
     for index in range(config.dialogs):
         rng = random.Random(f"handoff-trace-demo:{config.seed}:dialog:{index}")
@@ -63,6 +74,13 @@ def generate(config: DemoConfig, cast: Cast) -> Iterator[DialogOutput]:
         dialog = f"ctx-{index:06d}-{rng.getrandbits(32):08x}"
         sim = DialogSim(rng, cast, index=index, dialog=dialog, start=start, form=form)
         yield sim.run(root)
+        while next_case < cases and next_case * config.dialogs // cases <= index:
+            case_rng = random.Random(f"handoff-trace-demo:{config.seed}:case:{next_case}")
+            plan = plan_case(case_rng, envelope_deck, config.fault_rate)
+            number = config.dialogs + next_case  # after every dialog's index: no ties
+            case = CaseSim(case_rng, cast, index=number, number=next_case, start=start)
+            yield case.run(plan)
+            next_case += 1
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,7 @@ class DemoPaths:
 @dataclass
 class Summary:
     dialogs: int = 0
+    cases: int = 0
     json_records: int = 0
     cbor_records: int = 0
     objects: int = 0
@@ -147,7 +166,10 @@ def write_demo(config: DemoConfig, paths: DemoPaths, *, cast: Cast | None = None
         for dialog in generate(config, cast):
             merger.flush(before=dialog.start)
             merger.push(dialog)
-            summary.dialogs += 1
+            if dialog.case:
+                summary.cases += 1
+            else:
+                summary.dialogs += 1
             for line in dialog.answers:
                 summary.faults[line["fault"]] += 1
                 if answers is not None:

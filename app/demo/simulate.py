@@ -71,6 +71,7 @@ class DialogOutput:
     records: list[Record] = field(default_factory=list)
     answers: list[dict[str, Any]] = field(default_factory=list)
     objects: list[tuple[str, bytes]] = field(default_factory=list)
+    case: bool = False  # an envelope case (app/demo/cases.py), not a signed dialog
 
 
 @dataclass
