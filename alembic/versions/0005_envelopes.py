@@ -52,6 +52,7 @@ def upgrade() -> None:
         sa.Column("detail", sa.Text(), nullable=True),
         sa.Column("envelope", sa.JSON(), nullable=True),
         sa.Column("errors", sa.JSON(), nullable=False),
+        sa.Column("drift", sa.JSON(), nullable=False),
         sa.Column("references", sa.JSON(), nullable=False),
         sa.Column("text_bytes", sa.Integer(), nullable=False),
         sa.Column("ingested_at", TIME, nullable=False),

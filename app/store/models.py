@@ -256,7 +256,8 @@ class EnvelopeItemRow(SQLModel, table=True):
     outcome: str | None = Field(default=None, sa_type=String(16))  # case event outcome
     detail: str | None = Field(default=None, sa_type=Text)  # reason / event detail
     envelope: dict[str, Any] | None = Field(default=None, sa_type=JSON)  # the data part
-    errors: list[str] = Field(sa_type=JSON)  # schema / count / drift errors
+    errors: list[str] = Field(sa_type=JSON)  # schema / count / event errors
+    drift: list[str] = Field(sa_type=JSON)  # handoff-like media types not accepted
     references: list[dict[str, Any]] = Field(sa_type=JSON)  # url parts and their outcomes
     text_bytes: int = 0  # UTF-8 octets of inline text parts
     ingested_at: int = _time()
