@@ -7,14 +7,16 @@ its own shuffled deck so that every envelope fault kind appears once a run has
 logs its intent (a write at its epoch), sends one message with the envelope and its
 references, the receiver answers within minutes (now and then with a rejection, after
 which the sender tries another agent at the same epoch), the sender marks the case handed
-off after the acceptance, and only the new owner writes and acts from then on. Clean
+off after the acceptance, and only the new owner writes and acts from then on (every
+owner is new to the case; a case whose agents have all owned it rests there). Clean
 references verify (their object is in X.objects/) or are unverifiable (no object); none is
 expired, mismatched or without a hash; every fact names its source.
 
 Faults, each made so that nothing else is wrong with the case:
 
-- ``two-owners``: the old owner writes (``stale-write``, refused by the case system) or
-  acts (``stale-act``) with its old epoch after the acceptance;
+- ``two-owners``: the old owner writes (``stale-write``, applied: nothing fenced it) or
+  acts (``stale-act``) with its old epoch after the acceptance, or the sender offers the
+  case to two agents at once and both accept the same epoch (``double-accept``);
 - ``release-before-accept``: the sender's handed-off mark comes before the acceptance;
 - ``lost-acceptance``: nobody answers, the sender keeps acting; ``no-owner``: nobody
   answers and the sender goes quiet (both end the case);
@@ -30,7 +32,8 @@ Faults, each made so that nothing else is wrong with the case:
 
 The answer key line of each: ``{"fault", "variant", "iss", "hop", "offer": null,
 "dialog", "case", "detail"}`` with ``iss`` the sending agent of the handoff concerned,
-``hop`` its handoff id and ``dialog`` the case id (the reused context id for
+``hop`` its handoff id (for ``double-accept``: the second acceptor and the handoff it
+accepted) and ``dialog`` the case id (the reused context id for
 ``context-id-reuse``).
 """
 
@@ -66,7 +69,7 @@ ENVELOPE_FAULTS = (
     "unsourced-fact",
 )
 VARIANTS: dict[str, tuple[str | None, ...]] = {
-    "two-owners": ("stale-write", "stale-act"),
+    "two-owners": ("stale-write", "stale-act", "double-accept"),
     "stale-epoch": ("behind", "ahead"),
     "expired-reference": ("amz", "expires", "sas"),
     "reference-mismatch": ("sha256", "bytes"),
@@ -156,6 +159,9 @@ class CaseSim:
         self.case_id = f"case-{number:05d}-{rng.getrandbits(24):06x}"
         self.out = DialogOutput(index, self.case_id, Form.JWS, start, case=True)
         self.owner = rng.choice(cast.agents)
+        # Every owner is new to the case: an agent that released the case once never owns
+        # it again, so its old handed-off mark cannot blur a later lost handoff of its own.
+        self.owners = {self.owner.iss}
         self.epoch = rng.randint(0, 3)
         self.used: set[str] = set()
         self.context: str | None = None  # the context id the owner got the case under
@@ -185,12 +191,14 @@ class CaseSim:
     def event(self, agent: Agent, action: str, at: int, **fields: Any) -> None:
         self.emit(at, wire.case_event(self.case_id, agent.iss, action, at=at, **fields))
 
-    def answer_key(self, fault: str, variant: str | None, *, sent: Sent, detail: str) -> None:
+    def answer_key(
+        self, fault: str, variant: str | None, *, sent: Sent, detail: str, iss: Agent | None = None
+    ) -> None:
         self.out.answers.append(
             {
                 "fault": fault,
                 "variant": variant,
-                "iss": self.owner.iss,
+                "iss": (iss or self.owner).iss,
                 "hop": sent.handoff_id,
                 "offer": None,
                 "dialog": sent.context_id if fault == "context-id-reuse" else self.case_id,
@@ -201,14 +209,19 @@ class CaseSim:
 
     # -- one ownership move --------------------------------------------------------------
 
-    def _other(self, *not_these: Agent) -> Agent:
-        return self.rng.choice([a for a in self.cast.agents if a not in (self.owner, *not_these)])
+    def _other(self, *not_these: Agent) -> Agent | None:
+        """An agent that has never owned the case (and is none of ``not_these``)."""
+        free = [a for a in self.cast.agents if a.iss not in self.owners and a not in not_these]
+        return self.rng.choice(free) if free else None
 
     def move(self, t: int, fault: str | None, variant: str | None) -> int:
         """Hand the case from its owner to another agent; returns when the move is over, or
         -1 when it ends the case (a lost handoff)."""
         rng = self.rng
         receiver = self._other()
+        if receiver is None:
+            return -1  # every agent has owned the case: it rests with its owner
+        self.owners.add(receiver.iss)
         if rng.random() < 0.6:
             self.event(
                 self.owner,
@@ -221,9 +234,9 @@ class CaseSim:
         t += rng.randint(1, 20)
         if fault in RETRIED:
             t = self.refused(t, receiver, fault, variant) + rng.randint(5, 120)
-        elif fault is None and rng.random() < 0.12:
+        elif fault is None and rng.random() < 0.12 and (first := self._other(receiver)):
             # Clean: the first choice refuses the case; the owner keeps it and asks another.
-            t = self.refused(t, self._other(receiver), None, None) + rng.randint(5, 120)
+            t = self.refused(t, first, None, None) + rng.randint(5, 120)
         message_fault = None if fault in RETRIED else fault
         sent = self.send(t, receiver, fault=message_fault, variant=variant)
         if fault == "lost-acceptance":
@@ -245,6 +258,8 @@ class CaseSim:
             detail = f"no answer from {receiver.name}, and the sender stopped acting"
             self.answer_key(fault, variant, sent=sent, detail=detail)
             return -1
+        if fault == "two-owners" and variant == "double-accept":
+            return self.double_accept(sent, variant)
         return self.accepted(sent, fault, variant)
 
     def accepted(self, sent: Sent, fault: str | None, variant: str | None) -> int:
@@ -279,9 +294,10 @@ class CaseSim:
                 detail="worked on the case",
             )
         if fault == "two-owners":
+            # Nothing fences it: the system of record applies the write, or does not say.
             stale = at + rng.randint(600, 3600)
             action = "write" if variant == "stale-write" else "act"
-            outcome = "rejected" if action == "write" else "applied"
+            outcome = "applied" if action == "write" else None
             self.event(
                 self.owner,
                 action,
@@ -296,6 +312,32 @@ class CaseSim:
             end = max(end, stale)
         self.owner, self.epoch = sent.receiver, new_epoch
         return end
+
+    def double_accept(self, sent: Sent, variant: str | None) -> int:
+        """The sender offers the case to a second agent before the first answers, and both
+        accept the same epoch: the first acceptance wins, the second owner is a second."""
+        other = self._other(sent.receiver)
+        if other is None:
+            return self.accepted(sent, None, None)  # no one left to offer it to
+        self.owners.add(other.iss)
+        second = self.send(sent.at + self.rng.randint(1, 5), other, fault=None, variant=None)
+        self.context = sent.context_id  # the case goes on with the first receiver
+        first_at = second.at + self.rng.randint(2, 60)
+        second_at = first_at + self.rng.randint(1, 60)
+        for s, at in ((sent, first_at), (second, second_at)):
+            data = {
+                "accepted": True,
+                "case_id": self.case_id,
+                "epoch": self.epoch + 1,
+                "handoff_id": s.handoff_id,
+            }
+            self.emit(at, self.reply(s, data), self.owner)
+        detail = f"{other.name} also accepted epoch {self.epoch + 1}, after {sent.receiver.name}"
+        self.answer_key("two-owners", variant, sent=second, detail=detail, iss=other)
+        mark = second_at + self.rng.randint(1, 30)
+        self.event(self.owner, "handed-off", mark, epoch=self.epoch, detail="status pointer only")
+        self.owner, self.epoch = sent.receiver, self.epoch + 1
+        return mark
 
     def reply(self, sent: Sent, data: dict[str, Any]) -> dict[str, Any]:
         return wire.answer(
