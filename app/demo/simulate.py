@@ -159,6 +159,7 @@ class DialogSim:
                 "hop": hop,
                 "offer": digest_text(offer),
                 "dialog": self.dialog,
+                "case": None,
                 "detail": detail,
             }
         )

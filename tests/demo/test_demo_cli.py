@@ -36,7 +36,8 @@ def test_outputs_beside_the_capture(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (tmp_path / "x.objects").is_dir()
     lines = [json.loads(line) for line in answers.read_text().splitlines()]
     assert lines and all(
-        set(a) == {"fault", "variant", "iss", "hop", "offer", "dialog", "detail"} for a in lines
+        set(a) == {"fault", "variant", "iss", "hop", "offer", "dialog", "case", "detail"}
+        for a in lines
     )
 
 

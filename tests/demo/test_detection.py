@@ -1,7 +1,8 @@
 """Detection: the faults of a simulated capture against what `verify` and the store find.
 
 Precision and recall must both be 1.0: every injected fault is found as exactly that
-rejection or flag for that hop, and nothing else is rejected or flagged.
+rejection or flag for that hop (or, for an envelope fault, that flag for that agent,
+handoff and case), and nothing else is rejected or flagged.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from app.protocol.encoding import digest_text
 from app.protocol.handoff import StatusObject, parse_object
 from app.protocol.verify import parse_element
 
-from .helpers import FLAGS, REJECTIONS, Run, make_run, offer_digest
+from .helpers import ENVELOPE_FLAGS, FLAGS, REJECTIONS, Run, make_run, offer_digest
 
 SEEDS = (11, 12, 13)
 
@@ -59,8 +60,8 @@ def rejections_expected(run: Run) -> Counter[tuple[Any, ...]]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_verify_rejects_every_injected_fault_and_nothing_else(tmp_path: Path, seed: int) -> None:
     run = make_run(tmp_path, seed=seed, dialogs=40, fault_rate=0.3)
-    # The deck deals every kind once a run has 15 faults.
-    assert {a["fault"] for a in run.answers} == REJECTIONS | FLAGS
+    # The decks deal every kind once a run has 15 (13 envelope) faults.
+    assert {a["fault"] for a in run.answers} == REJECTIONS | FLAGS | ENVELOPE_FLAGS
     assert rejections_found(run) == rejections_expected(run)
 
 
@@ -122,11 +123,27 @@ def _flags_expected(answers: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
     expected: Counter[tuple[Any, ...]] = Counter()
     for a in answers:
         if a["fault"] in REJECTIONS - {"equivocation"}:
-            expected["rejected-element", a["fault"], a["iss"], a["hop"]] += 1
+            expected["rejected-element", a["fault"], a["iss"], a["hop"], None] += 1
         else:
             variant = a["variant"] if a["fault"] in ("equivocation", "status-conflict") else None
-            expected[a["fault"], variant, a["iss"], a["hop"]] += 1
+            expected[a["fault"], variant, a["iss"], a["hop"], a["case"]] += 1
     return expected
+
+
+def _flags_found(flags: list[Any]) -> Counter[tuple[Any, ...]]:
+    """The store's flags as the answer key names them. An envelope flag's variant is the
+    service's own account of the fault (a media type, ``schema`` or ``count``), which the
+    simulator's variants do not try to predict."""
+    return Counter(
+        (
+            f["kind"],
+            None if f["kind"] in ENVELOPE_FLAGS else f["variant"],
+            f["iss"],
+            f["hop"],
+            f["case_id"],
+        )
+        for f in flags
+    )
 
 
 def _cli(argv: list[str]) -> tuple[int, str, str]:
@@ -155,11 +172,11 @@ def _load(directory: Path, url: str, *options: str) -> tuple[list[Any], list[Any
 
 def _store_mismatch(answers: list[Any], flags: list[Any]) -> tuple[Counter[Any], Counter[Any]]:
     """(missing, extra) flags; the embedded-key rejection is left to its own test below."""
-    found = Counter((f["kind"], f["variant"], f["iss"], f["hop"]) for f in flags)
+    found = _flags_found(flags)
     expected = _flags_expected(answers)
     for a in answers:
         if a["variant"] == "embedded-key":
-            expected["rejected-element", "untrusted-key", a["iss"], a["hop"]] -= 1
+            expected["rejected-element", "untrusted-key", a["iss"], a["hop"], None] -= 1
     return +expected - found, found - +expected
 
 
@@ -173,7 +190,7 @@ def test_store_flags_every_injected_fault_and_nothing_else(
     loaded: tuple[list[Any], list[Any]],
 ) -> None:
     answers, flags = loaded
-    assert {a["fault"] for a in answers} == REJECTIONS | FLAGS
+    assert {a["fault"] for a in answers} >= REJECTIONS | FLAGS
     assert _store_mismatch(answers, flags) == (Counter(), Counter())
 
 
@@ -199,3 +216,19 @@ def test_store_flags_an_offer_whose_header_carries_a_key(
     named = {(f["kind"], f["variant"], f["iss"], f["hop"]) for f in flags}
     for a in embedded:
         assert ("rejected-element", "untrusted-key", a["iss"], a["hop"]) in named
+
+
+# --- envelope cases: the case flags the store reports (issue 7, section 6) ---------------
+
+
+@pytest.mark.parametrize("seed", (31, 32, 33))
+def test_store_flags_every_envelope_fault_and_nothing_else(
+    tmp_path: Path, databases: Any, seed: int
+) -> None:
+    """A run that is mostly envelope cases (three dialogs, thirty cases): each envelope
+    fault is found as its flag for its agent, handoff and case, and no clean handoff,
+    acceptance, rejection, reference or case event raises one."""
+    options = ["--seed", str(seed), "--dialogs", "3", "--cases", "30", "--fault-rate", "0.35"]
+    answers, flags = _load(tmp_path, databases.new("sqlite"), *options)
+    assert {a["fault"] for a in answers} >= ENVELOPE_FLAGS
+    assert _store_mismatch(answers, flags) == (Counter(), Counter())
