@@ -107,3 +107,15 @@ def test_writing_keeps_memory_flat(tmp_path: Path) -> None:
     written = paths.out.stat().st_size + paths.cbor.stat().st_size
     assert summary.dialogs == 400 and written > 5 * 2**20
     assert peak < 3 * 2**20, f"peak {peak} bytes while writing {written}"
+
+
+def test_the_make_run_demo_holds_every_envelope_fault_kind() -> None:
+    """``make run`` (run-demo's defaults: 40 dialogs, seed 7) shows every kind of case flag."""
+    from app.demo.cases import ENVELOPE_FAULTS
+    from app.run_cli import demo_config
+
+    config = demo_config(dialogs=40, seed=7, start=0)
+    kinds = set()
+    for output in generate(config, make_cast(config.seed, config.agents)):
+        kinds.update(a["fault"] for a in output.answers if output.case)
+    assert kinds == set(ENVELOPE_FAULTS)
