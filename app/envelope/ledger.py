@@ -237,7 +237,7 @@ def derive_ledger(
     _context_reuse(ordered, contexts or {}, flags)
     epochs = tuple(
         Epoch(b.epoch, b.owner, b.start, nxt.start if nxt else None, b.handoff_id)
-        for b, nxt in zip(bands, [*bands[1:], None][: len(bands)], strict=True)
+        for b, nxt in zip(bands, [*bands[1:], None], strict=True)
     )
     current = bands[-1] if bands else None
     return Ledger(
