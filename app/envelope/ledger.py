@@ -63,6 +63,7 @@ class Item:
     agent: str | None = None
     to_agent: str | None = None
     epoch: int | None = None
+    media_type: str | None = None
     context_id: str | None = None
     task_id: str | None = None
     action: str | None = None
@@ -224,7 +225,7 @@ def derive_ledger(
 ) -> Ledger:
     """The ledger of one case (``case_id`` None: items whose case could not be read) at
     clock ``now``. ``contexts``: ``first_receivers`` over every case's items."""
-    ordered = sorted(set(items), key=lambda i: i.order)
+    ordered = sorted({i.key: i for i in items}.values(), key=lambda i: i.order)
     handoffs = _handoffs(ordered)
     links = _links(ordered, handoffs)
     flags = _Flags()
@@ -236,8 +237,8 @@ def derive_ledger(
     deadline = _lost(ordered, handoffs, links, now, rules, flags)
     _context_reuse(ordered, contexts or {}, flags)
     epochs = tuple(
-        Epoch(b.epoch, b.owner, b.start, nxt.start if nxt else None, b.handoff_id)
-        for b, nxt in zip(bands, [*bands[1:], None], strict=True)
+        Epoch(b.epoch, b.owner, b.start, bands[n].start if n < len(bands) else None, b.handoff_id)
+        for n, b in enumerate(bands, 1)
     )
     current = bands[-1] if bands else None
     return Ledger(

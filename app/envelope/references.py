@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -54,6 +54,9 @@ def check_reference(part: UrlPart, *, objects: ObjectIndex, received_at: int) ->
     ``expired`` whether it passed before ``received_at``. ``outcome`` is the one word the
     case page shows: a mismatch first, then an expired link, then the hash check.
     """
+    # A2A 1.0 metadata is a protobuf Struct, so a size arrives as a float (55.0).
+    if isinstance(part.size, float) and part.size.is_integer():
+        part = replace(part, size=int(part.size))
     hash_outcome, detail = _hash_check(part, objects)
     expires = url_expiry(part.url)
     expired = expires is not None and expires < received_at
@@ -85,10 +88,7 @@ def _hash_check(part: UrlPart, objects: ObjectIndex) -> tuple[RefCheck, str | No
         return RefCheck.MISSING_HASH, "no sha256 in the part's metadata"
     if not isinstance(part.sha256, str) or not _SHA256_HEX.fullmatch(part.sha256):
         return RefCheck.MISSING_HASH, "sha256 is not 64 hexadecimal digits"
-    # A2A 1.0 metadata is a protobuf Struct, so a size may arrive as a float (12.0).
     size = part.size
-    if isinstance(size, float) and size.is_integer():
-        size = int(size)
     held = objects.by_digest.get(bytes.fromhex(part.sha256))
     if held is not None:
         if _is_size(size) and size != len(held.content):

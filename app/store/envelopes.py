@@ -113,6 +113,7 @@ def item_of(row: EnvelopeItemRow) -> Item:
         agent=row.agent,
         to_agent=row.to_agent,
         epoch=row.epoch,
+        media_type=row.media_type,
         context_id=row.context_id,
         task_id=row.task_id,
         action=row.action,
