@@ -9,9 +9,6 @@ Also a hand-built ``CaseDetail`` of the same story, for tests of the page code a
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import dataclass
-from pathlib import Path
 
 from app.demo import envelope_wire as wire
 from app.demo.carry import A2A_1_0
@@ -26,13 +23,6 @@ BILLING = "https://agents.acme.example/billing"
 TRANSCRIPT = "case-2026-0042.transcript.txt"
 TRANSCRIPT_TEXT = b"customer: I was charged twice.\nagent: I see two payments 40 s apart.\n"
 HOSTILE_FACT = "<img src=x onerror=alert(7)>"
-
-
-@dataclass(frozen=True)
-class WorkedExample:
-    capture: Path  # JSON Lines capture records
-    objects: Path  # the directory holding the transcript the reference names
-    stale_write_at: int
 
 
 def envelope() -> dict[str, object]:
@@ -115,15 +105,6 @@ def records(start: int = T0) -> list[dict[str, object]]:
         event(BILLING, "write", start + 120, 4, outcome="applied", detail="refund issued"),
         event(TRIAGE, "write", start + 3635, 3, outcome="rejected", detail="retry job: add a note"),
     ]
-
-
-def write_worked_example(directory: Path, start: int = T0) -> WorkedExample:
-    capture = directory / "worked-example.jsonl"
-    capture.write_text("".join(json.dumps(r) + "\n" for r in records(start)))
-    objects = directory / "worked-example.objects"
-    objects.mkdir(exist_ok=True)
-    (objects / TRANSCRIPT).write_bytes(TRANSCRIPT_TEXT)
-    return WorkedExample(capture, objects, start + 3635)
 
 
 def detail(start: int = T0) -> CaseDetail:
