@@ -388,10 +388,11 @@ def case_figure(detail: CaseDetail) -> dict[str, Any]:
                 ],
                 "text": [f"epoch {e.epoch}" for e in detail.epochs],
                 "textposition": "inside",
+                "textfont": {"color": "#ffffff"},
                 "insidetextanchor": "start",
                 "marker": {
                     "color": [EPOCH_COLOURS[e.epoch % 2] for e in detail.epochs],
-                    "opacity": 0.35,
+                    "opacity": 0.8,
                 },
                 "hovertext": [_band_text(e, labels) for e in detail.epochs],
                 "hovertemplate": "%{hovertext}<extra></extra>",
