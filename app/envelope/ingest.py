@@ -82,7 +82,7 @@ class EnvelopeIngest:
         pending, self.pending = self.pending, []
         for capture, found in pending:
             report.items += len(found)
-            rows = _rows(capture, found, objects=self.objects, now=self.now)
+            rows = item_rows(capture, found, objects=self.objects, now=self.now)
             report.errors.extend(_problems(rows))
             try:
                 new = self._store(rows)
@@ -145,9 +145,11 @@ def payload_octets(value: object) -> tuple[bytes, str]:
     return text.encode("utf-8", errors="surrogatepass"), "json"
 
 
-def _rows(
+def item_rows(
     capture: CaptureItem, found: list[EnvelopeItem], *, objects: ObjectIndex, now: int
 ) -> list[EnvelopeItemRow]:
+    """The rows of one capture item's envelope items, references checked at their receive
+    time (``now`` for items without one)."""
     octets, fmt = payload_octets(capture.value)
     digest = hashlib.sha256(octets).digest()
     return [_row(item, i, octets, fmt, digest, objects, now) for i, item in enumerate(found)]
@@ -204,5 +206,6 @@ __all__ = [
     "EnvelopeIngest",
     "EnvelopeReport",
     "ItemKind",
+    "item_rows",
     "payload_octets",
 ]
