@@ -57,7 +57,7 @@ def generate(config: DemoConfig, cast: Cast) -> Iterator[DialogOutput]:
     """
     deck = Deck(random.Random(f"handoff-trace-demo:{config.seed}:deck"))
     envelope_deck = EnvelopeDeck(random.Random(f"handoff-trace-demo:{config.seed}:envelope-deck"))
-    cases = config.case_count if config.dialogs else 0
+    cases = config.case_count
     next_case = 0
     start = config.start
     for index in range(config.dialogs):
@@ -75,12 +75,19 @@ def generate(config: DemoConfig, cast: Cast) -> Iterator[DialogOutput]:
         sim = DialogSim(rng, cast, index=index, dialog=dialog, start=start, form=form)
         yield sim.run(root)
         while next_case < cases and next_case * config.dialogs // cases <= index:
-            case_rng = random.Random(f"handoff-trace-demo:{config.seed}:case:{next_case}")
-            plan = plan_case(case_rng, envelope_deck, config.fault_rate)
-            number = config.dialogs + next_case  # after every dialog's index: no ties
-            case = CaseSim(case_rng, cast, index=number, number=next_case, start=start)
-            yield case.run(plan)
+            yield _case(config, cast, envelope_deck, next_case, start)
             next_case += 1
+    for number in range(next_case, cases):  # a run without dialogs
+        yield _case(config, cast, envelope_deck, number, start)
+
+
+def _case(
+    config: DemoConfig, cast: Cast, deck: EnvelopeDeck, number: int, start: int
+) -> DialogOutput:
+    rng = random.Random(f"handoff-trace-demo:{config.seed}:case:{number}")
+    plan = plan_case(rng, deck, config.fault_rate)
+    index = config.dialogs + number  # after every dialog's index: no ties in the merge
+    return CaseSim(rng, cast, index=index, number=number, start=start).run(plan)
 
 
 @dataclass(frozen=True)
