@@ -177,14 +177,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         report = ingest(pipeline, inputs, now=now, progress=_Progress(sys.stderr, large))
     finally:
         engine.dispose()
-    for error in report.errors:
+    for error in [*report.errors, *report.envelopes.errors]:
         print(f"handoff-trace: {visible(error.source, 80)}: {error.detail}", file=sys.stderr)
     if args.json:
         json.dump([v.to_json() for v in report.verdicts], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         _print_ingest_summary(report)
-    failed = report.errors or any(v.outcome.value == "reject" for v in report.verdicts)
+    failed = (
+        report.errors
+        or report.envelopes.errors
+        or any(v.outcome.value == "reject" for v in report.verdicts)
+    )
     return EXIT_REJECT if failed else EXIT_OK
 
 
@@ -233,6 +237,8 @@ def _print_ingest_summary(report: IngestReport) -> None:
         f"{c['duplicate']} retransmissions, {c['pending']} pending, "
         f"{c['skipped']} items without a handoff, {c['errors']} item errors"
     )
+    if c["envelopes"]:
+        print(f"{c['envelopes']} envelope items, {c['envelope_errors']} with errors")
 
 
 def _print_table(rows: Sequence[Sequence[str]]) -> None:

@@ -223,7 +223,9 @@ def test_evidence_and_envelope_faults(engine: Engine) -> None:
 def test_schema_failures_two_envelopes_and_drift_are_evidence_never_applied(engine: Engine) -> None:
     v3 = "application/vnd.acme.handoff.v3+json"
     records = [
-        record(send_v1(message_v1(envelope(goal=None, epoch="three", handoff_id="h-bad"))), T0, BILLING),
+        record(
+            send_v1(message_v1(envelope(goal=None, epoch="three", handoff_id="h-bad"))), T0, BILLING
+        ),
         record(send_v1(message_v1(extra_data=[(envelope(epoch=9), V2)])), T0 + 1, BILLING),
         record(send_v1(message_v1(media_type=v3)), T0 + 2, BILLING),
     ]
