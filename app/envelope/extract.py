@@ -278,7 +278,8 @@ def _media_type(part: Mapping[str, Any]) -> str | None:
     if media is None and isinstance(part.get("metadata"), Mapping):
         meta = part["metadata"]
         media = _field(meta, "mediaType", "media_type") or meta.get("mimeType")
-    return media.strip().lower() if isinstance(media, str) else None
+    # Parameters (``; charset=utf-8``) do not change which envelope version a part holds.
+    return media.split(";", 1)[0].strip().lower() if isinstance(media, str) else None
 
 
 def _url_part(part: Mapping[str, Any]) -> UrlPart | None:

@@ -219,3 +219,10 @@ def test_case_events_and_their_errors() -> None:
 def test_a_batch_names_each_item() -> None:
     found = find_items([send_v1(message_v1()), event(TRIAGE, "act", T0)], source="req")
     assert [i.source for i in found] == ["req[0]", "req[1]"]
+
+
+def test_media_type_parameters_and_case_do_not_matter() -> None:
+    [item] = items(
+        send_v1(message_v1(media_type="Application/VND.acme.handoff.v2+json; charset=utf-8"))
+    )
+    assert item.kind is ItemKind.HANDOFF and item.media_type == V2

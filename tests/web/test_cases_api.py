@@ -6,13 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from fastapi.testclient import TestClient
+
+from app.settings import Settings
 from app.store.db import transaction
 from app.store.tokens import Role
 from app.store.users import create_user
+from app.web.app import create_app
+from app.web.service import ServiceConfigError
 from tests.conftest import T0
 from tests.envelope.builders import (
     BILLING,
     CASE,
+    TRANSCRIPT,
     TRIAGE,
     envelope,
     event,
@@ -22,7 +29,7 @@ from tests.envelope.builders import (
     send_v1,
     worked_example,
 )
-from tests.web.conftest import Api
+from tests.web.conftest import Api, start
 
 PASSWORD = "a long enough password"
 
@@ -117,3 +124,30 @@ def test_the_triage_queue_shows_case_flags(api: Api) -> None:
     flag_id = api.get(f"/api/v1/flags?case_id={CASE}").json()["flags"][0]["id"]
     page = api.client.get(f"/flags/{flag_id}")
     assert page.status_code == 200 and "two-owners" in page.text
+
+
+def test_the_service_refuses_an_unreadable_objects_directory(
+    tmp_path: Any, trust_file: Any
+) -> None:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'db.sqlite'}",
+        trust_file=trust_file,
+        objects_dir=tmp_path / "missing",
+    )
+    with (
+        pytest.raises(ServiceConfigError, match="cannot read HANDOFF_TRACE_OBJECTS_DIR"),
+        TestClient(create_app(settings)),
+    ):
+        pass
+
+
+def test_the_service_checks_references_against_its_objects_directory(
+    databases: Any, trust_file: Any, tmp_path: Any
+) -> None:
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    (objects / "transcript.txt").write_bytes(TRANSCRIPT)
+    for api in start(databases.new("sqlite"), trust_file, objects_dir=objects):
+        api.post("/api/v1/ingest", jsonl(worked_example()), role="ingest")
+        [env] = api.get(f"/api/v1/cases/{CASE}").json()["envelopes"]
+        assert [r["outcome"] for r in env["references"]] == ["verified"]
