@@ -36,7 +36,7 @@ Choices this module makes where SPEC is silent:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -122,11 +122,13 @@ def read_capture(
     name: str = "-",
     content_type: str | None = None,
     stats: ExtractStats | None = None,
+    on_item: Callable[[CaptureItem], None] | None = None,
 ) -> Iterator[Found]:
     """Yield every carried object and every item error of a capture file, in file order.
 
     ``name`` labels sources ("capture.jsonl:3"); with ``content_type`` it picks the format
-    (``detect_format``). ``stats``, when given, is updated as the items are read. Never
+    (``detect_format``). ``stats``, when given, is updated as the items are read.
+    ``on_item`` sees every decoded payload too (envelope handoffs are read from it). Never
     raises on bad input: a bad item yields a ``CarrierError`` and reading goes on (SPEC 10),
     except inside a CBOR sequence, which cannot be resynchronised after a broken item.
     """
@@ -140,6 +142,8 @@ def read_capture(
             found = [item]
         elif isinstance(item, CaptureItem):
             found = extract(item.value, source=item.source, received_at=item.received_at)
+            if on_item is not None:
+                on_item(item)
         if not found:
             counts.without_handoff += 1
         for one in found:

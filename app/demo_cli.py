@@ -21,13 +21,19 @@ DEMO_EPILOG = f"""\
 outputs, for --out X.jsonl:
   X.jsonl      capture records (SPEC 10) of the JWS dialogs, in receive-time order:
                A2A 1.0 / 0.3 JSON-RPC, MCP tools/call / CallToolResult /
-               notifications/cancelled, raw handoff and status objects
+               notifications/cancelled, raw handoff and status objects; and the
+               envelope cases (docs/envelopes.md): A2A handoff messages with envelope
+               data parts and signed-URL references, acceptance and rejection tasks,
+               case_event records
   X.cbor       CBOR sequence of capture records of the COSE dialogs (CBOR elements
                cannot travel in JSON; a dialog keeps one form throughout)
-  X.objects/   objects that refs name, for --ref-policy check-available --objects
+  X.objects/   objects that refs and envelope references name, for --ref-policy
+               check-available --objects
   --trust-out  trust file of the agents (default X.trust.json); one rogue agent is left out
   --answer-key one JSON line per injected fault: {{"fault", "variant", "iss", "hop",
-               "offer", "dialog", "detail"}}; fault is a SPEC 1.2 reject reason or a flag kind
+               "offer", "dialog", "case", "detail"}}; fault is a SPEC 1.2 reject reason or
+               a flag kind; an envelope fault has "offer": null, the handoff id as "hop"
+               and its case id as "case"
 
 Faults assume the default receiver parameters (skew 60 s, lifetime 300 s, chain 16,
 lost-outcome after 1 h). The summary on stderr gives a --now past every time-based flag.
@@ -72,8 +78,9 @@ def add_demo(sub: Any) -> None:
         "demo",
         help="generate simulated multi-agent traffic with known faults",
         description="Simulate dialogs between agents that delegate in trees over A2A, MCP "
-        "and raw handoff objects, inject faults at a chosen rate, and write the capture, "
-        "the agents' trust file and an answer key of every injected fault.",
+        "and raw handoff objects, and cases handed between agents in A2A envelope handoffs; "
+        "inject faults at a chosen rate, and write the capture, the agents' trust file and "
+        "an answer key of every injected fault.",
         epilog=DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -87,11 +94,17 @@ def add_demo(sub: Any) -> None:
         help=f"trusted agents, {MIN_AGENTS} to {MAX_AGENTS} (default: 12)",
     )
     p.add_argument(
+        "--cases",
+        type=nonneg_int,
+        metavar="N",
+        help="envelope cases handed between agents (default: one per two dialogs)",
+    )
+    p.add_argument(
         "--fault-rate",
         type=_rate,
         default=0.1,
         metavar="RATE",
-        help="chance, per hop, of injecting one fault, 0..1 (default: 0.1)",
+        help="chance, per hop and per case handoff, of injecting one fault, 0..1 (default: 0.1)",
     )
     p.add_argument("--out", required=True, metavar="X.jsonl", help="the capture (JSON Lines)")
     p.add_argument("--trust-out", metavar="TRUST.json", help="default: X.trust.json")
@@ -164,6 +177,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         agents=args.agents,
         fault_rate=args.fault_rate,
         start=args.start,
+        cases=args.cases,
     )
     try:
         summary = write_demo(config, paths)
@@ -181,7 +195,8 @@ def _report(summary: Summary, paths: DemoPaths) -> None:
     err = sys.stderr
     faults = ", ".join(f"{n} {k}" for k, n in sorted(summary.faults.items())) or "none"
     print(
-        f"demo: {summary.dialogs} dialogs, {summary.json_records} records in {paths.out}, "
+        f"demo: {summary.dialogs} dialogs and {summary.cases} envelope cases, "
+        f"{summary.json_records} records in {paths.out}, "
         f"{summary.cbor_records} in {paths.cbor}, {summary.objects} ref objects in "
         f"{paths.objects}/",
         file=err,

@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from .carriers import Carried, CarrierError, ExtractStats, Found, read_capture
+from .envelope.ingest import EnvelopeConfig, EnvelopeIngest, EnvelopeReport
 from .protocol.errors import HandoffError, Reason
 from .protocol.handoff import HandoffObject, StatusObject, parse_object
 from .protocol.lifecycle import Timing
@@ -72,6 +73,7 @@ class Pipeline:
     options: VerifyOptions  # SPEC 12; ``at`` is the receive time of items without one
     timing: Timing = field(default_factory=Timing)
     objects: ObjectIndex = field(default_factory=ObjectIndex)
+    envelope: EnvelopeConfig = field(default_factory=EnvelopeConfig)
 
 
 @dataclass(frozen=True)
@@ -90,11 +92,12 @@ class IngestReport:
     errors: list[ItemError] = field(default_factory=list)
     skipped: int = 0  # items that carried no handoff at all
     stored: int = 0  # elements stored for the first time
+    envelopes: EnvelopeReport = field(default_factory=EnvelopeReport)
 
     @property
     def counts(self) -> dict[str, int]:
         counts = outcome_counts(self.verdicts, skipped=self.skipped)
-        counts.update(errors=len(self.errors), stored=self.stored)
+        counts.update(errors=len(self.errors), stored=self.stored, **self.envelopes.counts)
         return counts
 
 
@@ -115,14 +118,19 @@ def ingest(
     clock = int(time.time()) if now is None else now
     report = IngestReport()
     index: dict[int, int] = {}  # observation id -> position in report.verdicts
+    envelopes = EnvelopeIngest(pipeline.engine, pipeline.envelope, pipeline.objects, clock)
     for name, data in inputs:
         stats = ExtractStats()
-        items = list(read_capture(data, name=name, content_type=content_type, stats=stats))
+        read = read_capture(
+            data, name=name, content_type=content_type, stats=stats, on_item=envelopes.read
+        )
+        items = list(read)
         for done, item in enumerate(items, 1):
             _ingest_found(pipeline, item, clock, report, index)
             if progress is not None:
                 progress(name, done, len(items))
         report.skipped += stats.without_handoff
+        envelopes.flush(report.envelopes)  # docs/envelopes.md
     return report
 
 

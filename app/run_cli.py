@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -25,6 +25,9 @@ from .store.models import HopRow
 from .store.tokens import Role
 from .store.users import generate_password, set_password
 from .store_cli import _add_db_option, _first_line, _settings
+
+if TYPE_CHECKING:
+    from .demo import DemoConfig
 
 DEMO_USER = "demo"
 
@@ -48,9 +51,17 @@ def add_run_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_run_demo)
 
 
+def demo_config(*, dialogs: int, seed: int, start: int) -> DemoConfig:
+    """The run ``make run`` shows: one envelope case per dialog, so that at the default 40
+    dialogs and seed every envelope fault kind is there too (a test holds it to that)."""
+    from .demo import DemoConfig
+
+    return DemoConfig(seed=seed, dialogs=dialogs, fault_rate=0.1, start=start, cases=dialogs)
+
+
 def _load(url: str, directory: Path, dialogs: int, seed: int) -> Path:
     """Write and ingest a demo run unless the store holds hops already; the trust file."""
-    from .demo import DemoConfig, DemoPaths, write_demo
+    from .demo import DemoPaths, write_demo
     from .demo.load import load_run
 
     paths = DemoPaths.beside(directory / "capture.jsonl", trust=None, answers=None)
@@ -65,10 +76,11 @@ def _load(url: str, directory: Path, dialogs: int, seed: int) -> Path:
         print(f"run-demo: the store holds {hops} hops already; not loading again", file=sys.stderr)
         return paths.trust
     directory.mkdir(parents=True, exist_ok=True)
-    # Started three hours ago, so the lost-outcome flags (one hour) are already due.
-    start = int(time.time()) - 3 * 3600
-    print(f"run-demo: writing {dialogs} demo dialogs to {directory}/", file=sys.stderr)
-    write_demo(DemoConfig(seed=seed, dialogs=dialogs, fault_rate=0.1, start=start), paths)
+    # Started five hours ago, so the envelope cases (about two hours long) are over and the
+    # lost-outcome and lost-acceptance flags (one hour) are already due.
+    config = demo_config(dialogs=dialogs, seed=seed, start=int(time.time()) - 5 * 3600)
+    print(f"run-demo: writing {dialogs} demo dialogs and cases to {directory}/", file=sys.stderr)
+    write_demo(config, paths)
     os.environ["DATABASE_URL"] = url  # load_run reads the configured database
     if load_run(paths, now=None) != 0:
         raise UsageError("loading the demo failed (see above)")

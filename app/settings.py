@@ -9,11 +9,15 @@ store never see this object: they receive the plain values they need.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .envelope.config import EnvelopeConfig
+from .envelope.extract import DEFAULT_TYPES
+from .envelope.ledger import CaseRules
 from .protocol.encoding import MAX_ELEMENT_OCTETS
 from .protocol.lifecycle import Timing
 from .protocol.refs import RefPolicy
@@ -27,6 +31,7 @@ _SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 # would make the freshness check (SPEC 6.3) and the replay window meaningless.
 _MAX_SKEW = 3600
 _MAX_LIFETIME = 7 * 24 * 3600
+_MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
 
 
 class SettingsError(ValueError):
@@ -49,6 +54,13 @@ class Settings:
     max_element_bytes: int = MAX_ELEMENT_OCTETS
     # The service's sweep (SPEC 8 time rules) runs this often, and on each hops/flags query.
     sweep_seconds: int = 30
+    # Envelope handoffs (docs/envelopes.md): the media types read as envelopes, how long a
+    # handoff may wait for its acceptance, and how much inline text is a transcript dump.
+    envelope_types: frozenset[str] = DEFAULT_TYPES
+    accept_window: int = 3600
+    transcript_bytes: int = 8192
+    # Objects the receiver holds, for reference checks of envelopes (and of signed refs).
+    objects_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -72,6 +84,15 @@ class Settings:
         _at_most("MAX_REQUEST_BYTES", self.max_request_bytes, 1024 * 1024 * 1024)
         _at_least("SWEEP_SECONDS", self.sweep_seconds, 1)
         _at_most("SWEEP_SECONDS", self.sweep_seconds, 3600)
+        _at_least("ACCEPT_WINDOW", self.accept_window, 1)
+        _at_least("TRANSCRIPT_BYTES", self.transcript_bytes, 1)
+        if not self.envelope_types:
+            raise SettingsError(f"{PREFIX}ENVELOPE_TYPES must name at least one media type")
+        for media in self.envelope_types:
+            if not _MEDIA_TYPE.fullmatch(media):
+                raise SettingsError(
+                    f"{PREFIX}ENVELOPE_TYPES: {media!r} is not a media type (type/subtype)"
+                )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -101,6 +122,14 @@ class Settings:
                 raise SettingsError(
                     f"{PREFIX}REF_POLICY must be one of {choices}, not {policy!r}"
                 ) from None
+        objects = get(PREFIX + "OBJECTS_DIR")
+        if objects is not None:
+            values["objects_dir"] = Path(objects)
+        types = get(PREFIX + "ENVELOPE_TYPES")
+        if types is not None:
+            values["envelope_types"] = frozenset(
+                t.strip().lower() for t in types.split(",") if t.strip()
+            )
         for f in fields(cls):
             if f.type != "int":
                 continue
@@ -118,6 +147,12 @@ class Settings:
             lost_outcome_after=self.lost_outcome_after,
             cancel_grace=self.cancel_grace,
         )
+
+    @property
+    def envelope(self) -> EnvelopeConfig:
+        """Envelope types and case rules as ingest and the sweep take them."""
+        rules = CaseRules(accept_window=self.accept_window, transcript_bytes=self.transcript_bytes)
+        return EnvelopeConfig(types=self.envelope_types, rules=rules)
 
     def verify_options(self, *, at: int, **overrides: Any) -> VerifyOptions:
         """The SPEC 12 verify parameters from these settings; ``overrides`` (receiver,

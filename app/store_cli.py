@@ -22,10 +22,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from .cli import EXIT_OK, EXIT_REJECT, UsageError, load_trust, nonneg_int, read_inputs, visible
 from .ingest import IngestReport, Pipeline, ingest
 from .protocol.lifecycle import FlagKind, HopState
+from .protocol.refs import ObjectIndex
 from .settings import Settings, SettingsError
 from .store import db
 from .store.derive import sweep
 from .store.queries import FlagStatus, list_flags, list_hops
+from .verifying import load_objects
 
 # Inputs above these sizes get a progress line on stderr.
 _LARGE_BYTES = 1024 * 1024
@@ -162,20 +164,31 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     engine = _engine(args, settings)
     now = int(time.time())
     options = settings.verify_options(at=now)
-    pipeline = Pipeline(engine=engine, trust=trust, options=options, timing=settings.timing)
+    pipeline = Pipeline(
+        engine=engine,
+        trust=trust,
+        options=options,
+        timing=settings.timing,
+        objects=_objects(settings),
+        envelope=settings.envelope,
+    )
     large = {name for name, data in inputs if len(data) > _LARGE_BYTES}
     try:
         report = ingest(pipeline, inputs, now=now, progress=_Progress(sys.stderr, large))
     finally:
         engine.dispose()
-    for error in report.errors:
+    for error in [*report.errors, *report.envelopes.errors]:
         print(f"handoff-trace: {visible(error.source, 80)}: {error.detail}", file=sys.stderr)
     if args.json:
         json.dump([v.to_json() for v in report.verdicts], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         _print_ingest_summary(report)
-    failed = report.errors or any(v.outcome.value == "reject" for v in report.verdicts)
+    failed = (
+        report.errors
+        or report.envelopes.errors
+        or any(v.outcome.value == "reject" for v in report.verdicts)
+    )
     return EXIT_REJECT if failed else EXIT_OK
 
 
@@ -224,6 +237,8 @@ def _print_ingest_summary(report: IngestReport) -> None:
         f"{c['duplicate']} retransmissions, {c['pending']} pending, "
         f"{c['skipped']} items without a handoff, {c['errors']} item errors"
     )
+    if c["envelopes"]:
+        print(f"{c['envelopes']} envelope items, {c['envelope_errors']} with errors")
 
 
 def _print_table(rows: Sequence[Sequence[str]]) -> None:
@@ -232,13 +247,26 @@ def _print_table(rows: Sequence[Sequence[str]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
+def _objects(settings: Settings) -> ObjectIndex:
+    """The objects held for reference checks (``HANDOFF_TRACE_OBJECTS_DIR``)."""
+    if settings.objects_dir is None:
+        return ObjectIndex()
+    try:
+        return load_objects(settings.objects_dir)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read HANDOFF_TRACE_OBJECTS_DIR {settings.objects_dir}: {exc.strerror}"
+        ) from exc
+
+
 def _swept(args: argparse.Namespace) -> tuple[Engine, int]:
     """The engine, after the sweep has applied the clock (``--now`` or the wall clock)."""
     settings = _settings()
     engine = _engine(args, settings)
     now = int(time.time()) if args.now is None else args.now
     try:
-        db.run(engine, lambda session: sweep(session, now=now, timing=settings.timing))
+        rules = settings.envelope.rules
+        db.run(engine, lambda session: sweep(session, now=now, timing=settings.timing, cases=rules))
     except SQLAlchemyError as exc:
         engine.dispose()
         raise UsageError(f"database error: {_first_line(exc)}") from exc

@@ -14,13 +14,23 @@ What a run writes, for ``--out X.jsonl``:
   ``NAME.salt``), for ``--ref-policy check-available --objects X.objects``.
 - the trust file (``--trust-out``, default ``X.trust.json``): every agent except the rogue.
 - the answer key (``--answer-key``): one JSON line per injected fault,
-  ``{"fault", "variant", "iss", "hop", "offer", "dialog", "detail"}``:
+  ``{"fault", "variant", "iss", "hop", "offer", "dialog", "case", "detail"}``:
   ``fault`` is a SPEC 1.2 reason for an element a receiver must reject, or an issue-3 flag
   kind; ``iss``/``hop`` name the hop; ``offer`` is the digest of the rejected offer for a
   rejection, and of the hop's (first) offer for a flag, which for ``equivocation`` is also
   the verdict's ``equivocation.first``; ``variant`` says how the fault was made (for
   ``equivocation`` and ``status-conflict`` it is the flag's own variant); ``detail`` is for
-  people.
+  people. ``case`` is null, except for envelope faults (below).
+
+Envelope cases (``app/demo/cases.py``, docs/envelopes.md): ``--cases`` business objects (by
+default one per two dialogs) handed from agent to agent by accept-then-release in A2A 1.0
+and 0.3 messages with an envelope data part and signed-URL references, answered by
+acceptance or rejection Tasks, with ``case_event`` records of writes, handed-off marks and
+acts; the epoch goes up at every acceptance. Each handoff draws an envelope fault with
+probability ``--fault-rate`` from a deck of its own (every one of the 13 kinds once there
+are 13 faults); its answer-key line has ``offer`` null, the handoff id as ``hop``, the
+case id as ``case`` (and as ``dialog``, except for ``context-id-reuse``: the reused
+context id), and ``fault`` the flag kind the service raises.
 
 Agents: ``--agents`` trusted agents (ES256 and Ed25519, keys derived from the seed) plus one
 rogue (``spiffe://rogue.example/agent/shadow-1``) that is not in the trust file.

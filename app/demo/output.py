@@ -24,6 +24,7 @@ import cbor2
 from app.protocol.model import Form
 
 from .agents import Cast, make_cast
+from .cases import CaseSim, EnvelopeDeck, plan_case
 from .plan import Deck, Planner
 from .simulate import CANCEL_GRACE, LOST_OUTCOME_AFTER, SKEW, DialogOutput, DialogSim
 
@@ -38,16 +39,26 @@ class DemoConfig:
     agents: int = 12
     fault_rate: float = 0.1
     start: int = DEFAULT_START
+    cases: int | None = None  # envelope cases; None: one per two dialogs
+
+    @property
+    def case_count(self) -> int:
+        return self.dialogs // 2 if self.cases is None else self.cases
 
 
 def generate(config: DemoConfig, cast: Cast) -> Iterator[DialogOutput]:
-    """Yield each dialog's records, answer-key lines and ref objects, in start order.
+    """Yield each dialog's records, answer-key lines and ref objects, in start order, with
+    the envelope cases spread among them (a case starts with the dialog before it).
 
     Every choice comes from random generators seeded by ``config.seed`` (one per dialog,
-    one for the fault deck), so a seed fixes the structure, the hop identifiers and the
-    answer key; only ECDSA signatures (and so digests) differ between runs.
+    one per case, one for each fault deck), so a seed fixes the structure, the hop
+    identifiers and the answer key; only ECDSA signatures (and so digests) differ between
+    runs.
     """
     deck = Deck(random.Random(f"handoff-trace-demo:{config.seed}:deck"))
+    envelope_deck = EnvelopeDeck(random.Random(f"handoff-trace-demo:{config.seed}:envelope-deck"))
+    cases = config.case_count
+    next_case = 0
     start = config.start
     for index in range(config.dialogs):
         rng = random.Random(f"handoff-trace-demo:{config.seed}:dialog:{index}")
@@ -63,6 +74,20 @@ def generate(config: DemoConfig, cast: Cast) -> Iterator[DialogOutput]:
         dialog = f"ctx-{index:06d}-{rng.getrandbits(32):08x}"
         sim = DialogSim(rng, cast, index=index, dialog=dialog, start=start, form=form)
         yield sim.run(root)
+        while next_case < cases and next_case * config.dialogs // cases <= index:
+            yield _case(config, cast, envelope_deck, next_case, start)
+            next_case += 1
+    for number in range(next_case, cases):  # a run without dialogs
+        yield _case(config, cast, envelope_deck, number, start)
+
+
+def _case(
+    config: DemoConfig, cast: Cast, deck: EnvelopeDeck, number: int, start: int
+) -> DialogOutput:
+    rng = random.Random(f"handoff-trace-demo:{config.seed}:case:{number}")
+    plan = plan_case(rng, deck, config.fault_rate)
+    index = config.dialogs + number  # after every dialog's index: no ties in the merge
+    return CaseSim(rng, cast, index=index, number=number, start=start).run(plan)
 
 
 @dataclass(frozen=True)
@@ -91,6 +116,7 @@ class DemoPaths:
 @dataclass
 class Summary:
     dialogs: int = 0
+    cases: int = 0
     json_records: int = 0
     cbor_records: int = 0
     objects: int = 0
@@ -147,7 +173,10 @@ def write_demo(config: DemoConfig, paths: DemoPaths, *, cast: Cast | None = None
         for dialog in generate(config, cast):
             merger.flush(before=dialog.start)
             merger.push(dialog)
-            summary.dialogs += 1
+            if dialog.case:
+                summary.cases += 1
+            else:
+                summary.dialogs += 1
             for line in dialog.answers:
                 summary.faults[line["fault"]] += 1
                 if answers is not None:

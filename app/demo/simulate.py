@@ -71,6 +71,7 @@ class DialogOutput:
     records: list[Record] = field(default_factory=list)
     answers: list[dict[str, Any]] = field(default_factory=list)
     objects: list[tuple[str, bytes]] = field(default_factory=list)
+    case: bool = False  # an envelope case (app/demo/cases.py), not a signed dialog
 
 
 @dataclass
@@ -158,6 +159,7 @@ class DialogSim:
                 "hop": hop,
                 "offer": digest_text(offer),
                 "dialog": self.dialog,
+                "case": None,
                 "detail": detail,
             }
         )

@@ -81,6 +81,21 @@ class FlagKind(StrEnum):
     CANCEL_RACE = "cancel-race"
     HOST_DIVERGENCE = "host-divergence"
     REJECTED_ELEMENT = "rejected-element"
+    # Flags of envelope cases (docs/envelopes.md), derived by app.envelope.ledger; they share
+    # the flag table and the triage queue with the signed-handoff flags above.
+    TWO_OWNERS = "two-owners"
+    RELEASE_BEFORE_ACCEPT = "release-before-accept"
+    LOST_ACCEPTANCE = "lost-acceptance"
+    NO_OWNER = "no-owner"
+    STALE_EPOCH = "stale-epoch"
+    EXPIRED_REFERENCE = "expired-reference"
+    REFERENCE_MISMATCH = "reference-mismatch"
+    MISSING_HASH = "missing-hash"
+    VERSION_DRIFT = "version-drift"
+    INVALID_ENVELOPE = "invalid-envelope"
+    CONTEXT_ID_REUSE = "context-id-reuse"
+    TRANSCRIPT_DUMP = "transcript-dump"
+    UNSOURCED_FACT = "unsourced-fact"
 
 
 class Severity(StrEnum):
@@ -104,6 +119,22 @@ SEVERITY: dict[FlagKind, Severity] = {
     FlagKind.PARTIAL_FAILURE: Severity.MEDIUM,
     FlagKind.HOST_DIVERGENCE: Severity.LOW,
     FlagKind.REJECTED_ELEMENT: Severity.MEDIUM,
+    # Envelope cases: two agents acting on one case is as bad as a signer contradicting
+    # itself; a case nobody may own, or owned on a stale epoch, needs someone soon; bad
+    # evidence or an unread envelope is worth a look; sloppy envelopes are low.
+    FlagKind.TWO_OWNERS: Severity.CRITICAL,
+    FlagKind.RELEASE_BEFORE_ACCEPT: Severity.HIGH,
+    FlagKind.LOST_ACCEPTANCE: Severity.HIGH,
+    FlagKind.NO_OWNER: Severity.HIGH,
+    FlagKind.STALE_EPOCH: Severity.HIGH,
+    FlagKind.EXPIRED_REFERENCE: Severity.MEDIUM,
+    FlagKind.REFERENCE_MISMATCH: Severity.MEDIUM,
+    FlagKind.MISSING_HASH: Severity.MEDIUM,
+    FlagKind.VERSION_DRIFT: Severity.MEDIUM,
+    FlagKind.INVALID_ENVELOPE: Severity.MEDIUM,
+    FlagKind.CONTEXT_ID_REUSE: Severity.MEDIUM,
+    FlagKind.TRANSCRIPT_DUMP: Severity.LOW,
+    FlagKind.UNSOURCED_FACT: Severity.LOW,
 }
 
 

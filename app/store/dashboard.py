@@ -152,7 +152,8 @@ def triage(
         where.append(FlagRow.assignee.is_(None))
     elif assignee:
         where.append(FlagRow.assignee == assignee)
-    joined = and_(HopRow.iss == FlagRow.iss, HopRow.hop == FlagRow.hop)
+    # A case flag's iss and hop name an agent and a handoff id, never a signed hop.
+    joined = and_(HopRow.iss == FlagRow.iss, HopRow.hop == FlagRow.hop, FlagRow.case_id.is_(None))
     base = select(FlagRow, HopRow.dialog, HopRow.aud, HopRow.state).outerjoin(HopRow, joined)
     order = (
         (FlagRow.opened_at, FlagRow.id)

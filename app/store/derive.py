@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import Select, and_, delete, func, or_, select
 from sqlmodel import Session
 
+from app.envelope.ledger import CaseRules
 from app.protocol.lifecycle import (
     SEVERITY,
     DownstreamFact,
@@ -45,6 +46,7 @@ from app.protocol.model import StatusState
 from app.protocol.verdict import Variant
 
 from .db import Locks, digest_lock, hop_lock, upsert
+from .envelopes import sweep_cases
 from .flags import sync_flags
 from .models import (
     ElementRow,
@@ -345,20 +347,23 @@ def _derive_one(session: Session, iss: str, hop: str, *, now: int, timing: Timin
     sync_flags(session, iss, hop, flags, offer=fact.digest, now=now)
 
 
-def sweep(session: Session, *, now: int, timing: Timing) -> int:
+def sweep(session: Session, *, now: int, timing: Timing, cases: CaseRules | None = None) -> int:
     """Apply the clock: re-derive every hop whose answer changes by ``now`` (its deadline
-    has passed), or that was derived for a later clock than ``now``. Returns how many.
+    has passed), or that was derived for a later clock than ``now``, and every envelope
+    case whose acceptance window ran out (``cases``: the deployment's case rules). Returns
+    how many hops and cases.
 
     Run it in its own transaction (``app.store.db.run``); it waits for the hops' locks."""
+    swept = sweep_cases(session, now=now, rules=cases or CaseRules())
     due = _due(session, now)
     if not due:
-        return 0
+        return swept
     locks = Locks(session, [hop_lock(hop) for _, hop in due])
     # Again, now that no writer of these hops is at work (hops due meanwhile wait for the
     # next sweep).
     due = [key for key in _due(session, now) if hop_lock(key[1]) in locks.held or not locks.active]
     derive_hops(session, due, now=now, timing=timing, locks=locks)
-    return len(due)
+    return swept + len(due)
 
 
 def _due(session: Session, now: int) -> list[HopKey]:

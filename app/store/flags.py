@@ -1,5 +1,6 @@
 """Flags as stored: one row per condition (``flag_key``), kept in step with the derived
-flags of a hop by ``sync_flags``, with operators' workflow columns left to them.
+flags of a hop by ``sync_flags`` (of an envelope case by ``sync_case_flags``), with
+operators' workflow columns left to them.
 
 A condition that no longer holds is deleted when nobody acted on it, so that the flags of a
 store never depend on the order its elements arrived in; one that someone acted on stays,
@@ -16,6 +17,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlmodel import Session
 
+from app.envelope.ledger import CaseFlag
 from app.protocol.encoding import digest_text
 from app.protocol.lifecycle import Flag, FlagKind
 
@@ -43,14 +45,39 @@ def sync_flags(
     holds is deleted if nobody acted on it (so ingest order leaves no trace), and otherwise
     resolved automatically with an audit entry.
     """
-    existing = {
-        row.key: row
-        for row in session.execute(
-            select(FlagRow).where(FlagRow.iss == iss, FlagRow.hop == hop)
-        ).scalars()
-    }
-    for flag in flags:
-        key = flag_key(iss, hop, flag)
+    # Case flags name an agent and a handoff id in iss and hop; they are never this hop's.
+    query = select(FlagRow).where(FlagRow.iss == iss, FlagRow.hop == hop, FlagRow.case_id.is_(None))
+    wanted = {flag_key(iss, hop, flag): (iss, hop, flag) for flag in flags}
+    _sync(session, query, wanted, offer=offer, case_id=None, now=now)
+
+
+def case_flag_key(case_id: str, flag: CaseFlag) -> str:
+    """One condition of a case, one key: its kind, the agent at fault, the handoff and the
+    variant."""
+    f = flag.flag
+    canon = ["case", case_id, f.kind.value, flag.agent, flag.handoff_id, f.variant]
+    return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()
+
+
+def sync_case_flags(session: Session, case_id: str, flags: Sequence[CaseFlag], *, now: int) -> None:
+    """Make the stored flags of one envelope case match its ledger's, as ``sync_flags``
+    does for a hop. ``case_id`` "" holds the flags of items whose case could not be read."""
+    query = select(FlagRow).where(FlagRow.case_id == case_id)
+    wanted = {case_flag_key(case_id, f): (f.agent, f.handoff_id, f.flag) for f in flags}
+    _sync(session, query, wanted, offer=None, case_id=case_id, now=now)
+
+
+def _sync(
+    session: Session,
+    query: Any,
+    wanted: dict[str, tuple[str, str, Flag]],
+    *,
+    offer: bytes | None,
+    case_id: str | None,
+    now: int,
+) -> None:
+    existing = {row.key: row for row in session.execute(query).scalars()}
+    for key, (iss, hop, flag) in wanted.items():
         derived = {
             "kind": flag.kind.value,
             "variant": flag.variant,
@@ -63,7 +90,7 @@ def sync_flags(
         row = existing.pop(key, None)
         if row is None:
             new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": now}
-            insert_ignore(session, FlagRow, {**new, **derived}, ["key"])
+            insert_ignore(session, FlagRow, {**new, **derived, "case_id": case_id}, ["key"])
             continue
         if all(getattr(row, k) == v for k, v in derived.items()):
             continue

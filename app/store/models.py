@@ -216,6 +216,67 @@ class FlagRow(SQLModel, table=True):
     opened_at: int = _time()
     detail: str = Field(default="", sa_type=Text)
     updated_at: int = _time()
+    # Flags of envelope cases (docs/envelopes.md) name their case; ``iss`` is then the
+    # agent at fault and ``hop`` the handoff id (truncated), so they join the same queue.
+    case_id: str | None = Field(default=None, sa_type=Text, index=True)
+
+
+class EnvelopeItemRow(SQLModel, table=True):
+    """One envelope item as captured (docs/envelopes.md): a handoff message, an acceptance,
+    a rejection, a case event, or a message that failed (schema, count, version drift).
+
+    Append-only evidence: ``octets`` are the payload as received (the capture item's JSON
+    text, or its CBOR encoding), kept for invalid items too; ``digest`` is their SHA-256,
+    the evidence a flag names. The other columns are what extraction read from it, so the
+    ledger can be derived again without parsing; ``key`` makes a repeated ingest of the
+    same receipt a no-op.
+    """
+
+    __tablename__ = "envelope_item"
+    __table_args__ = (Index("ix_envelope_item_case", "case_id", "at"),)
+
+    key: str = Field(sa_type=String(64), primary_key=True)  # SHA-256 hex of the receipt
+    digest: bytes = _digest(index=True)
+    octets: bytes = Field(sa_type=LargeBinary)
+    format: str = Field(sa_type=String(8))  # json | cbor
+    source: str = Field(sa_type=Text)
+    kind: str = Field(sa_type=String(16))  # handoff | accepted | rejected | event | invalid
+    case_id: str | None = Field(default=None, sa_type=Text)
+    handoff_id: str | None = Field(default=None, sa_type=Text, index=True)
+    agent: str | None = Field(default=None, sa_type=Text)  # sender / event agent
+    to_agent: str | None = Field(default=None, sa_type=Text)  # received_by of a handoff
+    epoch: int | None = _time(default=None)
+    at: int = _time()  # received_at, or a case event's own time
+    received_by: str | None = Field(default=None, sa_type=Text)
+    media_type: str | None = Field(default=None, sa_type=Text)
+    message_id: str | None = Field(default=None, sa_type=Text)
+    context_id: str | None = Field(default=None, sa_type=Text, index=True)
+    task_id: str | None = Field(default=None, sa_type=Text)
+    action: str | None = Field(default=None, sa_type=String(16))  # case event action
+    outcome: str | None = Field(default=None, sa_type=String(16))  # case event outcome
+    detail: str | None = Field(default=None, sa_type=Text)  # reason / event detail
+    envelope: dict[str, Any] | None = Field(default=None, sa_type=JSON)  # the data part
+    errors: list[str] = Field(sa_type=JSON)  # schema / count / event errors
+    drift: list[str] = Field(sa_type=JSON)  # handoff-like media types not accepted
+    references: list[dict[str, Any]] = Field(sa_type=JSON)  # url parts and their outcomes
+    text_bytes: int = 0  # UTF-8 octets of inline text parts
+    ingested_at: int = _time()
+
+
+class CaseRow(SQLModel, table=True):
+    """A case's ledger as last derived (``app.envelope.ledger``): re-derivable, never
+    authoritative. ``deadline`` is when the derived flags change with no new item (a
+    handoff's acceptance window runs out), the sweep's index, as for hops."""
+
+    __tablename__ = "envelope_case"
+
+    case_id: str = Field(sa_type=Text, primary_key=True)
+    owner: str | None = Field(default=None, sa_type=Text)
+    epoch: int | None = _time(default=None)
+    handoffs: int = 0
+    last_at: int = _time()
+    deadline: int | None = _time(default=None, index=True)
+    derived_at: int = _time(index=True)
 
 
 class ActionRow(SQLModel, table=True):

@@ -241,11 +241,15 @@ def list_flags(
     status: str | None = None,
     iss: str | None = None,
     hop: str | None = None,
+    case_id: str | None = None,
     after: int | None = None,
     limit: int | None = None,
 ) -> list[FlagListing]:
-    """Flags in id order; ``status`` is judged at ``now`` (a snooze runs out)."""
+    """Flags in id order; ``status`` is judged at ``now`` (a snooze runs out);
+    ``case_id`` keeps the flags of one envelope case."""
     query = select(FlagRow)
+    if case_id is not None:
+        query = query.where(FlagRow.case_id == case_id)
     if kind is not None:
         query = query.where(FlagRow.kind == kind)
     if status is not None:

@@ -19,6 +19,7 @@ from app.ingest import ingest
 from app.protocol.encoding import MAX_SAFE_INT
 from app.protocol.lifecycle import FlagKind, HopState
 from app.store import db
+from app.store.cases import case_detail, list_cases
 from app.store.queries import (
     FlagActionError,
     FlagStatus,
@@ -56,6 +57,9 @@ from .params import (
 from .schemas import (
     AgentList,
     AgentPublic,
+    CaseDetailPublic,
+    CasePage,
+    CasePublic,
     DialogPage,
     DialogPublic,
     DialogTree,
@@ -117,6 +121,9 @@ async def post_ingest(
             "verdicts": [v.to_json() for v in report.verdicts],
             "counts": report.counts,
             "errors": [{"source": e.source, "detail": e.detail} for e in report.errors],
+            "envelope_errors": [
+                {"source": e.source, "detail": e.detail} for e in report.envelopes.errors
+            ],
         }
     )
 
@@ -296,6 +303,51 @@ def get_element_octets(who: Reader, service: ServiceDep, digest: DigestPath) -> 
     return Response(row.octets, media_type=ELEMENT_TYPES[row.form], headers=headers)
 
 
+# --- envelope cases (docs/envelopes.md) --------------------------------------------------
+
+
+@router.get(
+    "/cases", response_model=CasePage, responses=documented(401, 403, 422, 503), tags=["cases"]
+)
+def get_cases(
+    who: Reader,
+    service: ServiceDep,
+    q: Annotated[str | None, Query(min_length=1, max_length=2048, description="in case id")] = None,
+    flagged: Annotated[bool, Query(description="only cases with an open flag")] = False,
+    limit: Limit = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_SAFE_INT)] = 0,
+) -> CasePage:
+    """Envelope cases, most recent activity first, with their owner and epoch by the
+    ownership ledger."""
+    service.sweep()
+    with service.reading() as session:
+        found = list_cases(session, q=q, flagged=flagged, limit=limit + 1, offset=offset)
+    following = offset + limit if len(found) > limit else None
+    return CasePage(
+        cases=[CasePublic.from_summary(c) for c in found[:limit]], next_offset=following
+    )
+
+
+@router.get(
+    "/cases/{case_id:path}",
+    response_model=CaseDetailPublic,
+    responses=documented(401, 403, 404, 422, 503),
+    tags=["cases"],
+)
+def get_case(
+    who: Reader, service: ServiceDep, case_id: Annotated[str, Path(min_length=1, max_length=2048)]
+) -> CaseDetailPublic:
+    """One case: its ownership epochs, the timeline of handoffs, acceptances and case
+    events, each envelope with its facts and reference outcomes, and its flags."""
+    service.sweep()
+    with service.reading() as session:
+        detail = case_detail(session, case_id)
+        if detail is None:
+            raise ApiError(404, "no such case")
+        flags = list_flags(session, now=service.clock(), case_id=case_id)
+    return CaseDetailPublic.from_detail(detail, flags)
+
+
 # --- flags ------------------------------------------------------------------------------
 
 
@@ -309,6 +361,7 @@ def get_flags(
     status: Annotated[FlagStatus | None, Query(description="as of now")] = None,
     iss: Text = None,
     hop: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    case_id: Annotated[str | None, Query(min_length=1, max_length=2048)] = None,
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> FlagPage:
@@ -323,6 +376,7 @@ def get_flags(
             status=status,
             iss=iss,
             hop=hop,
+            case_id=case_id,
             after=None if after is None else after[0],
             limit=limit + 1,
         )

@@ -8,6 +8,7 @@ Colours are by hop state and match static/app.css; every click target is a hop p
 
 from __future__ import annotations
 
+import html
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,9 +16,12 @@ from typing import Any
 
 from app.protocol.encoding import digest_text
 from app.protocol.lifecycle import HopState
+from app.store.cases import CaseDetail, CaseEvent, Epoch
 from app.store.dashboard import Activity
 from app.store.models import ElementRow
 from app.store.queries import TreeNode
+
+from .render import agent_name, visible_text
 
 STATE_COLOURS = {
     HopState.OFFERED: "#3b82f6",
@@ -297,3 +301,153 @@ def chain_graph(nodes: Sequence[TreeNode], *, trusted: set[str], page: int = 1) 
         numbers=[start + 1 + g.row for g in shown if g.node is not None],
         first=start + 1,
     )
+
+
+# --- a case's ownership timeline (docs/envelopes.md) ----------------------------------------
+
+EPOCH_COLOURS = ("#6366f1", "#0ea5e9")  # alternate, so neighbouring epochs stay apart
+# Marker look per event kind; a write or act that the ledger calls stale (an epoch older
+# than the owner's, or refused by the system of record) gets its own, louder trace.
+CASE_MARKERS: dict[str, tuple[str, str, str]] = {
+    "handoff": ("handoff sent", "triangle-right", "#3b82f6"),
+    "accepted": ("accepted", "circle", "#16a34a"),
+    "rejected": ("rejected", "triangle-down", "#ea580c"),
+    "handed-off": ("handed-off mark", "line-ns-open", "#8b5cf6"),
+    "write": ("write", "square", "#64748b"),
+    "act": ("act", "diamond", "#64748b"),
+    "invalid": ("invalid envelope", "x-thin-open", "#9ca3af"),
+}
+STALE_MARKER = ("stale or rejected write/act", "x", FLAG_COLOUR)
+
+
+def _plain(text: object, limit: int = 120) -> str:
+    """Untrusted text for Plotly's labels, which read a little HTML: escaped (Plotly turns
+    entities back into characters), hidden characters spelt out, and cut to ``limit``."""
+    shown = visible_text(text)
+    return html.escape(shown if len(shown) <= limit else shown[: limit - 1] + "…")
+
+
+def _epoch_at(epochs: Sequence[Epoch], at: int) -> int | None:
+    current = None
+    for e in epochs:
+        if e.start <= at:
+            current = e.epoch
+    return current
+
+
+def is_stale(event: CaseEvent, epochs: Sequence[Epoch]) -> bool:
+    """A write or act that the fencing token should have stopped: refused by the system of
+    record, or carrying an epoch older than the ledger's at that moment."""
+    if event.kind not in ("write", "act"):
+        return False
+    if event.outcome == "rejected":
+        return True
+    current = _epoch_at(epochs, event.at)
+    return event.epoch is not None and current is not None and event.epoch < current
+
+
+def _rows(detail: CaseDetail) -> list[str]:
+    """Agents top to bottom in order of first appearance (owners and actors alike)."""
+    seen: dict[str, None] = {}
+    moments = [(e.start, e.owner) for e in detail.epochs]
+    moments += [(ev.at, ev.agent or "unknown") for ev in detail.events]
+    for _, agent in sorted(moments, key=lambda m: m[0]):
+        seen.setdefault(agent, None)
+    return list(seen)
+
+
+def _row_labels(agents: Sequence[str]) -> dict[str, str]:
+    """Short names where they are unambiguous, whole identifiers otherwise."""
+    short = {a: agent_name(a) or a for a in agents}
+    counts: dict[str, int] = {}
+    for name in short.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {a: _plain(s if counts[s] == 1 else a, 48) for a, s in short.items()}
+
+
+def case_figure(detail: CaseDetail) -> dict[str, Any]:
+    """Ownership over time: one horizontal band per epoch on its owner's row, and every
+    captured event (handoff, acceptance, rejection, write, handed-off mark, act) as a marker
+    on its agent's row, with the epoch it carried in the hover text."""
+    labels = _row_labels(_rows(detail))
+    times = [e.start for e in detail.epochs] + [ev.at for ev in detail.events]
+    first, last = (min(times), max(times)) if times else (0, 0)
+    pad = max(60, (last - first) // 20)
+    data: list[dict[str, Any]] = []
+    if detail.epochs:
+        ends = [e.end if e.end is not None else last + pad for e in detail.epochs]
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": "owner (epoch band)",
+                "y": [labels[e.owner] for e in detail.epochs],
+                "base": [_iso(e.start) for e in detail.epochs],
+                "x": [
+                    max(end - e.start, 1) * 1000 for e, end in zip(detail.epochs, ends, strict=True)
+                ],
+                "text": [f"epoch {e.epoch}" for e in detail.epochs],
+                "textposition": "inside",
+                "textfont": {"color": "#ffffff"},
+                "insidetextanchor": "start",
+                "marker": {
+                    "color": [EPOCH_COLOURS[e.epoch % 2] for e in detail.epochs],
+                    "opacity": 0.8,
+                },
+                "hovertext": [_band_text(e, labels) for e in detail.epochs],
+                "hovertemplate": "%{hovertext}<extra></extra>",
+            }
+        )
+    groups: dict[tuple[str, str, str], list[CaseEvent]] = {}
+    for ev in detail.events:
+        look = STALE_MARKER if is_stale(ev, detail.epochs) else CASE_MARKERS.get(ev.kind)
+        groups.setdefault(look or (ev.kind, "circle-open", "#9ca3af"), []).append(ev)
+    for (name, symbol, colour), events in groups.items():
+        stale = (name, symbol, colour) == STALE_MARKER
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": _plain(name, 40),
+                "y": [labels[ev.agent or "unknown"] for ev in events],
+                "x": [_iso(ev.at) for ev in events],
+                "marker": {
+                    "symbol": symbol,
+                    "size": 15 if stale else 11,
+                    "color": colour,
+                    "line": {"width": 2 if stale else 1, "color": colour if stale else "#111827"},
+                },
+                "hovertext": [_event_text(ev, stale) for ev in events],
+                "hovertemplate": "%{hovertext}<extra></extra>",
+            }
+        )
+    height = 110 + 40 * max(len(labels), 2)
+    layout = _layout(
+        barmode="overlay",
+        height=height,
+        xaxis={"type": "date", "side": "top"},
+        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+        legend={"orientation": "h", "y": -40 / height},
+    )
+    layout["margin"] = {"l": 8, "r": 16, "t": 36, "b": 40}
+    return {"data": data, "layout": layout}
+
+
+def _band_text(e: Epoch, labels: Mapping[str, str]) -> str:
+    until = "now" if e.end is None else _iso(e.end)
+    via = f"<br>handoff {_plain(e.handoff_id, 80)}" if e.handoff_id else ""
+    return f"epoch {e.epoch}: {labels[e.owner]}<br>{_iso(e.start)} … {until}{via}"
+
+
+def _event_text(ev: CaseEvent, stale: bool) -> str:
+    parts = [f"<b>{_plain(ev.kind, 20)}</b>{' (stale)' if stale else ''}", _iso(ev.at)]
+    parts.append(f"by {_plain(ev.agent or 'unknown agent', 80)}")
+    if ev.epoch is not None:
+        parts.append(f"epoch {ev.epoch}")
+    if ev.outcome:
+        parts.append(f"outcome {_plain(ev.outcome, 20)}")
+    if ev.handoff_id:
+        parts.append(f"handoff {_plain(ev.handoff_id, 80)}")
+    if ev.detail:
+        parts.append(_plain(ev.detail))
+    return "<br>".join(parts)

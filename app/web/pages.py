@@ -367,10 +367,11 @@ def plotly_js() -> Response:
 
 def install(app: FastAPI) -> None:
     """Add the dashboard to the app: pages, login, static files and their error pages."""
-    from . import sessions, triage, upload
+    from . import cases, sessions, triage, upload
 
     app.include_router(sessions.router)
     app.include_router(router)
+    app.include_router(cases.router)
     app.include_router(triage.router)
     app.include_router(upload.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

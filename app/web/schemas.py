@@ -7,7 +7,8 @@ times are NumericDate seconds.
 
 from __future__ import annotations
 
-from typing import Literal
+import dataclasses
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlmodel import SQLModel
@@ -15,6 +16,7 @@ from sqlmodel import SQLModel
 from app.protocol.encoding import MAX_SAFE_INT, digest_text
 from app.protocol.lifecycle import FlagKind, HopState
 from app.protocol.verdict import Outcome, RefOutcome, Result, Variant
+from app.store.cases import CaseDetail, CaseSummary
 from app.store.models import ActionRow, ElementRow
 from app.store.queries import (
     AgentSummary,
@@ -103,6 +105,8 @@ class VerifyCounts(SQLModel):
 class IngestCounts(VerifyCounts):
     errors: int = Field(description="items that could not be stored (see errors)")
     stored: int = Field(description="elements stored for the first time")
+    envelopes: int = Field(0, description="envelope items read (docs/envelopes.md)")
+    envelope_errors: int = Field(0, description="envelope items with errors (see envelope_errors)")
 
 
 class ItemErrorPublic(SQLModel):
@@ -118,10 +122,20 @@ class VerifyResponse(SQLModel):
     counts: VerifyCounts
 
 
+class EnvelopeErrorPublic(SQLModel):
+    """An envelope item that failed (schema, envelope count, version drift, a malformed
+    acceptance or case event: stored as evidence, never applied to a ledger), or one the
+    database could not store."""
+
+    source: str
+    detail: str
+
+
 class IngestResponse(SQLModel):
     verdicts: list[VerdictPublic]
     counts: IngestCounts
     errors: list[ItemErrorPublic]
+    envelope_errors: list[EnvelopeErrorPublic] = []
 
 
 # --- hops and dialogs -------------------------------------------------------------------
@@ -294,6 +308,9 @@ class FlagPublic(SQLModel):
     snoozed_until: int | None
     note: str | None
     updated_at: int
+    case_id: str | None = Field(
+        default=None, description="the envelope case of a case flag (then iss is the agent)"
+    )
 
     @classmethod
     def from_listing(cls, listing: FlagListing) -> FlagPublic:
@@ -309,6 +326,7 @@ def _flag_fields(listing: FlagListing) -> dict[str, object]:
         "snoozed_until": f.snoozed_until,
         "note": f.note,
         "updated_at": f.updated_at,
+        "case_id": f.case_id,
     }
 
 
@@ -378,6 +396,111 @@ class FlagUpdate(BaseModel):
         if self.action is FlagAction.SNOOZE and self.snoozed_until is None:
             raise ValueError("snooze needs snoozed_until")
         return self
+
+
+# --- envelope cases (docs/envelopes.md) --------------------------------------------------
+
+
+class CasePublic(SQLModel):
+    """A case: its owner and epoch by the ownership ledger (null before anything
+    establishes one), handoffs seen, open flags, and the time of its latest item."""
+
+    case_id: str
+    owner: str | None
+    epoch: int | None
+    handoffs: int
+    open_flags: int
+    last_at: int
+
+    @classmethod
+    def from_summary(cls, summary: CaseSummary) -> CasePublic:
+        return cls.model_validate(dataclasses.asdict(summary))
+
+
+class CasePage(SQLModel):
+    cases: list[CasePublic]
+    next_offset: int | None = Field(description="pass as offset for the next page")
+
+
+class EpochPublic(SQLModel):
+    epoch: int
+    owner: str
+    start: int
+    end: int | None = Field(description="null while current")
+    handoff_id: str | None = Field(description="the handoff whose acceptance began it")
+
+
+class CaseEventPublic(SQLModel):
+    at: int
+    kind: str = Field(description="handoff, accepted, rejected, write, handed-off, act, invalid")
+    agent: str | None
+    epoch: int | None
+    handoff_id: str | None
+    outcome: str | None = Field(description="write/act: applied or rejected")
+    detail: str | None
+    source: str
+
+
+class FactPublic(SQLModel):
+    key: str
+    value: Any
+    source: str | None
+    verified: bool
+
+
+class ReferencePublic(SQLModel):
+    url: str
+    media_type: str | None
+    filename: str | None
+    sha256: str | None
+    size: int | None
+    outcome: str = Field(description="verified, mismatch, unverifiable, missing-hash, expired")
+    detail: str | None
+
+
+class EnvelopePublic(SQLModel):
+    handoff_id: str
+    case_id: str
+    from_agent: str
+    to_agent: str | None
+    epoch: int = Field(description="-1 when the envelope could not be read")
+    received_at: int
+    media_type: str
+    errors: list[str] = Field(description="schema errors and version drift; empty when valid")
+    goal: str | None
+    done: list[str]
+    remaining: list[str]
+    facts: list[FactPublic]
+    open_questions: list[str]
+    constraints: dict[str, Any]
+    summary: str | None
+    references: list[ReferencePublic]
+    response: str | None = Field(description="accepted, rejected, or null")
+    response_detail: str | None
+
+
+class CaseDetailPublic(SQLModel):
+    case_id: str
+    owner: str | None
+    epoch: int | None
+    epochs: list[EpochPublic]
+    events: list[CaseEventPublic]
+    envelopes: list[EnvelopePublic]
+    flags: list[FlagPublic]
+
+    @classmethod
+    def from_detail(cls, detail: CaseDetail, flags: list[FlagListing]) -> CaseDetailPublic:
+        return cls.model_validate(
+            {
+                "case_id": detail.case_id,
+                "owner": detail.owner,
+                "epoch": detail.epoch,
+                "epochs": [dataclasses.asdict(e) for e in detail.epochs],
+                "events": [dataclasses.asdict(e) for e in detail.events],
+                "envelopes": [dataclasses.asdict(e) for e in detail.envelopes],
+                "flags": [_flag_fields(f) for f in flags],
+            }
+        )
 
 
 # --- service ----------------------------------------------------------------------------

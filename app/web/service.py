@@ -22,11 +22,12 @@ from sqlmodel import Session
 
 from app.ingest import Pipeline
 from app.protocol.errors import TrustConfigError
+from app.protocol.refs import ObjectIndex
 from app.protocol.trust import TrustStore
 from app.settings import Settings, SettingsError
 from app.store import db
 from app.store.derive import sweep
-from app.verifying import VerifyOptions
+from app.verifying import VerifyOptions, load_objects
 
 from .errors import ApiError
 
@@ -57,6 +58,19 @@ def load_trust(settings: Settings) -> TrustStore:
         raise ServiceConfigError(str(exc)) from exc
 
 
+def load_objects_dir(settings: Settings) -> ObjectIndex:
+    """The objects held for reference checks (``HANDOFF_TRACE_OBJECTS_DIR``), read once at
+    start-up; none without the setting. An unreadable directory stops the service."""
+    if settings.objects_dir is None:
+        return ObjectIndex()
+    try:
+        return load_objects(settings.objects_dir)
+    except OSError as exc:
+        raise ServiceConfigError(
+            f"cannot read HANDOFF_TRACE_OBJECTS_DIR {settings.objects_dir}: {exc.strerror}"
+        ) from exc
+
+
 def database_url(settings: Settings) -> str:
     return settings.database_url or db.default_url()
 
@@ -72,6 +86,7 @@ class Service:
     engine: Engine
     trust: TrustStore
     clock: Clock = wall_clock
+    objects: ObjectIndex = field(default_factory=ObjectIndex)
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, status)
     items: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, outcome)
     _last_sweep: int | None = None
@@ -85,6 +100,7 @@ class Service:
 
         Raises ServiceConfigError with one clear line for anything that stops it."""
         trust = load_trust(settings)
+        objects = load_objects_dir(settings)
         url = database_url(settings)
         try:
             engine = db.make_engine(url)
@@ -96,7 +112,7 @@ class Service:
             engine.dispose()
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
             raise ServiceConfigError(f"cannot use the database {shown_url(url)}: {first}") from exc
-        return cls(settings=settings, engine=engine, trust=trust, clock=clock)
+        return cls(settings=settings, engine=engine, trust=trust, clock=clock, objects=objects)
 
     def close(self) -> None:
         with self._sweeping:
@@ -110,7 +126,12 @@ class Service:
 
     def pipeline(self, options: VerifyOptions) -> Pipeline:
         return Pipeline(
-            engine=self.engine, trust=self.trust, options=options, timing=self.settings.timing
+            engine=self.engine,
+            trust=self.trust,
+            options=options,
+            timing=self.settings.timing,
+            objects=self.objects,
+            envelope=self.settings.envelope,
         )
 
     def sweep(self, *, force: bool = False) -> int:
@@ -123,7 +144,13 @@ class Service:
                 return 0
         with self._sweeping:
             done = db.run(
-                self.engine, lambda session: sweep(session, now=now, timing=self.settings.timing)
+                self.engine,
+                lambda session: sweep(
+                    session,
+                    now=now,
+                    timing=self.settings.timing,
+                    cases=self.settings.envelope.rules,
+                ),
             )
         with self._lock:
             self._last_sweep = now

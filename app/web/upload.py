@@ -137,9 +137,11 @@ async def upload(
     s = service.settings
     options = s.verify_options(at=now)
     errors: list[Any] = []
+    envelope_errors: list[Any] = []
     if store:
         result = await run_in_threadpool(ingest, service.pipeline(options), [(name, data)], now=now)
         verdicts, skipped, errors = result.verdicts, result.skipped, result.errors
+        envelope_errors = result.envelopes.errors
     else:
         report = await run_in_threadpool(
             verify_inputs, [(name, data)], trust=service.trust, options=options
@@ -151,6 +153,7 @@ async def upload(
             "verdicts": [v.to_json() for v in verdicts],
             "counts": {**counts, "verdicts": len(verdicts), "skipped": skipped},
             "errors": [{"source": e.source, "detail": e.detail} for e in errors],
+            "envelope_errors": [{"source": e.source, "detail": e.detail} for e in envelope_errors],
         },
         indent=2,
     ).encode()

@@ -33,6 +33,23 @@ REJECTIONS = frozenset(
 FLAGS = frozenset(
     {"lost-outcome", "status-conflict", "cancel-not-propagated", "cancel-race", "partial-failure"}
 )
+ENVELOPE_FLAGS = frozenset(
+    {
+        "two-owners",
+        "release-before-accept",
+        "lost-acceptance",
+        "no-owner",
+        "stale-epoch",
+        "expired-reference",
+        "reference-mismatch",
+        "missing-hash",
+        "version-drift",
+        "invalid-envelope",
+        "context-id-reuse",
+        "transcript-dump",
+        "unsourced-fact",
+    }
+)
 
 
 @dataclass

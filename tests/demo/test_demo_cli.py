@@ -36,7 +36,8 @@ def test_outputs_beside_the_capture(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (tmp_path / "x.objects").is_dir()
     lines = [json.loads(line) for line in answers.read_text().splitlines()]
     assert lines and all(
-        set(a) == {"fault", "variant", "iss", "hop", "offer", "dialog", "detail"} for a in lines
+        set(a) == {"fault", "variant", "iss", "hop", "offer", "dialog", "case", "detail"}
+        for a in lines
     )
 
 
@@ -95,3 +96,26 @@ def test_unwritable_paths_exit_2_with_one_line(
 def test_zero_dialogs_is_an_empty_run(tmp_path: Path) -> None:
     assert run_demo(tmp_path, "--dialogs", "0", "--answer-key", str(tmp_path / "a.jsonl")) == 0
     assert (tmp_path / "x.jsonl").read_bytes() == b"" == (tmp_path / "a.jsonl").read_bytes()
+
+
+def test_cases_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    answers = tmp_path / "a.jsonl"
+    code = run_demo(
+        tmp_path,
+        "--dialogs",
+        "0",
+        "--cases",
+        "4",
+        "--fault-rate",
+        "1",
+        "--answer-key",
+        str(answers),
+    )
+    assert code == 0 and "0 dialogs and 4 envelope cases" in capsys.readouterr().err
+    payloads = [
+        json.loads(line)["payload"] for line in (tmp_path / "x.jsonl").read_text().splitlines()
+    ]
+    assert any("case_event" in p for p in payloads)
+    assert any(p.get("method") in ("SendMessage", "message/send") for p in payloads)
+    lines = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert lines and all(a["offer"] is None and a["case"].startswith("case-") for a in lines)

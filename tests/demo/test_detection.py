@@ -1,7 +1,8 @@
 """Detection: the faults of a simulated capture against what `verify` and the store find.
 
 Precision and recall must both be 1.0: every injected fault is found as exactly that
-rejection or flag for that hop, and nothing else is rejected or flagged.
+rejection or flag for that hop (or, for an envelope fault, that flag for that agent,
+handoff and case), and nothing else is rejected or flagged.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from app.cli import main
 from app.protocol.encoding import digest_text
 from app.protocol.handoff import StatusObject, parse_object
 from app.protocol.verify import parse_element
+from app.store import db
+from app.store.models import FlagRow
 
-from .helpers import FLAGS, REJECTIONS, Run, make_run, offer_digest
+from .helpers import ENVELOPE_FLAGS, FLAGS, REJECTIONS, Run, make_run, offer_digest
 
 SEEDS = (11, 12, 13)
 
@@ -59,8 +63,8 @@ def rejections_expected(run: Run) -> Counter[tuple[Any, ...]]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_verify_rejects_every_injected_fault_and_nothing_else(tmp_path: Path, seed: int) -> None:
     run = make_run(tmp_path, seed=seed, dialogs=40, fault_rate=0.3)
-    # The deck deals every kind once a run has 15 faults.
-    assert {a["fault"] for a in run.answers} == REJECTIONS | FLAGS
+    # The decks deal every kind once a run has 15 (13 envelope) faults.
+    assert {a["fault"] for a in run.answers} == REJECTIONS | FLAGS | ENVELOPE_FLAGS
     assert rejections_found(run) == rejections_expected(run)
 
 
@@ -122,11 +126,27 @@ def _flags_expected(answers: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
     expected: Counter[tuple[Any, ...]] = Counter()
     for a in answers:
         if a["fault"] in REJECTIONS - {"equivocation"}:
-            expected["rejected-element", a["fault"], a["iss"], a["hop"]] += 1
+            expected["rejected-element", a["fault"], a["iss"], a["hop"], None] += 1
         else:
             variant = a["variant"] if a["fault"] in ("equivocation", "status-conflict") else None
-            expected[a["fault"], variant, a["iss"], a["hop"]] += 1
+            expected[a["fault"], variant, a["iss"], a["hop"], a["case"]] += 1
     return expected
+
+
+def _flags_found(flags: list[Any]) -> Counter[tuple[Any, ...]]:
+    """The store's flags as the answer key names them. An envelope flag's variant is the
+    service's own account of the fault (a media type, ``schema`` or ``count``), which the
+    simulator's variants do not try to predict."""
+    return Counter(
+        (
+            f["kind"],
+            None if f["kind"] in ENVELOPE_FLAGS else f["variant"],
+            f["iss"],
+            f["hop"],
+            f["case_id"],
+        )
+        for f in flags
+    )
 
 
 def _cli(argv: list[str]) -> tuple[int, str, str]:
@@ -150,12 +170,27 @@ def _load(directory: Path, url: str, *options: str) -> tuple[list[Any], list[Any
         assert now is not None, err
         code, out, err = _cli(["flags", "--json", "--now", now.group(1)])
         assert code == 0, err
-    return [json.loads(line) for line in answers.read_text().splitlines()], json.loads(out)
+    flags = json.loads(out)
+    cases = _case_ids(url)
+    for f in flags:
+        f["case_id"] = cases[f["id"]]
+    return [json.loads(line) for line in answers.read_text().splitlines()], flags
+
+
+def _case_ids(url: str) -> dict[int, str | None]:
+    """Each flag's case (`flags --json` does not print it): the flag table's ``case_id``."""
+    engine = db.make_engine(url)
+    try:
+        with db.transaction(engine) as session:
+            rows = session.execute(select(FlagRow.id, FlagRow.case_id)).all()
+    finally:
+        engine.dispose()
+    return {int(i): c for i, c in rows}
 
 
 def _store_mismatch(answers: list[Any], flags: list[Any]) -> tuple[Counter[Any], Counter[Any]]:
     """(missing, extra) flags."""
-    found = Counter((f["kind"], f["variant"], f["iss"], f["hop"]) for f in flags)
+    found = _flags_found(flags)
     expected = _flags_expected(answers)
     return +expected - found, found - +expected
 
@@ -170,7 +205,7 @@ def test_store_flags_every_injected_fault_and_nothing_else(
     loaded: tuple[list[Any], list[Any]],
 ) -> None:
     answers, flags = loaded
-    assert {a["fault"] for a in answers} == REJECTIONS | FLAGS
+    assert {a["fault"] for a in answers} >= REJECTIONS | FLAGS
     assert _store_mismatch(answers, flags) == (Counter(), Counter())
 
 
@@ -190,3 +225,19 @@ def test_store_flags_an_offer_whose_header_carries_a_key(
     named = {(f["kind"], f["variant"], f["iss"], f["hop"]) for f in flags}
     for a in embedded:
         assert ("rejected-element", "untrusted-key", a["iss"], a["hop"]) in named
+
+
+# --- envelope cases: the case flags the store reports (issue 7, section 6) ---------------
+
+
+@pytest.mark.parametrize("seed", (31, 32, 33))
+def test_store_flags_every_envelope_fault_and_nothing_else(
+    tmp_path: Path, databases: Any, seed: int
+) -> None:
+    """A run that is mostly envelope cases (three dialogs, thirty cases): each envelope
+    fault is found as its flag for its agent, handoff and case, and no clean handoff,
+    acceptance, rejection, reference or case event raises one."""
+    options = ["--seed", str(seed), "--dialogs", "3", "--cases", "30", "--fault-rate", "0.35"]
+    answers, flags = _load(tmp_path, databases.new("sqlite"), *options)
+    assert {a["fault"] for a in answers} >= ENVELOPE_FLAGS
+    assert _store_mismatch(answers, flags) == (Counter(), Counter())

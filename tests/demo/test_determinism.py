@@ -81,13 +81,16 @@ def test_another_seed_another_run(tmp_path: Path) -> None:
     assert [x["hop"] for x in a.answers] != [x["hop"] for x in b.answers]
 
 
-def test_generate_is_a_stream_of_dialogs() -> None:
+def test_generate_is_a_stream_of_dialogs_and_cases() -> None:
     cast = make_cast(3, 8)
-    dialogs = generate(DemoConfig(seed=3, dialogs=10**9), cast)  # lazily: never all made
-    assert iter(dialogs) is dialogs
-    first, second = next(dialogs), next(dialogs)
+    outputs = generate(DemoConfig(seed=3, dialogs=10**9), cast)  # lazily: never all made
+    assert iter(outputs) is outputs
+    first, case, second = next(outputs), next(outputs), next(outputs)
+    assert not first.case and case.case and not second.case
     assert (first.index, second.index) == (0, 1) and second.start > first.start
     assert first.records and all(r.at >= first.start for r in first.records)
+    # A case starts with the dialog before it, so the writer's merge order holds.
+    assert case.start == first.start and all(r.at >= case.start for r in case.records)
 
 
 def test_writing_keeps_memory_flat(tmp_path: Path) -> None:
@@ -104,3 +107,15 @@ def test_writing_keeps_memory_flat(tmp_path: Path) -> None:
     written = paths.out.stat().st_size + paths.cbor.stat().st_size
     assert summary.dialogs == 400 and written > 5 * 2**20
     assert peak < 3 * 2**20, f"peak {peak} bytes while writing {written}"
+
+
+def test_the_make_run_demo_holds_every_envelope_fault_kind() -> None:
+    """``make run`` (run-demo's defaults: 40 dialogs, seed 7) shows every kind of case flag."""
+    from app.demo.cases import ENVELOPE_FAULTS
+    from app.run_cli import demo_config
+
+    config = demo_config(dialogs=40, seed=7, start=0)
+    kinds = set()
+    for output in generate(config, make_cast(config.seed, config.agents)):
+        kinds.update(a["fault"] for a in output.answers if output.case)
+    assert kinds == set(ENVELOPE_FAULTS)

@@ -17,6 +17,9 @@ from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
 from mcp import types as mcp_types
 
+from app.demo import DemoConfig, generate
+from app.demo.agents import make_cast
+
 from .helpers import make_run
 
 _A2A10_REQUESTS = {
@@ -69,6 +72,17 @@ def check(payload: dict[str, Any]) -> str:
     """Parse ``payload`` with the SDK that owns its shape; returns the shape's name."""
     if "offer" in payload or "status" in payload:
         return "raw"
+    if "case_event" in payload:  # not A2A: what a case system logged (docs/envelopes.md)
+        assert set(payload["case_event"]) == {
+            "case_id",
+            "agent",
+            "action",
+            "epoch",
+            "at",
+            "outcome",
+            "detail",
+        }
+        return "case_event"
     method = payload.get("method")
     if method in _A2A10_REQUESTS:
         _strict(payload["params"], _A2A10_REQUESTS[method]())
@@ -106,6 +120,26 @@ def test_every_emitted_host_message_parses_with_the_real_sdk(tmp_path: Path) -> 
         "mcp tools/call",
         "mcp CallToolResult",
         "mcp notifications/cancelled",
+        "case_event",
+    }
+
+
+def test_every_envelope_case_message_parses_with_the_real_sdk() -> None:
+    """The cases' traffic: handoff messages with envelope data parts and url parts, and
+    the acceptance and rejection Tasks, in both A2A versions."""
+    cast = make_cast(9, 10)
+    config = DemoConfig(seed=9, dialogs=4, cases=25, fault_rate=0.3)
+    shapes: dict[str, int] = {}
+    for output in generate(config, cast):
+        for record in output.records if output.case else ():
+            shape = check(record.value["payload"])
+            shapes[shape] = shapes.get(shape, 0) + 1
+    assert set(shapes) == {
+        "a2a-1.0 SendMessage",
+        "a2a-1.0 task",
+        "a2a-0.3 message/send",
+        "a2a-0.3 task",
+        "case_event",
     }
 
 

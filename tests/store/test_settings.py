@@ -68,3 +68,35 @@ def test_unsafe_or_malformed_values_are_refused(name: str, value: str, message: 
     with pytest.raises(SettingsError, match=message) as info:
         Settings.from_env({name: value})
     assert "\n" not in str(info.value)
+
+
+def test_envelope_settings() -> None:
+    env = {
+        "HANDOFF_TRACE_ENVELOPE_TYPES": " application/vnd.acme.handoff.v2+json , "
+        "Application/VND.acme.handoff.v3+json",
+        "HANDOFF_TRACE_ACCEPT_WINDOW": "600",
+        "HANDOFF_TRACE_TRANSCRIPT_BYTES": "4096",
+        "HANDOFF_TRACE_OBJECTS_DIR": "/srv/objects",
+    }
+    s = Settings.from_env(env)
+    assert s.envelope.types == {
+        "application/vnd.acme.handoff.v2+json",
+        "application/vnd.acme.handoff.v3+json",
+    }
+    assert (s.envelope.rules.accept_window, s.envelope.rules.transcript_bytes) == (600, 4096)
+    assert s.objects_dir == Path("/srv/objects")
+    assert Settings().envelope.types == {"application/vnd.acme.handoff.v2+json"}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("HANDOFF_TRACE_ENVELOPE_TYPES", " , ", "must name at least one media type"),
+        ("HANDOFF_TRACE_ENVELOPE_TYPES", "handoff v2", "is not a media type"),
+        ("HANDOFF_TRACE_ACCEPT_WINDOW", "0", "ACCEPT_WINDOW must be at least 1"),
+        ("HANDOFF_TRACE_TRANSCRIPT_BYTES", "0", "TRANSCRIPT_BYTES must be at least 1"),
+    ],
+)
+def test_bad_envelope_settings_are_refused(name: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env({name: value})

@@ -7,6 +7,9 @@ status whose ``detail`` carries a bidi override, and an offer from that agent to
 identity the trust store does not know, and one the policy rejects (so the hostile issuer
 reaches the triage queue and the overview), and a copy of its offer with a key in the
 header (refused before parsing, kept as evidence).
+
+Envelope traffic: the demo run's cases, and the seed's worked example (tests/web/case_data.py)
+starting with the run, its transcript among the run's objects.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from app.protocol.verify import parse_element
 from app.store import db
 from app.store.models import FlagRow
 from app.verifying import VerifyOptions, load_objects
+from tests.web import case_data
 
 HOSTILE_AGENT = "spiffe://evil.example/<img/src=x/onerror=alert(document.domain)>"
 HOSTILE_DIALOG = "ctx-<script>alert(2)</script>"
@@ -85,6 +89,8 @@ def build(root: Path, *, dialogs: int = 10, seed: int = 1) -> Dataset:
     trust_path = root / "trust.json"
     trust_path.write_text(json.dumps(doc))
     trust_path.chmod(0o644)
+    (paths.objects / case_data.TRANSCRIPT).write_bytes(case_data.TRANSCRIPT_TEXT)
+    worked = "".join(json.dumps(r) + "\n" for r in case_data.records(summary.first)).encode()
     url = f"sqlite:///{root / 'store.db'}"
     engine = db.make_engine(url)
     try:
@@ -100,6 +106,7 @@ def build(root: Path, *, dialogs: int = 10, seed: int = 1) -> Dataset:
             (str(paths.out), paths.out.read_bytes()),
             (str(paths.cbor), paths.cbor.read_bytes()),
             ("hostile.jsonl", hostile),
+            ("worked-example.jsonl", worked),
         ]
         report = ingest(pipeline, inputs, now=now)
         assert not report.errors, report.errors

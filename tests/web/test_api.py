@@ -80,7 +80,7 @@ def test_ingest_answers_the_spec_11_verdicts_and_counts(api: Api, world: World) 
     response = api.post("/api/v1/ingest", body, role="ingest")
     assert response.status_code == 200
     answer = response.json()
-    assert set(answer) == {"verdicts", "counts", "errors"}
+    assert set(answer) == {"verdicts", "counts", "errors", "envelope_errors"}
     assert [v["outcome"] for v in answer["verdicts"]] == ["accept"] * 5 + ["reject"] + [
         "accept"
     ] * 2
@@ -95,8 +95,10 @@ def test_ingest_answers_the_spec_11_verdicts_and_counts(api: Api, world: World) 
         "errors": 0,
         "skipped": 0,
         "stored": 8,  # the refused twin too: kept as evidence
+        "envelopes": 0,
+        "envelope_errors": 0,
     }
-    assert answer["errors"] == []
+    assert answer["errors"] == answer["envelope_errors"] == []
     # The same JSON per element as `verify --json` (SPEC 11), sources named "request:N".
     expected = verify_inputs([("request", body)], trust=world.trust, options=VerifyOptions(at=NOW))
     assert answer["verdicts"] == [v.to_json() for v in expected.verdicts]

@@ -29,6 +29,8 @@ MATRIX = [
     ("GET", "/api/v1/flags", READ),
     ("GET", "/api/v1/flags/1", READ),
     ("PATCH", "/api/v1/flags/1", {"operator", "admin"}),
+    ("GET", "/api/v1/cases", READ),
+    ("GET", "/api/v1/cases/C-1", READ),
     ("GET", "/api/v1/metrics", READ),
     ("GET", "/api/v1/healthz", ANYONE),
     ("GET", "/api/v1/readyz", ANYONE),
@@ -59,7 +61,8 @@ def test_the_matrix_covers_every_route(sqlite_api: Api) -> None:
             m,
             p.replace(DIGEST, "{offer_digest}" if "/hops/" in p else "{digest}")
             .replace("ctx-1", "{dialog}")
-            .replace("/flags/1", "/flags/{flag_id}"),
+            .replace("/flags/1", "/flags/{flag_id}")
+            .replace("/cases/C-1", "/cases/{case_id}"),
         )
         for m, p, _ in MATRIX
         if not p.endswith("openapi.json")

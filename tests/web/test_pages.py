@@ -20,6 +20,7 @@ from app.store import db
 from app.store.tokens import Role
 from app.store.users import create_user
 from app.web.app import create_app
+from tests.web import case_data
 from tests.web.dashboard_data import BIDI_DETAIL, HOSTILE_AGENT, HOSTILE_DIALOG, Dataset, build
 
 PASSWORD = "a long enough password"
@@ -34,6 +35,8 @@ PAGES = (
     "/trust",
     "/search?q=ctx-",
     "/upload",
+    "/cases",
+    "/cases?q=case&flagged=1",
 )
 
 
@@ -406,6 +409,27 @@ def test_an_empty_store_renders_every_page(dataset: Dataset, tmp_path: Path) -> 
         assert client.get("/dialogs/nothing-here").status_code == 404
         assert client.get("/hops/not-a-digest").status_code == 404
         assert client.get("/flags/12345").status_code == 404
+        assert "No cases yet" in client.get("/cases").text
+        missing = client.get("/cases/case-nowhere")
+        assert missing.status_code == 404 and "No such case" in missing.text
+
+
+def test_the_worked_example_case_page_and_its_flag_in_triage(dash: Dash) -> None:
+    dash.login("rita")
+    response = dash.client.get(f"/cases/{case_data.CASE}")
+    html = response.text
+    assert response.headers["content-security-policy"].startswith("default-src 'none'")
+    assert " style=" not in html and "<script>" not in html.replace("<script src=", "")
+    assert "owner (epoch band)" in html and "stale or rejected write/act" in html
+    assert '<span class="badge ref-verified">verified</span>' in html
+    flag = re.search(r'href="/flags/(\d+)">#\d+ unsourced-fact</a>', html)
+    assert flag, "the unsourced claim is flagged and linked to its triage page"
+    queue = dash.client.get("/flags?kind=unsourced-fact").text
+    assert f'href="/cases/{case_data.CASE}"' in queue
+    page = dash.client.get(f"/flags/{flag.group(1)}").text
+    assert f'<a href="/cases/{case_data.CASE}">' in page
+    listed = dash.client.get("/cases?q=2026-0042").text
+    assert f'href="/cases/{case_data.CASE}"' in listed and "No case matches" not in listed
 
 
 def test_refused_octets_open_their_own_page_and_show_on_their_hop(dash: Dash) -> None:
