@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import itertools
 import random
+import threading
 from typing import Any
 
 import pytest
@@ -380,3 +381,36 @@ def test_any_order_leaves_the_same_store_postgresql(databases: Any, seed: int) -
     order = list(range(N))[::-1] if seed == 1 else random.Random(seed).sample(range(N), N)
     result = ingest_in(databases.new("postgresql"), order, [] if seed == 1 else [N // 2])
     assert result == expected(databases, "postgresql") == expected(databases, "sqlite")
+
+
+def test_concurrent_workers_on_postgresql_agree_with_one(databases: Any) -> None:
+    """Workers storing the same items at once, one item per transaction, in their own
+    orders: case locks serialise each case's derivation, so the store ends as one worker
+    would leave it."""
+    records = scenario()
+    engine = db.make_engine(databases.new("postgresql"))
+    failures: list[BaseException] = []
+    reports: list[IngestReport] = []
+    start = threading.Barrier(4)
+
+    def worker(seed: int) -> None:
+        try:
+            start.wait()
+            for record_ in random.Random(seed).sample(records, len(records)):
+                reports.append(run(engine, [record_]))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert failures == []
+        assert [e for r in reports for e in r.envelopes.errors if "database" in e.detail] == []
+        with db.transaction(engine) as session:
+            sweep(session, now=NOW + 1, timing=TIMING, cases=RULES)
+        assert snapshot(engine) == expected(databases, "postgresql")
+    finally:
+        engine.dispose()
