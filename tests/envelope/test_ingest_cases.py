@@ -11,6 +11,7 @@ import random
 import threading
 from typing import Any
 
+import cbor2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as strategies
@@ -414,3 +415,29 @@ def test_concurrent_workers_on_postgresql_agree_with_one(databases: Any) -> None
         assert snapshot(engine) == expected(databases, "postgresql")
     finally:
         engine.dispose()
+
+
+def test_a_cbor_capture_keeps_its_octets(engine: Engine) -> None:
+    """A CBOR item may hold byte strings, which JSON cannot: its octets are its CBOR."""
+    request = send_v1(message_v1())
+    # Not a protobuf JSON value: set after the SDK built the message.
+    request["params"]["message"]["parts"][1]["data"]["constraints"]["token"] = b"\x00\x01"
+    payload = record(request, T0, BILLING)
+    pipeline_run = ingest(
+        Pipeline(
+            engine=engine,
+            trust=trust(),
+            options=VerifyOptions(at=NOW),
+            timing=TIMING,
+            envelope=EnvelopeConfig(rules=RULES),
+        ),
+        [("capture.cbor", cbor2.dumps(payload))],
+        now=NOW,
+    )
+    assert pipeline_run.envelopes.stored == 1 and pipeline_run.envelopes.errors == []
+    with db.transaction(engine) as session:
+        row = session.execute(select(EnvelopeItemRow)).scalar_one()
+        detail = case_detail(session, CASE)
+    assert (row.format, cbor2.loads(row.octets)) == ("cbor", payload)
+    assert row.envelope is None  # not JSON; the octets keep it
+    assert detail is not None and detail.owner == TRIAGE
