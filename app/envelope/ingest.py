@@ -99,7 +99,7 @@ class EnvelopeIngest:
     def _store(self, rows: list[EnvelopeItemRow]) -> int | None:
         keys = frozenset(
             [case_lock(r.case_id) for r in rows]
-            + [context_lock(r.context_id) for r in rows if r.context_id]
+            + [context_lock(r.context_id) for r in rows if r.context_id and r.to_agent]
         )
         for _ in range(_RESTARTS):
             try:
