@@ -35,7 +35,7 @@ from .schema import schema_errors
 
 DEFAULT_TYPES = frozenset({"application/vnd.acme.handoff.v2+json"})
 # What a handoff envelope's media type looks like, whatever its vendor and version.
-HANDOFF_LIKE = re.compile(r"application/vnd\.[^/;\s]+\.handoff\.[^/;\s]*\+json", re.IGNORECASE)
+HANDOFF_LIKE = re.compile(r"application/vnd\.[^/;\s]+\.handoff(\.[^/;\s]+)?\+json", re.IGNORECASE)
 COUNT_ERROR = "expected exactly one supported handoff envelope"
 _A2A_SEND = ("SendMessage", "SendStreamingMessage", "message/send", "message/stream")
 _ACTIONS = ("write", "handed-off", "act")

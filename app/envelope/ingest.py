@@ -33,7 +33,7 @@ from app.store.envelopes import (
 from app.store.models import EnvelopeItemRow
 
 from .config import EnvelopeConfig
-from .extract import EnvelopeItem, ItemKind, find_items
+from .extract import EnvelopeItem, find_items
 from .references import check_reference
 
 _RESTARTS = 50  # as for signed items: restarts after finding a lock taken
@@ -99,7 +99,7 @@ class EnvelopeIngest:
     def _store(self, rows: list[EnvelopeItemRow]) -> int | None:
         keys = frozenset(
             [case_lock(r.case_id) for r in rows]
-            + [context_lock(r.context_id) for r in rows if r.context_id]
+            + [context_lock(r.context_id) for r in rows if r.context_id and r.to_agent]
         )
         for _ in range(_RESTARTS):
             try:
@@ -198,14 +198,3 @@ def _row(
         text_bytes=item.text_bytes,
         ingested_at=now,
     )
-
-
-__all__ = [
-    "EnvelopeConfig",
-    "EnvelopeError",
-    "EnvelopeIngest",
-    "EnvelopeReport",
-    "ItemKind",
-    "item_rows",
-    "payload_octets",
-]

@@ -45,14 +45,23 @@ def store_items(session: Session, rows: Sequence[EnvelopeItemRow]) -> int:
 
 def affected_cases(session: Session, rows: Sequence[EnvelopeItemRow], *, locks: Locks) -> set[str]:
     """The cases whose ledger these items may change: their own, and every case with a
-    message of the same context id (its first receiver may have changed). Raises NeedLocks."""
+    message presenting the same context id to a receiver (the context's first receiver may
+    have changed; see ``app.envelope.ledger.first_receivers``). Raises NeedLocks."""
     cases = {r.case_id or UNKNOWN_CASE for r in rows}
-    contexts = {r.context_id for r in rows if r.context_id}
+    contexts = {r.context_id for r in rows if _presents_context(r)}
     if contexts:
         locks.need(context_lock(c) for c in contexts)
-        query = select(EnvelopeItemRow.case_id).where(EnvelopeItemRow.context_id.in_(contexts))
+        query = select(EnvelopeItemRow.case_id).where(
+            EnvelopeItemRow.context_id.in_(contexts), EnvelopeItemRow.to_agent.is_not(None)
+        )
         cases |= {c or UNKNOWN_CASE for c in session.execute(query.distinct()).scalars()}
     return cases
+
+
+def _presents_context(row: EnvelopeItemRow) -> bool:
+    # Only a message with a known receiver presents its context id to someone; an
+    # acceptance's context id is its sender's own.
+    return bool(row.context_id and row.to_agent)
 
 
 def derive_cases(
@@ -72,7 +81,7 @@ def derive_cases(
 def case_ledger(session: Session, case_id: str, *, now: int, rules: CaseRules) -> Ledger:
     """The pure ledger of one case over its stored items."""
     items = case_items(session, case_id)
-    contexts = {i.context_id for i in items if i.context_id}
+    contexts = {i.context_id for i in items if i.context_id and i.to_agent}
     return derive_ledger(
         case_id or None,
         items,

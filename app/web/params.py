@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import Path, Query, Request
@@ -27,7 +28,10 @@ from .errors import ApiError, PayloadTooLarge
 
 def reject_unknown_query(request: Request) -> None:
     """Refuse query parameters the route does not take (422), rather than ignore them: a
-    misspelt filter (``?stat=offered``) must not quietly answer every hop."""
+    misspelt filter (``?stat=offered``) must not quietly answer every hop. A parameter given
+    twice is refused too: every query parameter of the API takes one value, and silently
+    keeping the last of ``?receiver=a&receiver=b`` would verify for a receiver nobody
+    chose."""
     names: dict[tuple[str, str], frozenset[str]] | None = getattr(
         request.app.state, "query_names", None
     )
@@ -50,6 +54,15 @@ def reject_unknown_query(request: Request) -> None:
             [
                 {"type": "extra_forbidden", "loc": ("query", name), "msg": "unknown parameter"}
                 for name in unknown
+            ]
+        )
+    given = Counter(name for name, _ in request.query_params.multi_items())
+    repeated = sorted(name for name, n in given.items() if n > 1)
+    if repeated:
+        raise RequestValidationError(
+            [
+                {"type": "too_long", "loc": ("query", name), "msg": "given more than once"}
+                for name in repeated
             ]
         )
 

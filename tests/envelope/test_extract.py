@@ -226,3 +226,9 @@ def test_media_type_parameters_and_case_do_not_matter() -> None:
         send_v1(message_v1(media_type="Application/VND.acme.handoff.v2+json; charset=utf-8"))
     )
     assert item.kind is ItemKind.HANDOFF and item.media_type == V2
+
+
+def test_any_vendor_or_unversioned_handoff_type_is_drift() -> None:
+    for media in ("application/vnd.other.handoff.v2+json", "application/vnd.acme.handoff+json"):
+        [item] = items(send_v1(message_v1(media_type=media)))
+        assert (item.kind, item.drift) == (ItemKind.INVALID, (media,))

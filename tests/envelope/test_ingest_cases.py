@@ -8,8 +8,10 @@ import dataclasses
 import functools
 import itertools
 import random
+import threading
 from typing import Any
 
+import cbor2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as strategies
@@ -380,3 +382,62 @@ def test_any_order_leaves_the_same_store_postgresql(databases: Any, seed: int) -
     order = list(range(N))[::-1] if seed == 1 else random.Random(seed).sample(range(N), N)
     result = ingest_in(databases.new("postgresql"), order, [] if seed == 1 else [N // 2])
     assert result == expected(databases, "postgresql") == expected(databases, "sqlite")
+
+
+def test_concurrent_workers_on_postgresql_agree_with_one(databases: Any) -> None:
+    """Workers storing the same items at once, one item per transaction, in their own
+    orders: case locks serialise each case's derivation, so the store ends as one worker
+    would leave it."""
+    records = scenario()
+    engine = db.make_engine(databases.new("postgresql"))
+    failures: list[BaseException] = []
+    reports: list[IngestReport] = []
+    start = threading.Barrier(4)
+
+    def worker(seed: int) -> None:
+        try:
+            start.wait()
+            for record_ in random.Random(seed).sample(records, len(records)):
+                reports.append(run(engine, [record_]))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert failures == []
+        assert [e for r in reports for e in r.envelopes.errors if "database" in e.detail] == []
+        with db.transaction(engine) as session:
+            sweep(session, now=NOW + 1, timing=TIMING, cases=RULES)
+        assert snapshot(engine) == expected(databases, "postgresql")
+    finally:
+        engine.dispose()
+
+
+def test_a_cbor_capture_keeps_its_octets(engine: Engine) -> None:
+    """A CBOR item may hold byte strings, which JSON cannot: its octets are its CBOR."""
+    request = send_v1(message_v1())
+    # Not a protobuf JSON value: set after the SDK built the message.
+    request["params"]["message"]["parts"][1]["data"]["constraints"]["token"] = b"\x00\x01"
+    payload = record(request, T0, BILLING)
+    pipeline_run = ingest(
+        Pipeline(
+            engine=engine,
+            trust=trust(),
+            options=VerifyOptions(at=NOW),
+            timing=TIMING,
+            envelope=EnvelopeConfig(rules=RULES),
+        ),
+        [("capture.cbor", cbor2.dumps(payload))],
+        now=NOW,
+    )
+    assert pipeline_run.envelopes.stored == 1 and pipeline_run.envelopes.errors == []
+    with db.transaction(engine) as session:
+        row = session.execute(select(EnvelopeItemRow)).scalar_one()
+        detail = case_detail(session, CASE)
+    assert (row.format, cbor2.loads(row.octets)) == ("cbor", payload)
+    assert row.envelope is None  # not JSON; the octets keep it
+    assert detail is not None and detail.owner == TRIAGE

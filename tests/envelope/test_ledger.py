@@ -263,3 +263,23 @@ def test_any_order_and_any_repeats_give_the_same_ledger(
         "invalid-envelope",
         "no-owner",
     }
+
+
+def test_an_answer_links_by_task_id_or_by_the_epoch_before_its_own() -> None:
+    sent = message_v1()
+    sent["taskId"] = "task-7"
+    by_task = answer(False, epoch=None, handoff_id=None, reason="no")
+    result = ledger(
+        [
+            record(send_v1(sent), T0 + 10, BILLING),
+            record(
+                response(task_v1(by_task, state="TASK_STATE_REJECTED", task_id="task-7")),
+                T0 + 20,
+                TRIAGE,
+            ),
+        ]
+    )
+    assert result.responses == {f"{CASE}:4": ("rejected", "no")}
+    by_epoch = record(response(task_v1(answer(True, handoff_id=None))), T0 + 20, TRIAGE)
+    result = ledger([handoff(T0 + 10), by_epoch])
+    assert (result.owner, result.epochs[-1].handoff_id) == (BILLING, f"{CASE}:4")

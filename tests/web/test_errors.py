@@ -58,6 +58,8 @@ def test_the_error_shape_is_pinned(sqlite_api: Api) -> None:
         ("GET", "/api/v1/hops", "ingest", 403, "forbidden"),
         ("GET", "/api/v1/hops?limit=501", "admin", 422, "invalid-request"),
         ("GET", "/api/v1/hops?state=lost", "admin", 422, "invalid-request"),
+        ("GET", "/api/v1/hops?state=offered&state=accepted", "admin", 422, "invalid-request"),
+        ("GET", "/api/v1/cases?q=a&q=b", "admin", 422, "invalid-request"),
         ("GET", "/api/v1/hops?cursor=bm9wZQ", "admin", 400, "bad-cursor"),
         ("GET", "/api/v1/hops?cursor=%%%", "admin", 400, "bad-cursor"),
         ("GET", "/api/v1/flags?cursor=WyJ4Il0", "admin", 400, "bad-cursor"),
