@@ -35,7 +35,7 @@ every run (states, agents, dialogs, time windows, pages, digest prefixes of stor
 elements); the kinds of query are interleaved in random order. p50/p99 per kind.
 
     .venv/bin/python bench/query_scale.py [--hops 1000000] [--runs 200] [--signed 2000]
-                                          [--seed 1] [--quick]
+                                          [--seed 1] [--only QUERY ...] [--explain] [--quick]
 
 Prints a table and writes bench/results/query_scale.json (``--quick``: 20,000 hops, 30 runs,
 query_scale_quick.json). The cluster is stopped and removed on any exit, Ctrl-C included.
@@ -58,6 +58,7 @@ from typing import Any
 
 import psycopg
 from _support import interruptible, postgres, write_results
+from sqlalchemy import event
 
 from app.protocol.encoding import b64url_encode, digest_text, handoff_digest
 from app.protocol.lifecycle import A2A_STATE, SEVERITY, FlagKind, HopState, Timing
@@ -765,6 +766,41 @@ def measure(url: str, data: Loaded, runs: int, seed: int, only: list[str]) -> li
     return rows
 
 
+def explain(url: str, data: Loaded, names: list[str], seed: int) -> dict[str, dict]:
+    """For each kind of query: run it once, and ``EXPLAIN (ANALYZE, BUFFERS)`` its slowest
+    SQL statement with the same parameters: where the time of a miss goes."""
+    engine = db.make_engine(url)
+    statements: list[tuple[float, str, Any]] = []
+
+    def before(conn: Any, _cursor: Any, _sql: str, _params: Any, _ctx: Any, _many: bool) -> None:
+        conn.info["started"] = time.perf_counter()
+
+    def after(conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, _many: bool) -> None:
+        statements.append((time.perf_counter() - conn.info["started"], sql, params))
+
+    plans: dict[str, dict] = {}
+    rng = random.Random(f"query-scale-explain:{seed}")
+    try:
+        for name in names:
+            statements.clear()
+            event.listen(engine, "before_cursor_execute", before)
+            event.listen(engine, "after_cursor_execute", after)
+            try:
+                with reading(engine) as s:
+                    QUERIES[name][1](s, rng, data)
+            finally:
+                event.remove(engine, "before_cursor_execute", before)
+                event.remove(engine, "after_cursor_execute", after)
+            took, sql, params = max(statements, key=lambda x: x[0])
+            with engine.connect() as conn:
+                lines = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+                plan = [row[0] for row in lines]
+            plans[name] = {"statement_ms": round(took * 1000, 1), "sql": sql, "plan": plan}
+    finally:
+        engine.dispose()
+    return plans
+
+
 def table_sizes(url: str) -> dict[str, str]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(
@@ -776,7 +812,9 @@ def table_sizes(url: str) -> dict[str, str]:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'query':18} {'runs':>5} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}  target")
+    print(
+        f"{'query':18} {'runs':>5} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}  target"
+    )
     for r in rows:
         print(
             f"{r['query']:18} {r['runs']:>5} {r['p50_ms']:>8.1f} {r['p90_ms']:>8.1f} "
@@ -794,6 +832,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", nargs="*", default=[], choices=list(QUERIES), metavar="QUERY")
     parser.add_argument("--quick", action="store_true", help="20,000 hops, 30 runs")
+    parser.add_argument(
+        "--explain", action="store_true", help="EXPLAIN ANALYZE every kind (default: misses)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.hops, args.runs = 20_000, 30
@@ -815,6 +856,11 @@ def main() -> None:
         print(f"loaded in {data.seconds:.0f} s", file=sys.stderr)
         sizes = table_sizes(plain)
         rows = measure(url, data, args.runs, args.seed, args.only)
+        missed = [r["query"] for r in rows if r["target"] == "missed" or args.explain]
+        plans = explain(url, data, missed, args.seed) if missed else {}
+    for name, found in plans.items():
+        print(f"\n{name}: slowest statement {found['statement_ms']} ms\n{found['sql']}")
+        print("\n".join(found["plan"]))
     print_table(rows)
     doc = {
         "params": vars(args),
@@ -828,6 +874,7 @@ def main() -> None:
         "dialogs": len(data.dialogs) + len(data.big_dialogs),
         "targets": {"p50_ms": P50_TARGET_MS, "p99_ms": P99_TARGET_MS},
         "results": rows,
+        "plans": plans,
     }
     path = write_results("query_scale_quick" if args.quick else "query_scale", doc)
     print(f"written {path}", file=sys.stderr)

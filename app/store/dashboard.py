@@ -319,6 +319,20 @@ def _digest_range(prefix: str) -> tuple[bytes, bytes | None] | None:
     return low, high
 
 
+def _distinct_like(session: Session, column: Any, like: str, *, limit: int) -> list[str]:
+    """Distinct values of an indexed column matching ``like`` (escaped with ``\\``).
+
+    A ``LIKE '%text%'`` can use no index, so ``SELECT DISTINCT .. WHERE LIKE`` reads every
+    hop (a million rows: ~0.5 s). There are few agents, so walk the column's index from one
+    distinct value to the next instead (a recursive "loose index scan": one index probe per
+    agent) and match only those values."""
+    walk = select(func.min(column).label("value")).cte("walk", recursive=True)
+    following = select(func.min(column)).where(column > walk.c.value).scalar_subquery()
+    walk = walk.union_all(select(following).where(walk.c.value.is_not(None)))
+    query = select(walk.c.value).where(walk.c.value.like(like, escape="\\")).limit(limit)
+    return [value for (value,) in session.execute(query)]
+
+
 def search(session: Session, *, text: str, limit: int = 20) -> Found:
     """Hops by hop id or task id, dialogs and agents by exact or leading text, elements by
     digest prefix (4 characters at least)."""
@@ -345,9 +359,7 @@ def search(session: Session, *, text: str, limit: int = 20) -> Found:
         {
             a
             for column in (HopRow.iss, HopRow.aud)
-            for (a,) in session.execute(
-                select(column).where(column.like("%" + like, escape="\\")).distinct().limit(limit)
-            )
+            for a in _distinct_like(session, column, "%" + like, limit=limit)
         }
     )[:limit]
     found: list[ElementRow] = []
