@@ -46,8 +46,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -66,6 +69,7 @@ from app.protocol.sign import Signer, make_offer, make_status
 from app.store import dashboard, db, queries
 from app.store.derive import sweep
 from app.web import charts
+from tests import pg
 
 P50_TARGET_MS = 100.0
 P99_TARGET_MS = 300.0
@@ -795,10 +799,42 @@ def explain(url: str, data: Loaded, names: list[str], seed: int) -> dict[str, di
             with engine.connect() as conn:
                 lines = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
                 plan = [row[0] for row in lines]
-            plans[name] = {"statement_ms": round(took * 1000, 1), "sql": sql, "plan": plan}
+            plans[name] = {
+                "statement_ms": round(took * 1000, 1),
+                "sql": sql if len(sql) < 1500 else sql[:1500] + " ...",
+                "plan": [line[:300] for line in plan[:60]],  # long IN lists: a few lines
+                "plan_lines": len(plan),
+            }
     finally:
         engine.dispose()
     return plans
+
+
+def set_shared_buffers(cluster: pg.Cluster, size: str) -> None:
+    """The test cluster runs with PostgreSQL's default 128 MB of shared buffers, a tenth of
+    this store; a server holding a million hops would be given more (the usual advice is
+    a quarter of RAM). Set it and restart (pg_ctl keeps the other options)."""
+    if not re.fullmatch(r"\d+(kB|MB|GB)", size):
+        raise SystemExit(f"--shared-buffers {size!r}: a size such as 1GB or 512MB")
+    with psycopg.connect(
+        host="127.0.0.1", port=cluster.port, user="postgres", dbname="postgres", autocommit=True
+    ) as conn:
+        conn.execute(f"ALTER SYSTEM SET shared_buffers = '{size}'")  # type: ignore[arg-type]
+    restart = [
+        str(cluster.bin / "pg_ctl"),
+        "-D",
+        str(cluster.data),
+        "-l",
+        str(cluster.root / "log"),
+    ]
+    done = subprocess.run(
+        pg._as_postgres([*restart, "-w", "-m", "fast", "restart"]),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"pg_ctl restart failed: {done.stderr.strip()[-500:]}")
 
 
 def table_sizes(url: str) -> dict[str, str]:
@@ -830,6 +866,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200, help="timed runs per kind of query")
     parser.add_argument("--signed", type=int, default=2000, help="hops signed for real")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--shared-buffers", default="1GB", help="PostgreSQL shared_buffers ('' keeps 128MB)"
+    )
     parser.add_argument("--only", nargs="*", default=[], choices=list(QUERIES), metavar="QUERY")
     parser.add_argument("--quick", action="store_true", help="20,000 hops, 30 runs")
     parser.add_argument(
@@ -842,6 +881,8 @@ def main() -> None:
         parser.error("--hops must be at least 1000, --runs positive, --signed not negative")
 
     with interruptible(), postgres() as cluster:
+        if args.shared_buffers:
+            set_shared_buffers(cluster, args.shared_buffers)
         url = cluster.create_database("scale")
         engine = db.make_engine(url)
         try:
@@ -861,11 +902,14 @@ def main() -> None:
     for name, found in plans.items():
         print(f"\n{name}: slowest statement {found['statement_ms']} ms\n{found['sql']}")
         print("\n".join(found["plan"]))
+        print(f"{found['plan_lines']} lines of plan in all")
     print_table(rows)
     doc = {
         "params": vars(args),
         "schema_revision": revision,
         "load_seconds": round(data.seconds, 1),
+        "shared_buffers": args.shared_buffers or "128MB",
+        "load_average_at_end": os.getloadavg()[0],
         "rows": data.counts,
         "hop_states": dict(data.states),
         "flag_kinds": dict(data.flag_kinds),

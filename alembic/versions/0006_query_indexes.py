@@ -5,11 +5,12 @@ Revises: 0003
 Create Date: 2026-11-30
 
 Measured by bench/query_scale.py over 1,000,000 hops in PostgreSQL (BENCHMARKS.md): hop
-lists are kept in (iat, iss, hop) order, filtered by state, agent (iss or aud) or time, and
-search looks hops up by hop id, task id and dialog prefix; without these indexes each of
-those reads sorts or scans the whole hop table. ``ix_hop_state_iat`` replaces
-``ix_hop_state`` (its leading column serves the same lookups). Written by hand to match
-``HopRow`` in app/store/models.py; tests/store/test_migrations.py checks that they agree.
+lists are kept in (iat, iss, hop) order, filtered by state, agent (iss or aud) or time;
+search looks hops up by hop id, task id and dialog prefix; the triage queue is in
+(opened_at, id) order. Without these indexes each of those reads sorts or scans a whole
+table. ``ix_hop_state_iat`` replaces ``ix_hop_state`` (its leading column serves the same
+lookups). Written by hand to match ``HopRow`` and ``FlagRow`` in app/store/models.py;
+tests/store/test_migrations.py checks that they agree.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ def upgrade() -> None:
         ["dialog"],
         postgresql_ops={"dialog": "text_pattern_ops"},
     )
+    op.create_index("ix_flag_opened", "flag", ["opened_at", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_flag_opened", table_name="flag")
     op.drop_index("ix_hop_dialog_prefix", table_name="hop")
     op.drop_index("ix_hop_task", table_name="hop")
     op.drop_index("ix_hop_hop", table_name="hop")

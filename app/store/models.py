@@ -208,7 +208,11 @@ class FlagRow(SQLModel, table=True):
     """
 
     __tablename__ = "flag"
-    __table_args__ = (Index("ix_flag_hop", "iss", "hop"),)
+    __table_args__ = (
+        Index("ix_flag_hop", "iss", "hop"),
+        # The triage queue's order (alembic 0006).
+        Index("ix_flag_opened", "opened_at", "id"),
+    )
 
     id: int | None = _id()
     key: str = Field(sa_type=String(64), unique=True)  # SHA-256 hex of the condition
