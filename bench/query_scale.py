@@ -4,10 +4,11 @@ search by digest prefix (issue 5 targets: p50 < 100 ms, p99 < 300 ms).
 Filling a store of a million hops through the ingest pipeline would take most of a day on
 this machine (~50 elements/s on PostgreSQL, BENCHMARKS.md), so this script writes the rows
 directly, with PostgreSQL ``COPY``, into the real schema (a fresh database on a throwaway
-cluster, ``tests/pg.py``, brought to head by the Alembic migrations). The rows are what
-``app.store.derive`` and ``app.store.records`` would have written for such traffic:
+cluster, ``tests/pg.py``, its shared_buffers raised to ``--shared-buffers``, brought to head
+by the Alembic migrations). The rows are shaped as ``app.store.derive`` and
+``app.store.records`` write them for such traffic (flags are placed at random, not derived):
 
-- dialogs of 1 to 60 hops (mean ~16) whose delegations form trees (each hop's offer names
+- dialogs of 1 to 60 hops (mean ~15) whose delegations form trees (each hop's offer names
   an earlier hop of its dialog as ``prev``: a ``link`` row), plus 10 dialogs of 500 hops and
   one of 2,000, among 200 agents, over 30 days;
 - per hop an offer element and the statuses its state needs (accepted, completed, failed,
@@ -32,10 +33,12 @@ The queries are the application's own functions (``app.store.queries``,
 ``app.store.dashboard``, ``app.web.charts.chain_graph``), each in a read-only transaction
 exactly as the service opens them (``db.read_only``), with parameters drawn at random for
 every run (states, agents, dialogs, time windows, pages, digest prefixes of stored
-elements); the kinds of query are interleaved in random order. p50/p99 per kind.
+elements); the kinds of query are interleaved in random order. p50/p99 per kind, and for
+each kind that misses a target the EXPLAIN ANALYZE of its slowest statement.
 
     .venv/bin/python bench/query_scale.py [--hops 1000000] [--runs 200] [--signed 2000]
-                                          [--seed 1] [--only QUERY ...] [--explain] [--quick]
+                                          [--seed 1] [--shared-buffers 1GB] [--only QUERY ...]
+                                          [--explain] [--quick]
 
 Prints a table and writes bench/results/query_scale.json (``--quick``: 20,000 hops, 30 runs,
 query_scale_quick.json). The cluster is stopped and removed on any exit, Ctrl-C included.
