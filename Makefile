@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install system-deps browser-deps lint typecheck vectors bench fuzz clean
+.PHONY: run test install system-deps browser-deps lint typecheck vectors bench soak fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,7 +55,8 @@ test: system-deps browser-deps lint typecheck
 vectors: install
 	$(BIN)/python tests/vectors/generate.py
 
-# Benchmarks (see BENCHMARKS.md); the ingest ones start a throwaway PostgreSQL too.
+# Benchmarks of issue 5 (see BENCHMARKS.md); the ingest and query ones start a throwaway
+# PostgreSQL too, and every one cleans up what it started, even when interrupted.
 bench: install system-deps
 	$(BIN)/python bench/verify_rate.py
 	$(BIN)/python bench/ingest_bulk.py
@@ -63,6 +64,13 @@ bench: install system-deps
 	$(BIN)/python bench/http_ingest.py
 	$(BIN)/python bench/page_render.py
 	$(BIN)/python bench/ingest_memory.py
+	$(BIN)/python bench/query_scale.py
+
+# Soak (issue 6): 5 minutes of paced ingest and dashboard/API readers against a real
+# `handoff-trace serve` on loopback (SQLite; `bench/soak.py --db postgresql` for the other);
+# fails on any error. Results in bench/results/soak.json, figures in BENCHMARKS.md.
+soak: install
+	$(BIN)/python bench/soak.py
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of every target in fuzz/ for FUZZ_SECONDS each,
 # seeded from tests/vectors; the corpus grows in var/fuzz/corpus/TARGET, and a crashing input

@@ -172,6 +172,16 @@ class HopRow(SQLModel, table=True):
     """
 
     __tablename__ = "hop"
+    # The reads of a large store (alembic 0006, bench/query_scale.py): lists in (iat, iss,
+    # hop) order, by state or agent, and search by hop id, task id and dialog prefix.
+    __table_args__ = (
+        Index("ix_hop_iat_key", "iat", "iss", "hop"),
+        Index("ix_hop_state_iat", "state", "iat", "iss", "hop"),
+        Index("ix_hop_aud", "aud"),
+        Index("ix_hop_hop", "hop"),
+        Index("ix_hop_task", "task"),
+        Index("ix_hop_dialog_prefix", "dialog", postgresql_ops={"dialog": "text_pattern_ops"}),
+    )
 
     iss: str = Field(sa_type=Text, primary_key=True)
     hop: str = Field(sa_type=String(64), primary_key=True)
@@ -181,7 +191,7 @@ class HopRow(SQLModel, table=True):
     task: str | None = Field(default=None, sa_type=Text)
     iat: int = _time()
     exp: int = _time()
-    state: str = Field(sa_type=String(16), index=True)
+    state: str = Field(sa_type=String(16))
     a2a_state: str | None = Field(default=None, sa_type=String(32))
     accepted_at: int | None = _time(default=None)
     terminal_at: int | None = _time(default=None)
@@ -198,7 +208,11 @@ class FlagRow(SQLModel, table=True):
     """
 
     __tablename__ = "flag"
-    __table_args__ = (Index("ix_flag_hop", "iss", "hop"),)
+    __table_args__ = (
+        Index("ix_flag_hop", "iss", "hop"),
+        # The triage queue's order (alembic 0006).
+        Index("ix_flag_opened", "opened_at", "id"),
+    )
 
     id: int | None = _id()
     key: str = Field(sa_type=String(64), unique=True)  # SHA-256 hex of the condition

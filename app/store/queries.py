@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_, exists, func, or_, select, tuple_, update
+from sqlalchemy import and_, func, or_, select, tuple_, update
 from sqlmodel import Session
 
 from app.protocol.encoding import digest_text
@@ -64,13 +64,6 @@ class HopListing:
         }
 
 
-def _unresolved_flag(kind: str | None = None) -> Any:
-    where = [FlagRow.iss == HopRow.iss, FlagRow.hop == HopRow.hop, FlagRow.status != "resolved"]
-    if kind is not None:
-        where.append(FlagRow.kind == kind)
-    return exists().where(*where)
-
-
 def list_hops(
     session: Session,
     *,
@@ -90,7 +83,16 @@ def list_hops(
     if state is not None:
         query = query.where(HopRow.state == state)
     if flag is not None:
-        query = query.where(_unresolved_flag(flag))
+        # Joined to the (few) flagged hops, not EXISTS per hop: PostgreSQL would walk the
+        # hops in order and probe the flags of each (~50,000 probes for a page among a
+        # million hops, bench/query_scale.py).
+        flagged = (
+            select(FlagRow.iss, FlagRow.hop)
+            .where(FlagRow.kind == flag, FlagRow.status != "resolved")
+            .distinct()
+            .subquery()
+        )
+        query = query.join(flagged, and_(flagged.c.iss == HopRow.iss, flagged.c.hop == HopRow.hop))
     if dialog is not None:
         query = query.where(HopRow.dialog == dialog)
     if agent is not None:
@@ -168,17 +170,24 @@ def dialog_tree(session: Session, *, dialog: str) -> list[TreeNode]:
     """The hops of one dialog with their chain links (SPEC 7), in (iat, iss, hop) order:
     a node whose ``parent`` is the offer of another node hangs below it; a parent outside
     the dialog, or not stored, makes the node a root of this dialog's tree."""
-    hops = list_hops(session, dialog=dialog)
-    offers = [h.hop.offer for h in hops]
-    parents: dict[bytes, bytes] = {}
-    for start in range(0, len(offers), 500):
-        rows = session.execute(
-            select(LinkRow.offer, LinkRow.prev).where(
-                LinkRow.offer.in_(offers[start : start + 500])
-            )
-        )
-        parents.update((offer, prev) for offer, prev in rows)
-    return [TreeNode(h, parents.get(h.hop.offer)) for h in hops]
+    query = select(HopRow).where(HopRow.dialog == dialog)
+    hops = list(session.execute(query.order_by(HopRow.iat, HopRow.iss, HopRow.hop)).scalars())
+    # By dialog, not by lists of the hops' keys: one indexed query each however large the
+    # dialog (a 2,000-hop dialog took 4 chunks of 500 keys each, bench/query_scale.py).
+    flagged = session.execute(
+        select(FlagRow.iss, FlagRow.hop, FlagRow.kind)
+        .join(HopRow, and_(HopRow.iss == FlagRow.iss, HopRow.hop == FlagRow.hop))
+        .where(HopRow.dialog == dialog, FlagRow.status != "resolved")
+    )
+    kinds: dict[tuple[str, str], set[str]] = {}
+    for iss, hop, kind in flagged:
+        kinds.setdefault((iss, hop), set()).add(kind)
+    links = session.execute(select(LinkRow.offer, LinkRow.prev).where(LinkRow.dialog == dialog))
+    parents = {offer: prev for offer, prev in links}
+    return [
+        TreeNode(HopListing(h, tuple(sorted(kinds.get((h.iss, h.hop), ())))), parents.get(h.offer))
+        for h in hops
+    ]
 
 
 @dataclass(frozen=True, slots=True)

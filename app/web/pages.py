@@ -165,8 +165,10 @@ def hops(
         "now": service.clock(),
         "hops": found,
         "total": total,
+        "more": total > dashboard.COUNT_CAP,
+        "cap": dashboard.COUNT_CAP,
         "page": page,
-        "pages": max(1, -(-total // PER_PAGE)),
+        "pages": max(1, -(-min(total, dashboard.COUNT_CAP) // PER_PAGE)),
         "filters": {
             "state": state or "",
             "agent": _none(agent) or "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
+from app.store import dashboard
 from app.store.db import transaction
 from app.store.queries import (
     FlagAction,
@@ -161,3 +162,31 @@ def test_dialogs_trees_and_agents(engine: Engine, world: World) -> None:
         world.coder.iss: (1, 1),
         world.tester.iss: (0, 2),
     }
+
+
+def test_the_reads_rewritten_for_a_large_store_answer_as_before(
+    engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bench/query_scale.py: the flagged-hop filter is a join, the dialog tree reads its flags
+    # and links by dialog, the hop page's total is capped, agents are found by index walk.
+    x = offer(world.planner, world.coder, iat=T0)
+    y = twin(world.planner, x, aud=world.tester.iss)  # an equivocation on x's hop
+    others = [offer(world.coder, world.tester, iat=T0 + i, prev=digest(x)) for i in (1, 2, 3)]
+    received = [rec(bundle(x), T0 + 4), *(rec(bundle(o), T0 + 5) for o in (y, *others))]
+    run(engine, world.trust, received)  # x first: the hop's offer (the canonical rule)
+    monkeypatch.setattr(dashboard, "COUNT_CAP", 2)
+    with transaction(engine) as session:
+        flagged = list_hops(session, flag="equivocation")
+        assert [(h.hop.offer, h.flags) for h in flagged] == [(digest(x), ("equivocation",))]
+        assert list_hops(session, flag="lost-outcome") == []
+        tree = dialog_tree(session, dialog="ctx-7c1e")
+        assert [(n.hop.hop.offer, n.hop.flags, n.parent) for n in tree] == [
+            (digest(x), ("equivocation",), None),
+            *((digest(o), (), digest(x)) for o in others),
+        ]
+        shown, total = dashboard.find_hops(session, limit=1)
+        assert (len(shown), total) == (1, 3)  # 4 hops, counted up to the cap + 1
+        assert dashboard.find_hops(session, agent=world.planner.iss)[1] == 1
+        found = dashboard.search(session, text=world.tester.iss.split("/")[-1])
+        assert found.agents == [world.tester.iss]
+        assert dashboard.search(session, text="no-such-agent").agents == []
