@@ -27,6 +27,8 @@ _SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 # would make the freshness check (SPEC 6.3) and the replay window meaningless.
 _MAX_SKEW = 3600
 _MAX_LIFETIME = 7 * 24 * 3600
+# A login that outlives a month outlives the person's reason to hold it.
+_MAX_SESSION = 30 * 24 * 3600
 
 
 class SettingsError(ValueError):
@@ -49,6 +51,13 @@ class Settings:
     max_element_bytes: int = MAX_ELEMENT_OCTETS
     # The service's sweep (SPEC 8 time rules) runs this often, and on each hops/flags query.
     sweep_seconds: int = 30
+    # A dashboard login lasts this long; then the browser logs in again.
+    session_seconds: int = 12 * 3600
+    # Failed logins allowed per user name and per client address within the window, before
+    # further attempts are refused (429) until the oldest failure leaves the window.
+    login_failures_per_name: int = 5
+    login_failures_per_address: int = 30
+    login_window_seconds: int = 300
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -72,6 +81,15 @@ class Settings:
         _at_most("MAX_REQUEST_BYTES", self.max_request_bytes, 1024 * 1024 * 1024)
         _at_least("SWEEP_SECONDS", self.sweep_seconds, 1)
         _at_most("SWEEP_SECONDS", self.sweep_seconds, 3600)
+        _at_least("SESSION_SECONDS", self.session_seconds, 60)
+        _at_most("SESSION_SECONDS", self.session_seconds, _MAX_SESSION)
+        # A limit of thousands of guesses per window is no limit at all.
+        _at_least("LOGIN_FAILURES_PER_NAME", self.login_failures_per_name, 1)
+        _at_most("LOGIN_FAILURES_PER_NAME", self.login_failures_per_name, 100)
+        _at_least("LOGIN_FAILURES_PER_ADDRESS", self.login_failures_per_address, 1)
+        _at_most("LOGIN_FAILURES_PER_ADDRESS", self.login_failures_per_address, 1000)
+        _at_least("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 10)
+        _at_most("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 24 * 3600)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
