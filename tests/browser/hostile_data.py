@@ -12,12 +12,16 @@ would run sets ``window.__xss`` or calls ``alert``, and every one that would fet
 The elements are signed with ``app.protocol.sign`` by keys listed in a trust file (so they
 pass the signature check and are stored), and ingested through the one pipeline:
 
-- A -> B: an offer with hostile dialog, task, obo and refs, accepted, then failed with a
-  ``javascript:`` reason URI and a hostile detail;
+- A -> B: an offer with hostile dialog, task, obo and refs, in a capture record naming the
+  same hostile dialog; accepted, then failed with a ``javascript:`` reason URI and a
+  hostile detail;
 - B -> C: the next hop, carrying A's offer as its chain;
 - A -> B again with the same hop and other octets: equivocation (a flag with both offers
   side by side);
+- B -> C travels in an A2A ``SendMessage`` whose ``contextId`` is the hostile dialog;
 - C -> D with a lifetime over the policy: rejected, a flag, and an element page;
+- D -> A in an A2A message whose ``contextId`` is another hostile string: a dialog
+  mismatch, whose detail quotes it;
 - an offer signed by a key the trust file does not list: untrusted-key.
 
 ``UPLOAD`` is a capture for the upload form whose items the verifier must refuse: an
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.carriers import A2A_EXTENSION_URI
 from app.ingest import Pipeline, ingest
 from app.protocol.encoding import digest_text, handoff_digest
 from app.protocol.lifecycle import Timing
@@ -63,6 +68,8 @@ TASK = "<script>alert('task')</script>"
 OBO = "javascript:alert('obo')"
 KID = "<img/src=https://evil.example/kid.png/onerror=alert('kid')>"
 REASON = "javascript:window.__xss='reason'"
+# An A2A contextId that differs from the offer's dialog (a policy rejection quoting it).
+CONTEXT = "ctx-\"><script>window.__xss='ctx'</script>"
 # Free text: spaces, markup, bidi overrides and isolates, control characters.
 DETAIL = (
     "<script>window.__xss='detail'</script><img src=x onerror=\"alert('detail')\"> "
@@ -89,6 +96,7 @@ class Hostile:
     next_offer: str  # digest of B -> C (a hop page with a chain)
     rejected: str  # digest of C -> D (an element page)
     untrusted: str  # digest of the stranger's offer (an element page)
+    mismatch: str  # digest of D -> A, whose A2A contextId is not its dialog
     equivocation_flag: int
 
 
@@ -97,6 +105,19 @@ def _record(at: int, by: str | None, payload: dict[str, Any]) -> dict[str, Any]:
     if by is not None:
         record["received_by"] = by
     return record
+
+
+def _a2a(handoff: dict[str, Any], context: str) -> dict[str, Any]:
+    """An A2A 1.0 SendMessage request carrying ``handoff`` (SPEC 9)."""
+    message = {
+        "messageId": "msg-1",
+        "contextId": context,
+        "role": "ROLE_USER",
+        "parts": [{"text": "<img src=x onerror=alert('part')> \u202e"}],
+        "metadata": {A2A_EXTENSION_URI: handoff},
+        "extensions": [A2A_EXTENSION_URI],
+    }
+    return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
 
 
 def _upload(a: Signer) -> bytes:
@@ -156,14 +177,16 @@ def build(root: Path) -> Hostile:
     )
     too_long = make_offer(c, aud=D, dialog=DIALOG, iat=T + 20, lifetime=900, task=TASK)
     untrusted = make_offer(stranger, aud=D, dialog=DIALOG, iat=T + 30)
+    elsewhere = make_offer(d, aud=A, dialog=DIALOG, iat=T + 40, task=TASK)
     records = [
-        _record(T + 1, B, handoff_object(first)),
+        {**_record(T + 1, B, handoff_object(first)), "dialog": DIALOG},
         _record(T + 3, B, handoff_object(twin)),
         _record(T + 6, None, {"status": accepted.decode()}),
-        _record(T + 7, C, handoff_object(second, [first])),
+        _record(T + 7, C, _a2a(handoff_object(second, [first]), DIALOG)),
         _record(T + 10, None, {"status": failed.decode()}),
         _record(T + 21, D, handoff_object(too_long)),
         _record(T + 31, D, handoff_object(untrusted)),
+        _record(T + 41, A, _a2a(handoff_object(elsewhere), CONTEXT)),
     ]
     capture = "".join(json.dumps(r) + "\n" for r in records).encode()
 
@@ -193,6 +216,7 @@ def build(root: Path) -> Hostile:
             ("accept", None),
             ("reject", "policy"),
             ("reject", "untrusted-key"),
+            ("reject", "policy"),
         ], outcomes
         flag_id = _flag(engine, "equivocation")
     finally:
@@ -206,6 +230,7 @@ def build(root: Path) -> Hostile:
         next_offer=digest_text(handoff_digest(second)),
         rejected=digest_text(handoff_digest(too_long)),
         untrusted=digest_text(handoff_digest(untrusted)),
+        mismatch=digest_text(handoff_digest(elsewhere)),
         equivocation_flag=flag_id,
     )
 

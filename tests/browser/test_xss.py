@@ -182,6 +182,7 @@ def _pages(data: h.Hostile) -> dict[str, str]:
         "hop with a chain": f"/hops/{data.next_offer}",
         "element": f"/hops/{data.rejected}",
         "untrusted element": f"/hops/{data.untrusted}",
+        "dialog mismatch": f"/hops/{data.mismatch}",
     }
 
 
@@ -197,6 +198,8 @@ def test_every_page_shows_the_payloads_as_text_and_runs_none(tab: Watched) -> No
     assert "javascript:alert('uri')" in shown["hop"]
     assert h.D in shown["element"] and h.C in shown["element"]
     assert h.STRANGER in shown["untrusted element"]
+    mismatch = shown["dialog mismatch"]
+    assert "is not the carrier's 'ctx-\"><script>window.__xss=" in mismatch, mismatch
     # Cut to fit a table, the full identifier in the title, still as text.
     assert "spiffe://a.example/<script>window.__xss…" in shown["hops of an agent"]
     # Bidi overrides and controls as badges, never applied.
