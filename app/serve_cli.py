@@ -12,6 +12,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -58,6 +59,20 @@ def _add_serve(sub: Any) -> None:
     p.set_defaults(func=cmd_serve)
 
 
+_DURATION = re.compile(r"([0-9]{1,9})([smhd]?)")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> int:
+    """``3600``, ``90s``, ``45m``, ``12h`` or ``30d`` as seconds (at least 1)."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None or int(found.group(1)) == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a duration (seconds, or a number with s, m, h or d: 90d)"
+        )
+    return int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+
+
 def _port(text: str) -> int:
     value = positive_int(text)
     if value > 65535:
@@ -77,6 +92,13 @@ def _add_tokens(sub: Any) -> None:
     )
     create.add_argument("--role", required=True, choices=[r.value for r in Role])
     create.add_argument("--name", required=True, metavar="NAME", help="who or what uses it")
+    create.add_argument(
+        "--expires-in",
+        type=duration,
+        metavar="DURATION",
+        help="stop working after this long: seconds, or a number with s, m, h or d "
+        "(90d, 12h); default: never",
+    )
     _add_db_option(create)
     create.set_defaults(func=cmd_tokens_create)
 
@@ -147,7 +169,11 @@ def cmd_tokens_create(args: argparse.Namespace) -> int:
     try:
         with db.transaction(engine) as session:
             token = create_token(
-                session, name=args.name, role=Role(args.role), now=int(time.time())
+                session,
+                name=args.name,
+                role=Role(args.role),
+                now=int(time.time()),
+                expires_in=args.expires_in,
             )
     except TokenError as exc:
         raise UsageError(str(exc)) from exc
@@ -155,7 +181,8 @@ def cmd_tokens_create(args: argparse.Namespace) -> int:
         raise UsageError(f"database error: {_first_line(exc)}") from exc
     finally:
         engine.dispose()
-    print(f"token {args.name!r} with role {args.role} created; it is shown only once:")
+    until = f", expires {_when(int(time.time()) + args.expires_in)}" if args.expires_in else ""
+    print(f"token {args.name!r} with role {args.role} created{until}; it is shown only once:")
     print(token)
     return EXIT_OK
 
@@ -173,6 +200,7 @@ def cmd_tokens_list(args: argparse.Namespace) -> int:
             "role": r.role,
             "created_at": r.created_at,
             "revoked_at": r.revoked_at,
+            "expires_at": r.expires_at,
         }
         for r in rows
     ]
@@ -180,17 +208,18 @@ def cmd_tokens_list(args: argparse.Namespace) -> int:
         json.dump(items, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return EXIT_OK
-    table = [("NAME", "ROLE", "CREATED", "REVOKED")]
+    table = [("NAME", "ROLE", "CREATED", "EXPIRES", "REVOKED")]
     for item in items:
         table.append(
             (
                 item["name"],
                 item["role"],
                 _when(item["created_at"]),
+                _when(item["expires_at"]) if item["expires_at"] else "never",
                 _when(item["revoked_at"]) if item["revoked_at"] else "-",
             )
         )
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     print(f"\n{len(items)} tokens")

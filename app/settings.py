@@ -32,6 +32,8 @@ _SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 _MAX_SKEW = 3600
 _MAX_LIFETIME = 7 * 24 * 3600
 _MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
+# A login that outlives a month outlives the person's reason to hold it.
+_MAX_SESSION = 30 * 24 * 3600
 
 
 class SettingsError(ValueError):
@@ -61,6 +63,13 @@ class Settings:
     transcript_bytes: int = 8192
     # Objects the receiver holds, for reference checks of envelopes (and of signed refs).
     objects_dir: Path | None = None
+    # A dashboard login lasts this long; then the browser logs in again.
+    session_seconds: int = 12 * 3600
+    # Failed logins allowed per user name and per client address within the window, before
+    # further attempts are refused (429) until the oldest failure leaves the window.
+    login_failures_per_name: int = 5
+    login_failures_per_address: int = 30
+    login_window_seconds: int = 300
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -93,6 +102,15 @@ class Settings:
                 raise SettingsError(
                     f"{PREFIX}ENVELOPE_TYPES: {media!r} is not a media type (type/subtype)"
                 )
+        _at_least("SESSION_SECONDS", self.session_seconds, 60)
+        _at_most("SESSION_SECONDS", self.session_seconds, _MAX_SESSION)
+        # A limit of thousands of guesses per window is no limit at all.
+        _at_least("LOGIN_FAILURES_PER_NAME", self.login_failures_per_name, 1)
+        _at_most("LOGIN_FAILURES_PER_NAME", self.login_failures_per_name, 100)
+        _at_least("LOGIN_FAILURES_PER_ADDRESS", self.login_failures_per_address, 1)
+        _at_most("LOGIN_FAILURES_PER_ADDRESS", self.login_failures_per_address, 1000)
+        _at_least("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 10)
+        _at_most("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 24 * 3600)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

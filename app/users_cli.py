@@ -17,7 +17,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from .cli import EXIT_OK, UsageError
 from .store import db
 from .store.tokens import Role
-from .store.users import USER_ROLES, UserError, create_user, generate_password, list_users
+from .store.users import (
+    USER_ROLES,
+    UserError,
+    create_user,
+    disable_user,
+    generate_password,
+    list_users,
+)
 from .store_cli import _add_db_option, _engine, _first_line, _settings
 
 
@@ -40,6 +47,14 @@ def add_users_commands(sub: Any) -> None:
     )
     _add_db_option(create)
     create.set_defaults(func=cmd_users_create)
+
+    disable = u_sub.add_parser(
+        "disable",
+        help="disable an account: it cannot log in and its open sessions end at once",
+    )
+    disable.add_argument("--username", required=True, metavar="NAME")
+    _add_db_option(disable)
+    disable.set_defaults(func=cmd_users_disable)
 
     listing = u_sub.add_parser("list", help="list accounts (names and roles)")
     listing.add_argument("--json", action="store_true", help="print one JSON array")
@@ -74,6 +89,21 @@ def cmd_users_create(args: argparse.Namespace) -> int:
         print(password)
     else:
         print(f"user {args.username!r} with role {args.role} created")
+    return EXIT_OK
+
+
+def cmd_users_disable(args: argparse.Namespace) -> int:
+    engine = _engine(args, _settings())
+    try:
+        with db.transaction(engine) as session:
+            ended = disable_user(session, username=args.username, now=int(time.time()))
+    except UserError as exc:
+        raise UsageError(str(exc)) from exc
+    except SQLAlchemyError as exc:
+        raise UsageError(f"database error: {_first_line(exc)}") from exc
+    finally:
+        engine.dispose()
+    print(f"user {args.username!r} disabled; {ended} open session(s) ended")
     return EXIT_OK
 
 

@@ -345,7 +345,8 @@ class SignatureCacheRow(SQLModel, table=True):
 class TokenRow(SQLModel, table=True):
     """An API bearer token (``handoff-trace tokens create``). Only the SHA-256 of the token
     is kept: the token itself is shown once, when it is made. Revoked tokens stay, so the
-    audit log's actors keep a name to point at; a name is never reused."""
+    audit log's actors keep a name to point at; a name is never reused. A token made with
+    ``--expires-in`` stops working at ``expires_at``; one without never expires."""
 
     __tablename__ = "api_token"
 
@@ -355,6 +356,7 @@ class TokenRow(SQLModel, table=True):
     token_hash: str = Field(sa_type=String(64), unique=True)  # SHA-256 hex of the token
     created_at: int = _time()
     revoked_at: int | None = _time(default=None)
+    expires_at: int | None = _time(default=None)
 
 
 class UserRow(SQLModel, table=True):

@@ -4,6 +4,9 @@ A token is 32 random octets (``secrets``), base64url, behind the prefix ``ht_`` 
 scanners can spot one in a log or a repository. Only its SHA-256 is stored: a token has
 256 bits of entropy, so a fast hash is enough (a slow password hash only helps guessable
 secrets), and a stolen database holds nothing that authenticates.
+
+A token may carry an expiry (``expires_in`` seconds from its making); it is checked on
+every request, like revocation, so neither needs the service to restart.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlmodel import Session
 
 from .db import insert_ignore
@@ -25,6 +28,8 @@ TOKEN_PREFIX = "ht_"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 # The longest token anyone could present; longer ones are refused before hashing.
 MAX_TOKEN_LENGTH = 256
+# Ten years: a longer expiry is a typo (or a token that should simply not expire).
+MAX_EXPIRES_IN = 10 * 366 * 24 * 3600
 
 
 class Role(StrEnum):
@@ -63,12 +68,18 @@ def check_name(name: str) -> str:
     return name
 
 
-def create_token(session: Session, *, name: str, role: Role, now: int) -> str:
-    """Make a token for ``name`` and return it (the only time it is seen).
+def create_token(
+    session: Session, *, name: str, role: Role, now: int, expires_in: int | None = None
+) -> str:
+    """Make a token for ``name`` and return it (the only time it is seen); with
+    ``expires_in`` it stops working that many seconds after ``now``.
 
     Raises TokenError for a bad name or one already used (revoked names are not reused,
-    so the audit log's actors stay unambiguous)."""
+    so the audit log's actors stay unambiguous), or an ``expires_in`` outside 1 s to ten
+    years."""
     check_name(name)
+    if expires_in is not None and not 0 < expires_in <= MAX_EXPIRES_IN:
+        raise TokenError(f"a token expires 1 s to {MAX_EXPIRES_IN // 86400} days after it is made")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     values = {
         "name": name,
@@ -76,6 +87,7 @@ def create_token(session: Session, *, name: str, role: Role, now: int) -> str:
         "token_hash": hash_token(token),
         "created_at": now,
         "revoked_at": None,
+        "expires_at": None if expires_in is None else now + expires_in,
     }
     if not insert_ignore(session, TokenRow, values, ["name"]):
         raise TokenError(f"a token named {name!r} exists already (names are never reused)")
@@ -99,13 +111,18 @@ def revoke_token(session: Session, *, name: str, now: int) -> None:
         raise TokenError(f"no active token named {name[:70]!r}")
 
 
-def authenticate(session: Session, token: str) -> Principal | None:
-    """The principal of an active token, or None (unknown, revoked or malformed)."""
+def authenticate(session: Session, token: str, *, now: int) -> Principal | None:
+    """The principal of an active token at ``now``, or None (unknown, revoked, expired or
+    malformed)."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_TOKEN_LENGTH:
         return None
     wanted = hash_token(token)
     row = session.execute(
-        select(TokenRow).where(TokenRow.token_hash == wanted, TokenRow.revoked_at.is_(None))
+        select(TokenRow).where(
+            TokenRow.token_hash == wanted,
+            TokenRow.revoked_at.is_(None),
+            or_(TokenRow.expires_at.is_(None), TokenRow.expires_at > now),
+        )
     ).scalar_one_or_none()
     # The lookup is by hash, so its timing tells nothing about the token; the comparison
     # is constant-time anyway, so no later change to the lookup can make it an oracle.

@@ -5,6 +5,10 @@ recommended option); a login for an unknown user hashes a dummy password too, so
 takes does not tell whether the name exists. A session cookie is 32 random octets and only
 its SHA-256 is stored, like an API token (``app.store.tokens``): it has 256 bits of
 entropy, so a fast hash is enough and a stolen database holds nothing that logs in.
+
+A session ends at its ``expires_at`` (``HANDOFF_TRACE_SESSION_SECONDS`` after login), at
+logout, or as soon as its account is disabled or given a new password: every request looks
+the session and its account up again, so nothing about them is cached.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from .tokens import Role, check_name
 
 # The roles a person can hold; ``ingest`` is for machines and has no dashboard.
 USER_ROLES = (Role.READ, Role.OPERATOR, Role.ADMIN)
-SESSION_SECONDS = 12 * 3600
 MIN_PASSWORD = 12
 MAX_PASSWORD = 1024  # argon2 hashes anything, but nobody types more; refuse before hashing
 
@@ -108,8 +111,9 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def open_session(session: Session, *, user: UserRow, now: int) -> str:
-    """Start a browser session for ``user``; returns the cookie value (shown once)."""
+def open_session(session: Session, *, user: UserRow, now: int, lifetime: int) -> str:
+    """Start a browser session for ``user`` that lasts ``lifetime`` seconds; returns the
+    cookie value (shown once)."""
     assert user.id is not None
     token = secrets.token_urlsafe(32)
     session.add(
@@ -118,7 +122,7 @@ def open_session(session: Session, *, user: UserRow, now: int) -> str:
             user_id=user.id,
             csrf=secrets.token_urlsafe(32),
             created_at=now,
-            expires_at=now + SESSION_SECONDS,
+            expires_at=now + lifetime,
         )
     )
     # Expired sessions of anyone are dropped while we are here; nothing else reads them.
@@ -149,6 +153,23 @@ def session_user(session: Session, *, token: str, now: int) -> WebUser | None:
 def close_session(session: Session, *, token: str) -> None:
     """Log a browser out: its session row is deleted."""
     session.execute(delete(WebSessionRow).where(WebSessionRow.token_hash == _hash(token)))
+
+
+def disable_user(session: Session, *, username: str, now: int) -> int:
+    """Disable the account: it cannot log in, and its open sessions end at once. Returns
+    how many sessions ended. Raises UserError when there is no enabled account of that
+    name."""
+    row = session.execute(
+        select(UserRow).where(UserRow.username == username, UserRow.disabled_at.is_(None))
+    ).scalar_one_or_none()
+    if row is None:
+        raise UserError(f"no enabled user named {username[:70]!r}")
+    row.disabled_at = now
+    session.add(row)
+    ended = session.execute(
+        delete(WebSessionRow).where(WebSessionRow.user_id == row.id).returning(WebSessionRow.id)
+    )
+    return len(ended.all())
 
 
 def set_password(session: Session, *, username: str, role: Role, password: str, now: int) -> None:

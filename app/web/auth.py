@@ -9,12 +9,16 @@
 
 ``/healthz`` and ``/readyz`` are anonymous (they say up or down and nothing else), and so is
 the OpenAPI document (it describes the API, which is public, not the data). A missing or
-unknown token is 401 with ``WWW-Authenticate: Bearer``; a valid token without the role is
-403. Routes take the principal through the ``Annotated`` aliases at the bottom.
+unknown, expired or revoked token is 401 with ``WWW-Authenticate: Bearer``; a valid token
+without the role is 403. Expiry and revocation are read from the database on every request,
+against the wall clock (the store's clock may be pinned to a capture's time; a token's
+lifetime is real time). Routes take the principal through the ``Annotated`` aliases at the
+bottom.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated
@@ -68,9 +72,9 @@ def requires(permission: Permission) -> Callable[..., Principal]:
                 "a bearer token is needed (Authorization: Bearer TOKEN)", invalid=False
             )
         with service.reading() as session:
-            principal = authenticate(session, credentials.credentials)
+            principal = authenticate(session, credentials.credentials, now=int(time.time()))
         if principal is None:
-            raise _unauthorized("the bearer token is unknown or revoked", invalid=True)
+            raise _unauthorized("the bearer token is unknown, expired or revoked", invalid=True)
         if principal.role not in GRANTS[permission]:
             raise ApiError(
                 403,

@@ -188,7 +188,15 @@ def timeline_figure(
 
 def _label(node: TreeNode) -> str:
     h = node.hop.hop
-    return f"{h.iss.rsplit('/', 1)[-1]} → {h.aud.rsplit('/', 1)[-1]}"
+    return plotly_text(f"{h.iss.rsplit('/', 1)[-1]} → {h.aud.rsplit('/', 1)[-1]}")
+
+
+def plotly_text(text: str) -> str:
+    """Agent-chosen text for a Plotly label, shown as written. Plotly reads labels as a
+    small HTML of its own (``<b>``, ``<br>``, ``<a href>``, styles), so an identifier ending
+    in ``<b>`` would restyle the chart (and trip the CSP with a style attribute); Plotly
+    turns these entities back into the characters they name."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 # --- the chain graph ----------------------------------------------------------------------

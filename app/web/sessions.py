@@ -5,11 +5,17 @@
   ``serve`` believes). Only its SHA-256 is stored (``app.store.users``).
 - Every state-changing request (POST) must carry the session's CSRF token, in the
   ``X-CSRF-Token`` header (static/app.js adds it to every htmx request from the page's
-  ``csrf-token`` meta tag) or in a ``csrf`` form field; a foreign ``Origin`` is refused too.
+  ``csrf-token`` meta tag) or in a ``csrf`` form field; a foreign ``Origin`` is refused too,
+  and so is a foreign ``Referer`` when the browser sent no ``Origin`` (``_same_origin``).
+- A session lasts ``HANDOFF_TRACE_SESSION_SECONDS``, ends at logout, and ends at once when
+  its account is disabled (``handoff-trace users disable``).
 - Roles are the API's (``app.web.auth.GRANTS``): read looks, operator also triages and
-  verifies uploads, admin also stores them.
-- Logins are rate-limited per user name and per client address; a wrong name and a wrong
-  password get the same answer in the same time (no user-name enumeration).
+  verifies uploads, admin also stores them. Pages take only the session cookie and the API
+  only a bearer token, so neither credential works where the other is expected.
+- Logins are rate-limited per user name and per client address
+  (``HANDOFF_TRACE_LOGIN_FAILURES_PER_NAME`` / ``_PER_ADDRESS`` in
+  ``HANDOFF_TRACE_LOGIN_WINDOW_SECONDS``); a wrong name and a wrong password get the same
+  answer after the same work (no user-name enumeration).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from app.settings import Settings
 from app.store import db
 from app.store.users import WebUser, check_password, close_session, open_session, session_user
 
@@ -86,11 +93,15 @@ class Attempts:
             self._failures.pop(key, None)
 
 
-def limiters(request: Request) -> tuple[Attempts, Attempts]:
+def limiters(request: Request, settings: Settings) -> tuple[Attempts, Attempts]:
+    """The app's failed-login counters: per user name, per client address."""
     state = request.app.state
     if getattr(state, "login_attempts", None) is None:
-        # 5 wrong passwords per name, 30 per address, in 5 minutes.
-        state.login_attempts = (Attempts(5, 300), Attempts(30, 300))
+        window = settings.login_window_seconds
+        state.login_attempts = (
+            Attempts(settings.login_failures_per_name, window),
+            Attempts(settings.login_failures_per_address, window),
+        )
     return state.login_attempts  # type: ignore[no-any-return]
 
 
@@ -119,10 +130,17 @@ def web_user(request: Request, service: ServiceDep) -> WebUser | None:
 
 
 def _same_origin(request: Request) -> bool:
+    """False when the browser says the request came from another site: by ``Origin``, or,
+    when it sent none, by ``Referer``. With neither (some browsers and privacy settings
+    strip both) it is True, and the CSRF token alone decides."""
+    own = f"{request.url.scheme}://{request.url.netloc}"
     origin = request.headers.get("origin")
-    if origin is None:  # not sent by every browser for every request; the token still is
+    if origin is not None:  # "null" (a sandboxed frame, a file: page) is foreign too
+        return origin == own
+    referer = request.headers.get("referer")
+    if referer is None:
         return True
-    return origin == f"{request.url.scheme}://{request.url.netloc}"
+    return referer == own or referer.startswith(own + "/")
 
 
 def requires(permission: Permission, *, change: bool = False) -> Callable[..., WebUser]:
@@ -185,7 +203,7 @@ def login(
 
     if not _same_origin(request):
         return again("This form came from another site.", 403)
-    by_name, by_address = limiters(request)
+    by_name, by_address = limiters(request, service.settings)
     now = time.monotonic()
     address = request.client.host if request.client else "-"
     name_key = username.strip().lower()
@@ -199,11 +217,16 @@ def login(
         by_address.fail(address, now)
         return again("Wrong user name or password.", 401)
     by_name.forget(name_key)
-    token = db.run(service.engine, lambda s: open_session(s, user=account, now=int(time.time())))
+    lifetime = service.settings.session_seconds
+    token = db.run(
+        service.engine,
+        lambda s: open_session(s, user=account, now=int(time.time()), lifetime=lifetime),
+    )
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
         token,
+        max_age=lifetime,  # the browser forgets it when the server would refuse it
         httponly=True,
         samesite="lax",
         secure=_is_tls(request),

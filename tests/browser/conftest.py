@@ -10,6 +10,7 @@ Screenshots of each main page (1440x900) go to ``test-artifacts/screenshots/`` (
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -61,20 +62,26 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    data = build(tmp_path_factory.mktemp("browser"))
+    with serve_store(data.db, data.trust, data.now) as base:
+        yield Served(base, data)
+
+
+@contextlib.contextmanager
+def serve_store(store: Path, trust: Path, now: int) -> Iterator[str]:
+    """Serve the SQLite file ``store`` (clock pinned to ``now``) with the accounts ``otto``
+    (operator) and ``ada`` (admin) added; yields the base URL."""
     import uvicorn
 
-    data = build(tmp_path_factory.mktemp("browser"))
-    url = f"sqlite:///{data.db}"
+    url = f"sqlite:///{store}"
     engine = db.make_engine(url)
     try:
         with db.transaction(engine) as session:
-            create_user(
-                session, username="otto", role=Role.OPERATOR, password=PASSWORD, now=data.now
-            )
-            create_user(session, username="ada", role=Role.ADMIN, password=PASSWORD, now=data.now)
+            create_user(session, username="otto", role=Role.OPERATOR, password=PASSWORD, now=now)
+            create_user(session, username="ada", role=Role.ADMIN, password=PASSWORD, now=now)
     finally:
         engine.dispose()
-    app = create_app(Settings(database_url=url, trust_file=data.trust), clock=lambda: data.now)
+    app = create_app(Settings(database_url=url, trust_file=trust), clock=lambda: now)
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
@@ -87,7 +94,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             pytest.fail("the dashboard did not start")
         time.sleep(0.05)
     try:
-        yield Served(f"http://127.0.0.1:{port}", data)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

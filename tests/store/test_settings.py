@@ -33,6 +33,10 @@ def test_every_setting_from_the_environment() -> None:
         "HANDOFF_TRACE_REF_POLICY": "require",
         "HANDOFF_TRACE_MAX_REQUEST_BYTES": "1048576",
         "HANDOFF_TRACE_MAX_ELEMENT_BYTES": "32768",
+        "HANDOFF_TRACE_SESSION_SECONDS": "3600",
+        "HANDOFF_TRACE_LOGIN_FAILURES_PER_NAME": "3",
+        "HANDOFF_TRACE_LOGIN_FAILURES_PER_ADDRESS": "20",
+        "HANDOFF_TRACE_LOGIN_WINDOW_SECONDS": "600",
     }
     s = Settings.from_env(env)
     assert s.database_url == "postgresql+psycopg://u@db/handoff"
@@ -41,6 +45,8 @@ def test_every_setting_from_the_environment() -> None:
     assert (s.max_chain, s.ref_policy) == (8, RefPolicy.REQUIRE)
     assert (s.max_request_bytes, s.max_element_bytes) == (1048576, 32768)
     assert s.timing == Timing(skew=10, lost_outcome_after=7200, cancel_grace=30)
+    assert (s.session_seconds, s.login_failures_per_name) == (3600, 3)
+    assert (s.login_failures_per_address, s.login_window_seconds) == (20, 600)
 
 
 def test_empty_values_count_as_unset() -> None:
@@ -62,6 +68,12 @@ def test_empty_values_count_as_unset() -> None:
         ("HANDOFF_TRACE_REF_POLICY", "maybe", "REF_POLICY must be one of"),
         ("HANDOFF_TRACE_MAX_ELEMENT_BYTES", "1000000", "MAX_ELEMENT_BYTES must be at most 65536"),
         ("HANDOFF_TRACE_MAX_REQUEST_BYTES", "1000", "must be at least HANDOFF_TRACE_MAX_ELEM"),
+        ("HANDOFF_TRACE_SESSION_SECONDS", "0", "SESSION_SECONDS must be at least 60"),
+        ("HANDOFF_TRACE_SESSION_SECONDS", "31536000", "SESSION_SECONDS must be at most"),
+        ("HANDOFF_TRACE_LOGIN_FAILURES_PER_NAME", "0", "must be at least 1"),
+        ("HANDOFF_TRACE_LOGIN_FAILURES_PER_NAME", "100000", "must be at most 100"),
+        ("HANDOFF_TRACE_LOGIN_FAILURES_PER_ADDRESS", "5000", "must be at most 1000"),
+        ("HANDOFF_TRACE_LOGIN_WINDOW_SECONDS", "1", "must be at least 10"),
     ],
 )
 def test_unsafe_or_malformed_values_are_refused(name: str, value: str, message: str) -> None:

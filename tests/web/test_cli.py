@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_tokens_create_list_revoke(db_url: str, capsys: pytest.CaptureFixture[st
     engine = make_engine(db_url)
     try:
         with transaction(engine) as session:
-            principal = authenticate(session, token)
+            principal = authenticate(session, token, now=int(time.time()))
         assert principal is not None and (principal.name, principal.role) == ("ci", Role.INGEST)
 
         code, out, _ = run(capsys, "tokens", "list", "--json", "--db", db_url)
@@ -47,7 +48,7 @@ def test_tokens_create_list_revoke(db_url: str, capsys: pytest.CaptureFixture[st
 
         assert run(capsys, "tokens", "revoke", "--name", "ci", "--db", db_url)[0] == 0
         with transaction(engine) as session:
-            assert authenticate(session, token) is None
+            assert authenticate(session, token, now=int(time.time())) is None
     finally:
         engine.dispose()
     code, _, err = run(capsys, "tokens", "revoke", "--name", "ci", "--db", db_url)
@@ -64,6 +65,57 @@ def test_token_names_are_plain(
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     code, _, err = run(capsys, "tokens", "create", "--role", "read", f"--name={name}", "--db", url)
     assert code == 2 and "token name" in err
+
+
+def test_tokens_create_expires_in(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    before = int(time.time())
+    code, out, _ = run(
+        capsys,
+        "tokens",
+        "create",
+        "--role",
+        "read",
+        "--name",
+        "temp",
+        "--expires-in",
+        "12h",
+        "--db",
+        url,
+    )
+    assert code == 0 and "expires 20" in out
+    token = out.splitlines()[-1]
+    _, out, _ = run(capsys, "tokens", "list", "--json", "--db", url)
+    [listed] = json.loads(out)
+    assert before + 12 * 3600 <= listed["expires_at"] <= int(time.time()) + 12 * 3600
+    engine = make_engine(url)
+    try:
+        with transaction(engine) as session:
+            assert authenticate(session, token, now=listed["expires_at"] - 1) is not None
+            assert authenticate(session, token, now=listed["expires_at"]) is None
+    finally:
+        engine.dispose()
+    _, out, _ = run(capsys, "tokens", "list", "--db", url)
+    assert "EXPIRES" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "12x", "1.5h", "", "9999999999d"])
+def test_tokens_create_refuses_a_bad_duration(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["tokens", "create", "--role", "read", "--name", "t", f"--expires-in={value}"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--db", f"sqlite:///{tmp_path}/d"])
+    assert exit_info.value.code == 2
+    assert "is not a duration" in capsys.readouterr().err
+
+
+def test_tokens_create_refuses_an_expiry_beyond_ten_years(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["tokens", "create", "--role", "read", "--name", "t", "--expires-in", "4000d"]
+    code, _, err = run(capsys, *argv, "--db", f"sqlite:///{tmp_path / 'd.sqlite'}")
+    assert code == 2 and "a token expires 1 s to" in err
 
 
 def test_tokens_create_needs_a_known_role(

@@ -117,3 +117,13 @@ def test_the_activity_chart_counts_flags_on_a_second_axis() -> None:
     names = [trace["name"] for trace in figure["data"]]
     assert names == ["completed", "failed", "flags opened"]
     assert figure["data"][-1]["yaxis"] == "y2" and figure["data"][-1]["y"] == [2]
+
+
+def test_timeline_labels_carry_agent_markup_as_entities() -> None:
+    """Plotly reads labels as HTML of its own; an identifier's ``<b>`` or ``<a>`` must be
+    shown as written (tests/browser/test_xss.py checks the drawn chart)."""
+    node = _node(1, None)
+    node.hop.hop.iss = "spiffe://x.example/<b>bold<br>&amp;"
+    figure = charts.timeline_figure([node], {}, skew=60)
+    [label] = {y for trace in figure["data"] for y in trace["y"]}
+    assert label.startswith("1. &lt;b&gt;bold&lt;br&gt;&amp;amp; → ")

@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from app import run_cli
 from app.cli import main
 from app.store import db
-from app.store.users import check_password
+from app.store.models import UserRow
+from app.store.users import check_password, open_session, session_user
 
 
 def _check(url: str, username: str, password: str) -> bool:
@@ -75,6 +77,30 @@ def test_users_refuse_the_ingest_role_and_bad_names(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["users", "create", "--username", "x", "--role", "ingest", "--db", url])
     assert main(["users", "create", "--username", "<b>", "--role", "read", "--db", url]) == 2
+
+
+def test_users_disable_ends_the_accounts_sessions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert main(["users", "create", "--username", "ops", "--role", "operator", "--db", url]) == 0
+    password = capsys.readouterr().out.splitlines()[-1]
+    engine = db.make_engine(url)
+    try:
+        with db.transaction(engine) as session:
+            user = session.execute(select(UserRow).where(UserRow.username == "ops")).scalar_one()
+            cookies = [open_session(session, user=user, now=1, lifetime=10**10) for _ in "ab"]
+        assert main(["users", "disable", "--username", "ops", "--db", url]) == 0
+        assert "2 open session(s) ended" in capsys.readouterr().out
+        with db.transaction(engine) as session:
+            assert all(session_user(session, token=c, now=2) is None for c in cookies)
+    finally:
+        engine.dispose()
+    assert not _check(url, "ops", password)
+    assert main(["users", "list", "--json", "--db", url]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["disabled"] is True
+    assert main(["users", "disable", "--username", "ops", "--db", url]) == 2
+    assert "no enabled user named 'ops'" in capsys.readouterr().err
 
 
 def test_run_demo_loads_once_and_prints_a_fresh_login(
