@@ -1,7 +1,7 @@
 """API tokens may expire.
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0006
 Create Date: 2026-11-30
 
 Written by hand to match ``TokenRow.expires_at`` in app/store/models.py;
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0003"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -58,6 +58,8 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /api/v1/flags": READ,
     "GET /api/v1/flags/{flag_id}": READ,
     "PATCH /api/v1/flags/{flag_id}": TRIAGE,
+    "GET /api/v1/cases": READ,
+    "GET /api/v1/cases/{case_id}": READ,
     "GET /api/v1/metrics": READ,
     "GET /api/v1/healthz": EVERYONE,
     "GET /api/v1/readyz": EVERYONE,
@@ -79,6 +81,8 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "POST /flags/bulk": TRIAGE,
     "POST /flags/{flag_id}/action": TRIAGE,
     "GET /flags/{flag_id}": READ,
+    "GET /cases": READ,
+    "GET /cases/{case_id}": READ,
     "GET /upload": READ,
     # Verify-only for operators; storing (mode=store) is checked inside the route and is
     # admin-only (tests/web/test_pages.py::test_only_an_admin_may_store_uploads).
@@ -94,6 +98,7 @@ SAMPLES = {
     "digest": "A" * 43,
     "dialog": "ctx-1",
     "flag_id": "1",
+    "case_id": "C-1",
     "key": "no-such-report",
     "path": "app.css",
 }
