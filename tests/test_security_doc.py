@@ -22,6 +22,11 @@ NOT_LIMITS = {
     "sweep_seconds",
     "lost_outcome_after",
     "cancel_grace",
+    # Envelope handoffs (docs/envelopes.md): what is read and flagged, not what is accepted.
+    "envelope_types",
+    "accept_window",
+    "transcript_bytes",
+    "objects_dir",
 }
 
 

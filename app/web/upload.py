@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import unicodedata
 from collections import OrderedDict
 from typing import Annotated, Any
 
@@ -118,11 +119,11 @@ async def upload(
     limit = _limit(service)
     if file is not None and file.filename:
         data = await file.read(limit + 1)
-        # The name labels every verdict's source and is stored with each receipt: only
-        # printable characters, so no NUL or control character reaches a log or the store.
+        # The name labels every verdict's source and is stored with each receipt: no NUL,
+        # control character or lone surrogate reaches a log or the store. Format characters
+        # (bidi overrides) stay, and the pages show them as visible badges.
         name = "".join(
-            c if c.isprintable() and not "\ud800" <= c <= "\udfff" else "?"
-            for c in file.filename[:200]
+            "?" if unicodedata.category(c) in ("Cc", "Cs") else c for c in file.filename[:200]
         )
     elif paste.strip():
         name, data = _pasted(paste)
