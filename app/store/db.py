@@ -17,6 +17,7 @@ PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import time
@@ -177,11 +178,33 @@ def ensure_schema(engine: Engine) -> None:
 
 
 # --- dialect-specific statements ----------------------------------------------------------
+#
+# The hot statements of ingest are built once per dialect and table and run on the
+# session's Core connection with a parameter dict: building a statement anew on every call,
+# and running it through the ORM session, cost ~5x what SQLite takes to execute it (see
+# BENCHMARKS.md, "Where the time goes").
 
 
-def _insert(session: Session, model: Any) -> Any:
-    dialect = session.get_bind().dialect.name
-    return (pg_insert if dialect == "postgresql" else sqlite_insert)(model)
+def execute(session: Session, statement: Any, params: Mapping[str, Any] | None = None) -> Any:
+    """Run a prebuilt Core statement on the session's connection (no ORM layer)."""
+    return session.connection().execute(statement, dict(params or {}))
+
+
+@functools.cache
+def _insert_ignore_statement(dialect: str, table: Any, keys: tuple[str, ...]) -> Any:
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    return insert(table).on_conflict_do_nothing(index_elements=keys).returning(table.c[keys[0]])
+
+
+@functools.cache
+def _upsert_statement(dialect: str, table: Any, keys: tuple[str, ...], columns: Any) -> Any:
+    insert = (pg_insert if dialect == "postgresql" else sqlite_insert)(table)
+    update = {c: insert.excluded[c] for c in columns if c not in keys}
+    return insert.on_conflict_do_update(index_elements=keys, set_=update)
+
+
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
 
 
 def insert_ignore(
@@ -190,21 +213,15 @@ def insert_ignore(
     """INSERT .. ON CONFLICT (keys) DO NOTHING. True when this call inserted the row.
 
     RETURNING tells, where the driver's rowcount may not (-1 from psycopg here)."""
-    table = model.__table__
-    stmt = (
-        _insert(session, table)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=keys)
-        .returning(table.c[keys[0]])
-    )
-    return session.execute(stmt).first() is not None
+    stmt = _insert_ignore_statement(_dialect(session), model.__table__, tuple(keys))
+    return execute(session, stmt, values).first() is not None
 
 
 def upsert(session: Session, model: Any, values: Mapping[str, Any], keys: Sequence[str]) -> None:
-    """INSERT .. ON CONFLICT (keys) DO UPDATE every other column."""
-    stmt = _insert(session, model.__table__).values(**values)
-    update = {k: stmt.excluded[k] for k in values if k not in keys}
-    session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=update))
+    """INSERT .. ON CONFLICT (keys) DO UPDATE every other column of ``values``."""
+    columns = tuple(values)
+    stmt = _upsert_statement(_dialect(session), model.__table__, tuple(keys), columns)
+    execute(session, stmt, values)
 
 
 # --- advisory locks -----------------------------------------------------------------------
@@ -235,6 +252,10 @@ def digest_lock(digest: bytes) -> str:
     return "digest:" + digest.hex()
 
 
+_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
+_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:k)")
+
+
 class Locks:
     """The transaction-scoped advisory locks of one transaction (PostgreSQL; a no-op on
     SQLite, whose IMMEDIATE transactions already run one at a time).
@@ -242,7 +263,9 @@ class Locks:
     ``first`` is taken up front, waiting, in sorted order. ``need`` takes more without
     waiting: a lock held elsewhere raises NeedLocks, and the caller starts the transaction
     again with everything it needed in ``first``. A transaction therefore only waits while it
-    holds nothing it might be waited for with, which keeps lock waits free of cycles.
+    holds nothing it might be waited for with, which keeps lock waits free of cycles. A
+    transaction that already holds locks (a batch of items, ``app.ingest``) passes no
+    ``first`` and takes every lock through ``need``.
     """
 
     def __init__(self, session: Session, first: Iterable[str] = ()) -> None:
@@ -251,7 +274,7 @@ class Locks:
         self.held: set[str] = set()
         if self.active:
             for key in sorted(set(first), key=lock_id):
-                session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_id(key)})
+                execute(session, _LOCK, {"k": lock_id(key)})
                 self.held.add(key)
 
     def need(self, keys: Iterable[str]) -> None:
@@ -260,7 +283,6 @@ class Locks:
             return
         missing = set(keys) - self.held
         for key in sorted(missing, key=lock_id):
-            query = text("SELECT pg_try_advisory_xact_lock(:k)")
-            if not self.session.execute(query, {"k": lock_id(key)}).scalar_one():
+            if not execute(self.session, _TRY_LOCK, {"k": lock_id(key)}).scalar_one():
                 raise NeedLocks(frozenset(self.held | missing))
             self.held.add(key)

@@ -13,16 +13,36 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
 from app.protocol.encoding import digest_text
 from app.protocol.lifecycle import Flag, FlagKind
 
-from .db import insert_ignore
+from .db import execute, insert_ignore
 from .models import ActionRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
+
+# Built once: see app.store.db, "dialect-specific statements".
+_HOP_FLAGS = select(
+    FlagRow.id,
+    FlagRow.key,
+    FlagRow.status,
+    FlagRow.assignee,
+    FlagRow.note,
+    FlagRow.kind,
+    FlagRow.variant,
+    FlagRow.severity,
+    FlagRow.evidence,
+    FlagRow.offer,
+    FlagRow.opened_at,
+    FlagRow.detail,
+).where(FlagRow.iss == bindparam("b_iss"), FlagRow.hop == bindparam("b_hop"))
+_UPDATE_FLAG = update(FlagRow).where(FlagRow.id == bindparam("b_id"))
+_DELETE_FLAG = delete(FlagRow).where(FlagRow.id == bindparam("b_id"))
+_ACTED = select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id"))
+_AUDIT = insert(ActionRow)
 
 
 def flag_key(iss: str, hop: str, flag: Flag) -> str:
@@ -43,12 +63,7 @@ def sync_flags(
     holds is deleted if nobody acted on it (so ingest order leaves no trace), and otherwise
     resolved automatically with an audit entry.
     """
-    existing = {
-        row.key: row
-        for row in session.execute(
-            select(FlagRow).where(FlagRow.iss == iss, FlagRow.hop == hop)
-        ).scalars()
-    }
+    existing = {row.key: row for row in execute(session, _HOP_FLAGS, {"b_iss": iss, "b_hop": hop})}
     for flag in flags:
         key = flag_key(iss, hop, flag)
         derived = {
@@ -71,27 +86,22 @@ def sync_flags(
         if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
             changes["status"] = "open"
             _audit(session, row.id, "reopen", "new evidence for a resolved condition", now)
-        session.execute(update(FlagRow).where(FlagRow.id == row.id).values(**changes))
+        execute(session, _UPDATE_FLAG, {**changes, "b_id": row.id})
     for row in existing.values():
         _clear(session, row, now)
 
 
-def _clear(session: Session, row: FlagRow, now: int) -> None:
-    acted = session.execute(select(ActionRow.id).where(ActionRow.flag_id == row.id)).first()
+def _clear(session: Session, row: Any, now: int) -> None:
+    acted = execute(session, _ACTED, {"b_id": row.id}).first()
     if acted is None and row.status == "open" and row.assignee is None and row.note is None:
-        session.execute(delete(FlagRow).where(FlagRow.id == row.id))
+        execute(session, _DELETE_FLAG, {"b_id": row.id})
         return
     if row.status != "resolved":
-        session.execute(
-            update(FlagRow).where(FlagRow.id == row.id).values(status="resolved", updated_at=now)
-        )
+        execute(session, _UPDATE_FLAG, {"status": "resolved", "updated_at": now, "b_id": row.id})
         _audit(session, row.id, "resolve", "the condition no longer holds", now)
 
 
 def _audit(session: Session, flag_id: int | None, action: str, note: str, now: int) -> None:
     assert flag_id is not None
-    session.execute(
-        ActionRow.__table__.insert().values(
-            flag_id=flag_id, actor=SYSTEM, at=now, action=action, note=note
-        )
-    )
+    values = {"flag_id": flag_id, "actor": SYSTEM, "at": now, "action": action, "note": note}
+    execute(session, _AUDIT, values)
