@@ -66,7 +66,7 @@ from .protocol.verify import Context, Verifier, parse_element
 from .store import db
 from .store.db import Locks, NeedLocks, digest_lock, execute, hop_lock
 from .store.derive import HopKey, affected_hops, derive_hops
-from .store.memory import store_element, store_verifier
+from .store.memory import StoreMemory, store_element, store_verifier
 from .store.models import ElementRow
 from .store.records import (
     Judgement,
@@ -275,6 +275,7 @@ def _try_batch(
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
         hops: set[HopKey] = set()
+        touched: set[bytes] = set()
         for index, found in enumerate(batch):
             if isinstance(found, CarrierError):
                 results.append((found, _Done(carrier_error_verdict(found))))
@@ -285,14 +286,20 @@ def _try_batch(
                 break
             item = _Item(pipeline, session, now, locks)
             try:
-                with session.begin_nested():
+                with db.savepoint(session):
                     locks.need(_lock_keys(obj, element))
                     done = item.run(found, obj, element)
-                    hops |= item.hops()
+                    if locks.active:
+                        hops |= item.hops()  # their locks, taken inside the item's savepoint
             except (NeedLocks, SQLAlchemyError):
                 failed = index
                 break
             results.append((found, done))
+            touched |= item.touched
+        if not locks.active:
+            # SQLite: one writer at a time and no locks to take, so the hops the batch
+            # touched are found once, for all its items together.
+            hops = affected_hops(session, touched, locks=locks)
         derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
     return results, failed
 
@@ -390,6 +397,8 @@ class _Item:
         self.now = now
         self.locks = locks
         self.verifier = self._verifier(fresh=False)
+        assert isinstance(self.verifier.offers, StoreMemory)
+        self.memory = self.verifier.offers
         self.touched: set[bytes] = set()  # elements whose judgement changed
         self.judged_again: dict[int, Verdict] = {}
 
@@ -416,7 +425,8 @@ class _Item:
         verdict = self.verifier.verify_object(obj, ctx, source=item.source)
         if verdict.reason is Reason.MALFORMED:  # e.g. a status where an offer belongs
             return _Done(verdict)
-        store_element(self.session, element, now=self.now)
+        if not self.memory.holds(element.digest):  # an offer that verified is stored already
+            store_element(self.session, element, now=self.now)
         judged = verdict
         if depends_on_replay(verdict):
             judged = self.fresh.verify_object(obj, ctx, source=item.source)

@@ -163,6 +163,10 @@ class StoreMemory:
         store_element(self.session, element, now=self.now)
         self._offers[element.digest] = element
 
+    def holds(self, digest: bytes) -> bool:
+        """True when this memory has seen the offer stored (it stored or read it)."""
+        return self._offers.get(digest) is not None
+
     # -- SeenStatuses ------------------------------------------------------------------
 
     def has_status(self, digest: bytes) -> bool:
