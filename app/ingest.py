@@ -120,7 +120,8 @@ class IngestReport:
 
     Without ``sink`` every verdict is kept in ``verdicts``. With one, each verdict is handed
     to it, in input order, once ``VERDICT_WINDOW`` later verdicts have been made (or at the
-    end), and only that window stays in ``verdicts``: a verdict judged again by a later item
+    end), and only those not yet handed on stay in ``verdicts`` (none once ``ingest``
+    returns): a verdict judged again by a later item
     of the same run (a pending status whose offer comes later) is handed on in its final
     form when that item lies within the window. ``counts`` covers every verdict either way.
     """
