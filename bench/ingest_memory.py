@@ -5,13 +5,13 @@ simulator (``app.demo``, fault rate 0.02: the JSON Lines file plus its CBOR file
 about that size), and ``handoff-trace ingest --db sqlite:///fresh.db --trust T X.jsonl
 X.cbor`` runs as a subprocess. Every ``--poll`` seconds this script reads the child's
 ``VmRSS`` and ``VmHWM`` (peak) from ``/proc/PID/status`` and counts the verdicts committed so
-far in the SQLite file (each item is committed on its own). Ingest runs at ~100 elements/s
-(see BENCHMARKS.md), so a whole 50 MiB file would take ~9 minutes: each run is stopped
-after ``--budget`` seconds (default 60; 0: run to the end) with SIGTERM.
+far in the SQLite file (items are committed in batches of up to 64). A whole 50 MiB file
+takes minutes to ingest (see BENCHMARKS.md for the rate): each run is stopped after
+``--budget`` seconds (default 60; 0: run to the end) with SIGTERM.
 
-Reported per size: RSS once the first verdict is committed (the cost of reading and parsing
-the input before ingest proper starts), RSS and peak at the end, elements done, and the
-growth per 1,000 elements after the first verdict. The 1 GB figure is an EXTRAPOLATION,
+Reported per size: RSS once the first verdict is committed (start-up, plus whatever is read
+before ingest proper starts: the whole input, before ingest streamed), RSS and peak at the
+end, elements done, and the growth per 1,000 elements after the first verdict. The 1 GB figure is an EXTRAPOLATION,
 labelled as such: the up-front RSS fitted linearly against file size, plus the measured
 per-element growth times the elements a 1 GB capture holds. Target (issue 5): a 1 GB capture
 ingests under 500 MB peak RSS.

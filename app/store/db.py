@@ -267,8 +267,11 @@ def digest_lock(digest: bytes) -> str:
     return "digest:" + digest.hex()
 
 
-_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
-_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:k)")
+# Several locks in one round trip each, taken in the order of the (sorted) array.
+_LOCK = text("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(CAST(:ks AS bigint[])) AS k")
+_TRY_LOCK = text(
+    "SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest(CAST(:ks AS bigint[])) AS k"
+)
 
 
 class Locks:
@@ -287,17 +290,21 @@ class Locks:
         self.session = session
         self.active = session.get_bind().dialect.name == "postgresql"
         self.held: set[str] = set()
-        if self.active:
-            for key in sorted(set(first), key=lock_id):
-                execute(session, _LOCK, {"k": lock_id(key)})
-                self.held.add(key)
+        if self.active and first:
+            keys = set(first)
+            execute(session, _LOCK, {"ks": sorted(lock_id(key) for key in keys)})
+            self.held |= keys
 
     def need(self, keys: Iterable[str]) -> None:
-        """Hold ``keys`` too. Raises NeedLocks when one is held by another transaction."""
+        """Hold ``keys`` too. Raises NeedLocks when one is held by another transaction
+        (the ones that were free may then be held too, until the transaction or savepoint
+        ends: harmless, as the caller starts it again)."""
         if not self.active:
             return
         missing = set(keys) - self.held
-        for key in sorted(missing, key=lock_id):
-            if not execute(self.session, _TRY_LOCK, {"k": lock_id(key)}).scalar_one():
-                raise NeedLocks(frozenset(self.held | missing))
-            self.held.add(key)
+        if not missing:
+            return
+        ids = sorted(lock_id(key) for key in missing)
+        if not execute(self.session, _TRY_LOCK, {"ks": ids}).scalar_one():
+            raise NeedLocks(frozenset(self.held | missing))
+        self.held |= missing
