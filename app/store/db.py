@@ -17,12 +17,16 @@ PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
+import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -111,8 +115,65 @@ def read_only(engine: Engine) -> Engine:
 @contextmanager
 def transaction(engine: Engine) -> Iterator[Session]:
     """One session in one transaction: committed on success, rolled back on any error."""
-    with Session(engine, expire_on_commit=False) as session, session.begin():
+    with (
+        _sqlite_writer(engine),
+        Session(engine, expire_on_commit=False) as session,
+        session.begin(),
+    ):
         yield session
+
+
+@contextmanager
+def _sqlite_writer(engine: Engine) -> Iterator[None]:
+    """On an SQLite file, wait for the write lock in the open before ``BEGIN IMMEDIATE``.
+
+    SQLite has one writer at a time, and a writer that finds the lock taken polls for it,
+    sleeping up to 100 ms between tries: under many concurrent writers (HTTP ingest with
+    several workers and threads) the lock sat free while they slept, and the unlucky ones
+    waited seconds. A thread lock and an ``flock`` on a file beside the database queue the
+    writers of this process and of other processes instead, and wake the next one as soon
+    as the lock is released. Read-only (DEFERRED) transactions do not take it."""
+    path = _writer_lock_path(engine)
+    if path is None:
+        yield
+        return
+    lock = _writer_lock(path)
+    with lock.thread_lock:
+        fcntl.flock(lock.fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fd, fcntl.LOCK_UN)
+
+
+@dataclass
+class _WriterLock:
+    thread_lock: threading.RLock
+    fd: int
+
+
+_WRITER_LOCKS: dict[str, _WriterLock] = {}
+_WRITER_LOCKS_GUARD = threading.Lock()
+
+
+def _writer_lock_path(engine: Engine) -> str | None:
+    if engine.dialect.name != "sqlite":
+        return None
+    if engine.get_execution_options().get("sqlite_begin", "IMMEDIATE") != "IMMEDIATE":
+        return None
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return database + ".writer"
+
+
+def _writer_lock(path: str) -> _WriterLock:
+    with _WRITER_LOCKS_GUARD:
+        lock = _WRITER_LOCKS.get(path)
+        if lock is None:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            lock = _WRITER_LOCKS[path] = _WriterLock(threading.RLock(), fd)
+        return lock
 
 
 @contextmanager
