@@ -6,6 +6,7 @@ PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
 - SQLite runs in WAL mode with foreign keys on and a busy timeout, and every transaction
   starts with ``BEGIN IMMEDIATE``: SQLite has one writer at a time, and taking the write
   lock up front means a transaction never reads state another writer is about to change.
+  Writers on one file queue for it on a lock of their own first (``_sqlite_writer``).
 - PostgreSQL serialises the transactions that touch the same hops and elements with
   transaction-scoped advisory locks (``Locks``), so a re-derivation always sees every
   change that could alter it. (SERIALIZABLE would do the same without locks, but on the
