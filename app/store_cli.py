@@ -171,16 +171,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         pipeline = Pipeline(engine=engine, trust=trust, options=options, timing=settings.timing)
         large = {name for name, file in inputs if _size(file) > _LARGE_BYTES}
         summary = _Summary(sys.stdout if args.json else None)
+        progress = _Progress(sys.stderr, large)
         try:
-            report = ingest(
-                pipeline,
-                inputs,
-                now=now,
-                progress=_Progress(sys.stderr, large),
-                on_verdict=summary.add,
-            )
+            report = ingest(pipeline, inputs, now=now, progress=progress, on_verdict=summary.add)
         finally:
             engine.dispose()
+            progress.finish()
     summary.close()
     for error in report.errors:
         print(f"handoff-trace: {visible(error.source, 80)}: {error.detail}", file=sys.stderr)
@@ -216,20 +212,29 @@ class _Progress:
 
     def __init__(self, out: TextIO, large: set[str]) -> None:
         self.out, self.large, self.tty = out, large, out.isatty()
-        self.step = 0
+        self.shown: dict[str, int] = {}  # the tenth last shown, per input
+        self.drawing: str | None = None  # the input whose line a terminal shows
 
     def __call__(self, name: str, done: int, fraction: float | None) -> None:
         if name not in self.large or fraction is None:
             return
-        tenth = int(fraction * 10)
+        tenth = min(10, int(fraction * 10))
         if self.tty:
-            bar = "#" * int(fraction * 30)
-            end = "\n" if fraction >= 1 else ""
-            self.out.write(f"\r{visible(name, 40)} [{bar:<30}] {done} items{end}")
-        elif tenth > self.step:
-            self.step = tenth if tenth < 10 else 0
+            if self.drawing not in (None, name):
+                self.out.write("\n")
+            self.drawing = name
+            bar = "#" * min(30, int(fraction * 30))
+            self.out.write(f"\r{visible(name, 40)} [{bar:<30}] {done} items")
+        elif tenth > self.shown.get(name, 0):
+            self.shown[name] = tenth
             self.out.write(f"{visible(name, 40)}: {tenth * 10}% read, {done} items\n")
         self.out.flush()
+
+    def finish(self) -> None:
+        """End a terminal's progress line."""
+        if self.drawing is not None:
+            self.out.write("\n")
+            self.out.flush()
 
 
 class _Summary:

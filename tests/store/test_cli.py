@@ -215,6 +215,7 @@ def test_progress_for_large_inputs() -> None:
     assert out.getvalue() == ""
     for done in range(1, 2001):
         progress("big.jsonl", done, done / 2000)
+    progress("big.jsonl", 2000, 1.0)  # items left after the last byte was read
     lines = out.getvalue().splitlines()
     assert lines[0] == "big.jsonl: 10% read, 200 items"
     assert lines[-1] == "big.jsonl: 100% read, 2000 items"
