@@ -121,9 +121,10 @@ class IngestReport:
     Without ``sink`` every verdict is kept in ``verdicts``. With one, each verdict is handed
     to it, in input order, once ``VERDICT_WINDOW`` later verdicts have been made (or at the
     end), and only those not yet handed on stay in ``verdicts`` (none once ``ingest``
-    returns): a verdict judged again by a later item
-    of the same run (a pending status whose offer comes later) is handed on in its final
-    form when that item lies within the window. ``counts`` covers every verdict either way.
+    returns). A verdict judged again by a later item of the same run (a pending status
+    whose offer comes later) is handed on in its final form when that item lies within the
+    window. ``counts`` covers every verdict either way, in the shape of
+    ``verifying.outcome_counts`` plus ``errors`` and ``stored``.
     """
 
     verdicts: list[Verdict] = field(default_factory=list)
@@ -202,8 +203,8 @@ def ingest(
         items = read_capture(data, name=name, content_type=content_type, stats=stats)
         done = 0
         for batch in _batches(items):
-            for found, outcome in _run_batch(pipeline, batch, clock):
-                _report(report, found, outcome)
+            for outcome in _run_batch(pipeline, batch, clock):
+                _report(report, outcome)
             done += len(batch)
             if progress is not None:
                 progress(name, done, _fraction_read(data))
@@ -228,7 +229,7 @@ def _fraction_read(data: Capture) -> float | None:
     return None
 
 
-def _report(report: IngestReport, found: Found, outcome: _Done | ItemError) -> None:
+def _report(report: IngestReport, outcome: _Done | ItemError) -> None:
     if isinstance(outcome, ItemError):
         report.errors.append(outcome)
         return
@@ -242,36 +243,33 @@ def _report(report: IngestReport, found: Found, outcome: _Done | ItemError) -> N
 # --- one batch: consecutive items in one transaction ---------------------------------------
 
 
-def _run_batch(
-    pipeline: Pipeline, batch: list[Found], now: int
-) -> list[tuple[Found, _Done | ItemError]]:
-    """Every item of the batch with what became of it, in input order."""
-    results: list[tuple[Found, _Done | ItemError]] = []
+def _run_batch(pipeline: Pipeline, batch: list[Found], now: int) -> list[_Done | ItemError]:
+    """What became of every item of the batch, in input order."""
+    results: list[_Done | ItemError] = []
     rest = batch
     while rest:
         try:
             done, failed = _try_batch(pipeline, rest, now)
         except SQLAlchemyError:
             # The batch as a whole could not commit: nothing of it was kept.
-            done, failed = [], len(rest)
-            results.extend((found, _alone(pipeline, found, now)) for found in rest)
+            results.extend(_alone(pipeline, found, now) for found in rest)
             break
         results.extend(done)
         if failed >= len(rest):
             break
         # The item that failed inside the batch, alone; then a new batch after it.
-        results.append((rest[failed], _alone(pipeline, rest[failed], now)))
+        results.append(_alone(pipeline, rest[failed], now))
         rest = rest[failed + 1 :]
     return results
 
 
 def _try_batch(
     pipeline: Pipeline, batch: list[Found], now: int
-) -> tuple[list[tuple[Found, _Done | ItemError]], int]:
+) -> tuple[list[_Done | ItemError], int]:
     """Run items in one transaction, each in a savepoint, until one fails; derive the hops
     of those that ran, and commit. Returns their results and the index of the failed item
     (``len(batch)`` when none failed). Raises SQLAlchemyError when the commit fails."""
-    results: list[tuple[Found, _Done | ItemError]] = []
+    results: list[_Done | ItemError] = []
     failed = len(batch)
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
@@ -279,7 +277,7 @@ def _try_batch(
         touched: set[bytes] = set()
         for index, found in enumerate(batch):
             if isinstance(found, CarrierError):
-                results.append((found, _Done(carrier_error_verdict(found))))
+                results.append(_Done(carrier_error_verdict(found)))
                 continue
             obj, element = _parse(found.value)
             if obj is None or element is None:
@@ -295,7 +293,7 @@ def _try_batch(
             except (NeedLocks, SQLAlchemyError):
                 failed = index
                 break
-            results.append((found, done))
+            results.append(done)
             touched |= item.touched
         if not locks.active:
             # SQLite: one writer at a time and no locks to take, so the hops the batch
