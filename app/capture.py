@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, BinaryIO
 
 import cbor2
 
@@ -323,3 +323,222 @@ def _cbor_items(data: bytes, name: str) -> Iterator[ItemOrError]:
             )
             return
         yield CaptureItem(f"{name}#{number}", value)
+
+
+# --- streaming: a capture read from a binary file -------------------------------------------
+#
+# ``read_stream`` yields the same items as ``read_items`` without holding the file: JSON
+# Lines line by line, CBOR sequences item by item, a JSON array element by element. A JSON
+# document that is not an array (one payload, or a HAR log) is read whole: HAR is one
+# document, and ``detect_format`` needs no more than the file's first line.
+#
+# Where streaming must differ from the whole-document reader: a JSON array that is broken
+# part-way (truncated, a missing comma) yields the elements before the break and then one
+# error naming the byte offset, where the whole-document reader yields only the error.
+
+STREAM_CHUNK = 1 << 16
+# One JSON Lines line or one JSON array element at most: far above any carrier message
+# (elements are at most 64 KiB by default), so only a broken file meets it; it bounds the
+# memory one item can take.
+MAX_ITEM_OCTETS = 16 << 20
+_HEAD_OCTETS = 1 << 20  # enough to sniff: the first line, or the start of a document
+
+
+def stream_head(stream: BinaryIO) -> bytes:
+    """The first bytes of ``stream``, as many as ``detect_format`` looks at (the first line
+    and the start of the next; at most ~1 MiB more than a chunk); ``read_stream`` reads
+    them again."""
+    head = stream.read(STREAM_CHUNK)
+    while len(head) < _HEAD_OCTETS and not _sniffable(head):
+        more = stream.read(STREAM_CHUNK)
+        if not more:
+            break
+        head += more
+    return head
+
+
+def _sniffable(head: bytes) -> bool:
+    first = _NON_SPACE.search(head)
+    end = -1 if first is None else head.find(b"\n", first.start())
+    return end >= 0 and _NON_SPACE.search(head, end) is not None
+
+
+def read_stream(
+    stream: BinaryIO,
+    head: bytes,
+    *,
+    name: str,
+    fmt: CaptureFormat,
+    watch: tuple[bytes, ...] = (),
+) -> Iterator[ItemOrError]:
+    """Like ``read_items``, from a binary stream whose first bytes ``head`` were already
+    read from it (``stream_head``)."""
+    reader = io.BufferedReader(_Prefixed(head, stream), STREAM_CHUNK)  # type: ignore[arg-type]
+    if fmt is CaptureFormat.JSONL:
+        return _jsonl_stream(reader, name)
+    if fmt is CaptureFormat.CBOR:
+        return _cbor_stream(reader, name)
+    first = _NON_SPACE.search(head)
+    if fmt is CaptureFormat.JSON and first is not None and head[first.start()] == ord("["):
+        return _json_array_stream(reader, name)
+    data = reader.read()
+    return read_items(data, name=name, fmt=fmt, watch=watch)
+
+
+class _Prefixed(io.RawIOBase):
+    """``head`` and then the rest of ``stream``, as one raw stream."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self._head = memoryview(head)
+        self._stream = stream
+        self._read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._read
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            self._read += n
+            return n
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        self._read += len(data)
+        return len(data)
+
+
+def _jsonl_stream(reader: io.BufferedReader, name: str) -> Iterator[ItemOrError]:
+    line_number = 0
+    while line := reader.readline(MAX_ITEM_OCTETS + 1):
+        line_number += 1
+        source = f"{name}:{line_number}"
+        if len(line) > MAX_ITEM_OCTETS and not line.endswith(b"\n"):
+            while (rest := reader.readline(MAX_ITEM_OCTETS)) and not rest.endswith(b"\n"):
+                pass  # skip to the end of the over-long line
+            yield CarrierError(source, f"line {line_number} is longer than {MAX_ITEM_OCTETS} bytes")
+            continue
+        if not line.strip(_JSON_SPACE):
+            continue
+        try:
+            value = strict_json_loads(line.rstrip(b"\n"), what=f"line {line_number}")
+        except MalformedError as exc:
+            yield CarrierError(source, exc.detail)
+            continue
+        yield CaptureItem(source, value)
+
+
+def _cbor_stream(reader: io.BufferedReader, name: str) -> Iterator[ItemOrError]:
+    decoder = cbor2.CBORDecoder(
+        reader,
+        max_depth=MAX_DEPTH,
+        allow_duplicate_keys=False,
+        strict_hashable_types=True,
+        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
+    )
+    number = 0
+    while reader.peek(1):
+        offset = reader.tell()
+        number += 1
+        try:
+            value = decoder.decode()
+        except Exception as exc:  # cbor2 on hostile input raises many types; all mean broken
+            yield CarrierError(
+                f"{name}#{number}",
+                f"CBOR item {number} at byte {offset} is not valid CBOR ({exc}); a CBOR "
+                "sequence cannot be resynchronised, so the rest of it was not read",
+            )
+            return
+        yield CaptureItem(f"{name}#{number}", value)
+
+
+# Outside a string, the bytes that change the nesting or end an element; inside one, the
+# bytes that may end it.
+_STRUCTURE = re.compile(rb'["\[\]{},]')
+_IN_STRING = re.compile(rb'["\\]')
+
+
+def _json_array_stream(reader: io.BufferedReader, name: str) -> Iterator[ItemOrError]:
+    """The elements of a top-level JSON array, each parsed strictly on its own."""
+    what = _what(name)
+    buffer = bytearray()
+    base = 0  # file offset of buffer[0]
+    pos = 0  # scan position in buffer
+    start = -1  # where the current element starts (after "[" or ","); -1 before the "["
+    depth = 0  # nesting inside the current element
+    in_string = closed = False
+    index = 0
+
+    def broken(detail: str) -> CarrierError:
+        return CarrierError(name, f"{what} is not valid JSON: {detail}")
+
+    while True:
+        if pos >= len(buffer):
+            chunk = reader.read(STREAM_CHUNK)
+            if not chunk:
+                break
+            keep = max(start, 0) if not closed else pos
+            del buffer[:keep]
+            base, pos, start = base + keep, pos - keep, (start - keep if start >= 0 else -1)
+            buffer += chunk
+            if start >= 0 and len(buffer) - start > MAX_ITEM_OCTETS:
+                yield broken(f"element {index} is longer than {MAX_ITEM_OCTETS} bytes")
+                return
+        if closed:
+            if buffer[pos:].strip(_JSON_SPACE):
+                yield broken(f"data after the array at byte {base + pos}")
+                return
+            pos = len(buffer)
+        elif start < 0:
+            first = _NON_SPACE.search(buffer, pos)
+            pos = len(buffer) if first is None else first.end()  # past the "["
+            start = -1 if first is None else pos
+        elif in_string:
+            found = _IN_STRING.search(buffer, pos)
+            if found is None:
+                pos = len(buffer)
+            elif found.group() == b'"':
+                in_string, pos = False, found.end()
+            elif found.end() < len(buffer):
+                pos = found.end() + 1  # past the escaped byte
+            else:  # the escaped byte is in the next chunk
+                chunk = reader.read(STREAM_CHUNK)
+                if not chunk:
+                    break
+                buffer += chunk
+        else:
+            found = _STRUCTURE.search(buffer, pos)
+            if found is None:
+                pos = len(buffer)
+                continue
+            byte, pos = found.group(), found.end()
+            if byte == b'"':
+                in_string = True
+            elif byte in b"[{":
+                depth += 1
+            elif depth > 0:
+                depth -= byte != b","  # a "," inside the element separates nothing here
+            elif byte == b"}":
+                yield broken(f"unbalanced }} at byte {base + found.start()}")
+                return
+            else:  # "," or "]" ending an element
+                element = bytes(buffer[start : found.start()]).strip(_JSON_SPACE)
+                closed = byte == b"]"
+                start = pos
+                if not element and closed and index == 0:
+                    continue  # an empty array
+                source = f"{name}[{index}]"
+                index += 1
+                if not element:
+                    yield broken(f"an element is missing at byte {base + found.start()}")
+                    return
+                try:
+                    yield CaptureItem(source, strict_json_loads(element, what=source))
+                except MalformedError as exc:
+                    yield CarrierError(source, exc.detail)
+    if start >= 0 and not closed:
+        yield broken(f"the array ends early at byte {base + len(buffer)}")

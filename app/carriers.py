@@ -39,9 +39,17 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, BinaryIO
 
-from app.capture import CaptureFormat, CaptureItem, CarrierError, detect_format, read_items
+from app.capture import (
+    CaptureFormat,
+    CaptureItem,
+    CarrierError,
+    detect_format,
+    read_items,
+    read_stream,
+    stream_head,
+)
 from app.protocol.encoding import MAX_SAFE_INT
 from app.protocol.errors import MalformedError
 from app.protocol.handoff import is_handoff_like
@@ -117,7 +125,7 @@ Found = Carried | CarrierError
 
 
 def read_capture(
-    data: bytes,
+    data: bytes | BinaryIO,
     *,
     name: str = "-",
     content_type: str | None = None,
@@ -131,11 +139,20 @@ def read_capture(
     ``on_item`` sees every decoded payload too (envelope handoffs are read from it). Never
     raises on bad input: a bad item yields a ``CarrierError`` and reading goes on (SPEC 10),
     except inside a CBOR sequence, which cannot be resynchronised after a broken item.
+
+    ``data`` is the capture's octets, or a binary file read as a stream (``read_stream``:
+    only one item at a time is held, except for HAR and non-array JSON documents).
     """
     counts = stats if stats is not None else ExtractStats()
-    fmt = detect_format(data, name=name, content_type=content_type)
     watch = (A2A_EXTENSION_URI.encode(), MCP_META_KEY.encode())
-    for item in read_items(data, name=name, fmt=fmt, watch=watch):
+    if isinstance(data, bytes):
+        fmt = detect_format(data, name=name, content_type=content_type)
+        items = read_items(data, name=name, fmt=fmt, watch=watch)
+    else:
+        head = stream_head(data)
+        fmt = detect_format(head, name=name, content_type=content_type)
+        items = read_stream(data, head, name=name, fmt=fmt, watch=watch)
+    for item in items:
         counts.items += 1
         found: list[Found] = []
         if isinstance(item, CarrierError):

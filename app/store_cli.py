@@ -9,29 +9,33 @@ time-based states and flags at that clock instead of the wall clock.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any, TextIO
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from .cli import EXIT_OK, EXIT_REJECT, UsageError, load_trust, nonneg_int, read_inputs, visible
+from .cli import EXIT_OK, EXIT_REJECT, UsageError, load_trust, nonneg_int, visible
 from .ingest import IngestReport, Pipeline, ingest
 from .protocol.lifecycle import FlagKind, HopState
 from .protocol.refs import ObjectIndex
+from .protocol.verdict import Verdict
 from .settings import Settings, SettingsError
 from .store import db
 from .store.derive import sweep
 from .store.queries import FlagStatus, list_flags, list_hops
 from .verifying import load_objects
 
-# Inputs above these sizes get a progress line on stderr.
+# Inputs above this size get a progress line on stderr.
 _LARGE_BYTES = 1024 * 1024
-_LARGE_ITEMS = 1000
 
 
 def add_store_commands(sub: Any) -> None:
@@ -160,85 +164,139 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if trust_file is None:
         raise UsageError("no trust file: pass --trust FILE or set HANDOFF_TRACE_TRUST_FILE")
     trust = load_trust(str(trust_file))
-    inputs = read_inputs(args.files)
-    engine = _engine(args, settings)
-    now = int(time.time())
-    options = settings.verify_options(at=now)
-    pipeline = Pipeline(
-        engine=engine,
-        trust=trust,
-        options=options,
-        timing=settings.timing,
-        objects=_objects(settings),
-        envelope=settings.envelope,
-    )
-    large = {name for name, data in inputs if len(data) > _LARGE_BYTES}
-    try:
-        report = ingest(pipeline, inputs, now=now, progress=_Progress(sys.stderr, large))
-    finally:
-        engine.dispose()
+    with contextlib.ExitStack() as files:
+        # Each file is read as a stream: memory does not grow with the capture.
+        inputs = _open_inputs(args.files, files)
+        engine = _engine(args, settings)
+        now = int(time.time())
+        options = settings.verify_options(at=now)
+        pipeline = Pipeline(
+            engine=engine,
+            trust=trust,
+            options=options,
+            timing=settings.timing,
+            objects=_objects(settings),
+            envelope=settings.envelope,
+        )
+        large = {name for name, file in inputs if _size(file) > _LARGE_BYTES}
+        summary = _Summary(sys.stdout if args.json else None)
+        progress = _Progress(sys.stderr, large)
+        try:
+            report = ingest(pipeline, inputs, now=now, progress=progress, on_verdict=summary.add)
+        finally:
+            engine.dispose()
+            progress.finish()
+    summary.close()
     for error in [*report.errors, *report.envelopes.errors]:
         print(f"handoff-trace: {visible(error.source, 80)}: {error.detail}", file=sys.stderr)
-    if args.json:
-        json.dump([v.to_json() for v in report.verdicts], sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        _print_ingest_summary(report)
-    failed = (
-        report.errors
-        or report.envelopes.errors
-        or any(v.outcome.value == "reject" for v in report.verdicts)
-    )
+    if not args.json:
+        summary.print(report)
+    failed = report.errors or report.envelopes.errors or summary.rejected
     return EXIT_REJECT if failed else EXIT_OK
+
+
+def _open_inputs(names: Sequence[str], files: contextlib.ExitStack) -> list[tuple[str, BinaryIO]]:
+    inputs: list[tuple[str, BinaryIO]] = []
+    for name in names:
+        if name == "-":
+            inputs.append((name, sys.stdin.buffer))
+            continue
+        try:
+            file = Path(name).open("rb")  # noqa: SIM115 - closed by ``files``
+            inputs.append((name, files.enter_context(file)))
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from exc
+    return inputs
+
+
+def _size(file: BinaryIO) -> int:
+    try:
+        return os.fstat(file.fileno()).st_size
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 class _Progress:
     """A progress line on stderr for large inputs: redrawn on a terminal, a line per tenth
-    otherwise (so logs stay readable)."""
+    of the file read otherwise (so logs stay readable)."""
 
     def __init__(self, out: TextIO, large: set[str]) -> None:
         self.out, self.large, self.tty = out, large, out.isatty()
-        self.step = 0
+        self.shown: dict[str, int] = {}  # the tenth last shown, per input
+        self.drawing: str | None = None  # the input whose line a terminal shows
 
-    def __call__(self, name: str, done: int, total: int) -> None:
-        if name not in self.large and total < _LARGE_ITEMS:
+    def __call__(self, name: str, done: int, fraction: float | None) -> None:
+        if name not in self.large or fraction is None:
             return
-        tenth = done * 10 // total
+        tenth = min(10, int(fraction * 10))
         if self.tty:
-            bar = "#" * (done * 30 // total)
-            end = "\n" if done == total else ""
-            self.out.write(f"\r{visible(name, 40)} [{bar:<30}] {done}/{total}{end}")
-        elif tenth > self.step or done == total:
-            self.step = tenth if done < total else 0
-            self.out.write(f"{visible(name, 40)}: {done}/{total} items\n")
+            if self.drawing not in (None, name):
+                self.out.write("\n")
+            self.drawing = name
+            bar = "#" * min(30, int(fraction * 30))
+            self.out.write(f"\r{visible(name, 40)} [{bar:<30}] {done} items")
+        elif tenth > self.shown.get(name, 0):
+            self.shown[name] = tenth
+            self.out.write(f"{visible(name, 40)}: {tenth * 10}% read, {done} items\n")
         self.out.flush()
 
+    def finish(self) -> None:
+        """End a terminal's progress line."""
+        if self.drawing is not None:
+            self.out.write("\n")
+            self.out.flush()
 
-def _print_ingest_summary(report: IngestReport) -> None:
-    rejected = [v for v in report.verdicts if v.outcome.value == "reject"]
-    if rejected:
-        print("REJECTED")
-        for v in rejected[:20]:
-            reason = v.reason.value if v.reason else "-"
-            print(f"  {visible(v.source, 40)}  {reason}  {visible(v.detail, 100)}")
-        if len(rejected) > 20:
-            print(f"  ... and {len(rejected) - 20} more (--json lists all)")
-        print()
-    rows: dict[tuple[str, str, str], int] = {}
-    for v in report.verdicts:
-        key = (v.element or "-", v.outcome.value, v.reason.value if v.reason else "-")
-        rows[key] = rows.get(key, 0) + 1
-    table = [("ELEMENT", "OUTCOME", "REASON", "COUNT")]
-    table += [(*key, str(n)) for key, n in sorted(rows.items())]
-    _print_table(table)
-    c = report.counts
-    print(
-        f"\n{c['verdicts']} verdicts, {c['stored']} new elements stored, "
-        f"{c['duplicate']} retransmissions, {c['pending']} pending, "
-        f"{c['skipped']} items without a handoff, {c['errors']} item errors"
-    )
-    if c["envelopes"]:
-        print(f"{c['envelopes']} envelope items, {c['envelope_errors']} with errors")
+
+class _Summary:
+    """What the summary needs of every verdict, kept as counts (and the first rejections),
+    not as the verdicts; with ``--json`` each verdict is written out as it comes."""
+
+    SHOWN = 20
+
+    def __init__(self, out: TextIO | None) -> None:
+        self.out = out
+        self.rows: Counter[tuple[str, str, str]] = Counter()
+        self.first_rejected: list[Verdict] = []
+        self.rejected = 0
+        self.written = 0
+
+    def add(self, v: Verdict) -> None:
+        reason = v.reason.value if v.reason else "-"
+        self.rows[(v.element or "-", v.outcome.value, reason)] += 1
+        if v.outcome.value == "reject":
+            self.rejected += 1
+            if len(self.first_rejected) < self.SHOWN:
+                self.first_rejected.append(v)
+        if self.out is not None:
+            # Byte for byte what json.dump(verdicts, indent=2) prints, one verdict at a time.
+            text = json.dumps(v.to_json(), indent=2).replace("\n", "\n  ")
+            self.out.write(("[\n  " if self.written == 0 else ",\n  ") + text)
+            self.written += 1
+
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.write("\n]\n" if self.written else "[]\n")
+
+    def print(self, report: IngestReport) -> None:
+        if self.first_rejected:
+            print("REJECTED")
+            for v in self.first_rejected:
+                reason = v.reason.value if v.reason else "-"
+                print(f"  {visible(v.source, 40)}  {reason}  {visible(v.detail, 100)}")
+            if self.rejected > self.SHOWN:
+                print(f"  ... and {self.rejected - self.SHOWN} more (--json lists all)")
+            print()
+        table = [("ELEMENT", "OUTCOME", "REASON", "COUNT")]
+        table += [(*key, str(n)) for key, n in sorted(self.rows.items())]
+        _print_table(table)
+        c = report.counts
+        print(
+            f"\n{c['verdicts']} verdicts, {c['stored']} new elements stored, "
+            f"{c['duplicate']} retransmissions, {c['pending']} pending, "
+            f"{c['skipped']} items without a handoff, {c['errors']} item errors"
+        )
+        if c["envelopes"]:
+            print(f"{c['envelopes']} envelope items, {c['envelope_errors']} with errors")
 
 
 def _print_table(rows: Sequence[Sequence[str]]) -> None:

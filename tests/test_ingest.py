@@ -26,10 +26,12 @@ from tests.store.builders import (
     flags,
     hop_of,
     hops,
+    jsonl,
     kinds,
     observations,
     offer,
     outcomes,
+    pipeline,
     rec,
     resign,
     run,
@@ -402,3 +404,57 @@ def test_a_status_where_an_offer_belongs_is_malformed_and_not_kept(
     assert report.verdicts[0].reason is not None
     assert report.verdicts[0].reason.value == "malformed"
     assert elements(engine) == {}
+
+
+# --- batches and bounded reports ----------------------------------------------------------
+
+
+def test_a_batch_that_cannot_commit_is_ingested_item_by_item(
+    engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    o1, o2 = (offer(world.planner, world.coder) for _ in range(2))
+    real = ingest_module.derive_hops
+    calls: list[int] = []
+
+    def failing_once(session: Any, keys: Any, **kw: Any) -> None:
+        calls.append(len(set(keys)))
+        if len(calls) == 1:  # the batch's derivation, after both items ran
+            raise OperationalError("INSERT INTO hop", {}, Exception("disk on fire"))
+        real(session, keys, **kw)
+
+    monkeypatch.setattr(ingest_module, "derive_hops", failing_once)
+    report = run(engine, world.trust, [rec(bundle(o1), T0 + 1), rec(bundle(o2), T0 + 1)])
+    assert outcomes(report) == ["accept", "accept"]
+    assert (report.errors, report.stored) == ([], 2)
+    assert calls == [2, 1, 1]  # the batch, then each item alone
+    assert set(hops(engine)) == {hop_of(o1), hop_of(o2)}
+    # Nothing of the failed batch was kept: one observation of each.
+    assert [observations(engine, o) for o in (o1, o2)] == [1, 1]
+
+
+def test_with_a_sink_verdicts_are_handed_on_in_order_and_the_report_keeps_counts(
+    engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_module, "VERDICT_WINDOW", 2)
+    early, late = (offer(world.planner, world.coder, iat=T0 + i) for i in range(2))
+    others = [offer(world.planner, world.tester) for _ in range(3)]
+    records = [
+        rec(st(status(world.coder, early, "accepted", iat=T0 + 5)), T0 + 6),
+        rec(bundle(early), T0 + 1),  # within the window: the status above is final
+        rec(st(status(world.coder, late, "accepted", iat=T0 + 5)), T0 + 6),
+        *(rec(bundle(o), T0 + 2) for o in others),
+        rec(bundle(late), T0 + 1),  # three verdicts later: that status was handed on
+    ]
+    seen: list[Any] = []
+    report = ingest_module.ingest(
+        pipeline(engine, world.trust),
+        [("capture.jsonl", jsonl(records))],
+        now=T0 + 30,
+        on_verdict=seen.append,
+    )
+    assert [v.outcome.value for v in seen] == ["accept", "accept", "pending", *["accept"] * 4]
+    assert report.verdicts == []
+    counts = report.counts
+    assert (counts["verdicts"], counts["accept"], counts["pending"]) == (7, 6, 1)
+    # The store judged it again all the same.
+    assert hops(engine)[hop_of(late)]["state"] == "accepted"

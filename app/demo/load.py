@@ -45,9 +45,11 @@ def load_run(paths: DemoPaths, *, now: int | None) -> int:
         timing=settings.timing,
         objects=load_objects(paths.objects),
     )
-    inputs = [(str(p), p.read_bytes()) for p in (paths.out, paths.cbor)]
     try:
-        report = ingest(pipeline, inputs, now=clock)
+        with paths.out.open("rb") as out, paths.cbor.open("rb") as cbor:
+            # Streamed, keeping counts rather than verdicts: a run can be many GB.
+            inputs = [(str(paths.out), out), (str(paths.cbor), cbor)]
+            report = ingest(pipeline, inputs, now=clock, on_verdict=lambda _verdict: None)
     finally:
         engine.dispose()
     counts = report.counts

@@ -6,6 +6,7 @@ failure ends processing and the checks after it are reported ``not-run``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from . import cose, jws
@@ -57,8 +58,13 @@ class Context:
     dialog: str | None = None
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_element(octets: bytes, form: Form) -> Element:
-    """Parse one element in its form. Raises MalformedError or CheckFailed(untrusted-key)."""
+    """Parse one element in its form. Raises MalformedError or CheckFailed(untrusted-key).
+
+    Elements are immutable, so the last ones parsed are kept: ingest meets the same octets
+    several times in one item (its lock keys, the checks, the chain, the stored offer a
+    status names), and a parse costs about as much as a signature check."""
     return jws.parse(octets) if form is Form.JWS else cose.parse(octets)
 
 

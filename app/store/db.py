@@ -6,6 +6,7 @@ PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
 - SQLite runs in WAL mode with foreign keys on and a busy timeout, and every transaction
   starts with ``BEGIN IMMEDIATE``: SQLite has one writer at a time, and taking the write
   lock up front means a transaction never reads state another writer is about to change.
+  Writers on one file queue for it on a lock of their own first (``_sqlite_writer``).
 - PostgreSQL serialises the transactions that touch the same hops and elements with
   transaction-scoped advisory locks (``Locks``), so a re-derivation always sees every
   change that could alter it. (SERIALIZABLE would do the same without locks, but on the
@@ -17,11 +18,16 @@ PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
+import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -110,8 +116,80 @@ def read_only(engine: Engine) -> Engine:
 @contextmanager
 def transaction(engine: Engine) -> Iterator[Session]:
     """One session in one transaction: committed on success, rolled back on any error."""
-    with Session(engine, expire_on_commit=False) as session, session.begin():
+    with (
+        _sqlite_writer(engine),
+        Session(engine, expire_on_commit=False) as session,
+        session.begin(),
+    ):
         yield session
+
+
+@contextmanager
+def _sqlite_writer(engine: Engine) -> Iterator[None]:
+    """On an SQLite file, wait for the write lock in the open before ``BEGIN IMMEDIATE``.
+
+    SQLite has one writer at a time, and a writer that finds the lock taken polls for it,
+    sleeping up to 100 ms between tries: under many concurrent writers (HTTP ingest with
+    several workers and threads) the lock sat free while they slept, and the unlucky ones
+    waited seconds. A thread lock and an ``flock`` on a file beside the database queue the
+    writers of this process and of other processes instead, and wake the next one as soon
+    as the lock is released. Read-only (DEFERRED) transactions do not take it."""
+    path = _writer_lock_path(engine)
+    if path is None:
+        yield
+        return
+    lock = _writer_lock(path)
+    with lock.thread_lock:
+        fcntl.flock(lock.fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fd, fcntl.LOCK_UN)
+
+
+@dataclass
+class _WriterLock:
+    thread_lock: threading.RLock
+    fd: int
+
+
+_WRITER_LOCKS: dict[str, _WriterLock] = {}
+_WRITER_LOCKS_GUARD = threading.Lock()
+
+
+def _writer_lock_path(engine: Engine) -> str | None:
+    if engine.dialect.name != "sqlite":
+        return None
+    if engine.get_execution_options().get("sqlite_begin", "IMMEDIATE") != "IMMEDIATE":
+        return None
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return database + ".writer"
+
+
+def _writer_lock(path: str) -> _WriterLock:
+    with _WRITER_LOCKS_GUARD:
+        lock = _WRITER_LOCKS.get(path)
+        if lock is None:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            lock = _WRITER_LOCKS[path] = _WriterLock(threading.RLock(), fd)
+        return lock
+
+
+@contextmanager
+def savepoint(session: Session) -> Iterator[None]:
+    """A SAVEPOINT in the session's transaction, rolled back to when the block raises (the
+    exception goes on). Plain SQL, the same on both databases: SQLAlchemy's
+    ``begin_nested`` costs several times more, and no ORM state needs restoring here."""
+    connection = session.connection()
+    connection.exec_driver_sql("SAVEPOINT item")
+    try:
+        yield
+    except BaseException:
+        connection.exec_driver_sql("ROLLBACK TO SAVEPOINT item")
+        raise
+    connection.exec_driver_sql("RELEASE SAVEPOINT item")
 
 
 def run(engine: Engine, work: Callable[[Session], T], *, attempts: int = 10) -> T:
@@ -177,11 +255,33 @@ def ensure_schema(engine: Engine) -> None:
 
 
 # --- dialect-specific statements ----------------------------------------------------------
+#
+# The hot statements of ingest are built once per dialect and table and run on the
+# session's Core connection with a parameter dict: building a statement anew on every call,
+# and running it through the ORM session, cost ~5x what SQLite takes to execute it (see
+# BENCHMARKS.md, "Where the time goes").
 
 
-def _insert(session: Session, model: Any) -> Any:
-    dialect = session.get_bind().dialect.name
-    return (pg_insert if dialect == "postgresql" else sqlite_insert)(model)
+def execute(session: Session, statement: Any, params: Mapping[str, Any] | None = None) -> Any:
+    """Run a prebuilt Core statement on the session's connection (no ORM layer)."""
+    return session.connection().execute(statement, dict(params or {}))
+
+
+@functools.cache
+def _insert_ignore_statement(dialect: str, table: Any, keys: tuple[str, ...]) -> Any:
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    return insert(table).on_conflict_do_nothing(index_elements=keys).returning(table.c[keys[0]])
+
+
+@functools.cache
+def _upsert_statement(dialect: str, table: Any, keys: tuple[str, ...], columns: Any) -> Any:
+    insert = (pg_insert if dialect == "postgresql" else sqlite_insert)(table)
+    update = {c: insert.excluded[c] for c in columns if c not in keys}
+    return insert.on_conflict_do_update(index_elements=keys, set_=update)
+
+
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
 
 
 def insert_ignore(
@@ -190,21 +290,15 @@ def insert_ignore(
     """INSERT .. ON CONFLICT (keys) DO NOTHING. True when this call inserted the row.
 
     RETURNING tells, where the driver's rowcount may not (-1 from psycopg here)."""
-    table = model.__table__
-    stmt = (
-        _insert(session, table)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=keys)
-        .returning(table.c[keys[0]])
-    )
-    return session.execute(stmt).first() is not None
+    stmt = _insert_ignore_statement(_dialect(session), model.__table__, tuple(keys))
+    return execute(session, stmt, values).first() is not None
 
 
 def upsert(session: Session, model: Any, values: Mapping[str, Any], keys: Sequence[str]) -> None:
-    """INSERT .. ON CONFLICT (keys) DO UPDATE every other column."""
-    stmt = _insert(session, model.__table__).values(**values)
-    update = {k: stmt.excluded[k] for k in values if k not in keys}
-    session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=update))
+    """INSERT .. ON CONFLICT (keys) DO UPDATE every other column of ``values``."""
+    columns = tuple(values)
+    stmt = _upsert_statement(_dialect(session), model.__table__, tuple(keys), columns)
+    execute(session, stmt, values)
 
 
 # --- advisory locks -----------------------------------------------------------------------
@@ -235,6 +329,13 @@ def digest_lock(digest: bytes) -> str:
     return "digest:" + digest.hex()
 
 
+# Several locks in one round trip each, taken in the order of the (sorted) array.
+_LOCK = text("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(CAST(:ks AS bigint[])) AS k")
+_TRY_LOCK = text(
+    "SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest(CAST(:ks AS bigint[])) AS k"
+)
+
+
 class Locks:
     """The transaction-scoped advisory locks of one transaction (PostgreSQL; a no-op on
     SQLite, whose IMMEDIATE transactions already run one at a time).
@@ -242,25 +343,30 @@ class Locks:
     ``first`` is taken up front, waiting, in sorted order. ``need`` takes more without
     waiting: a lock held elsewhere raises NeedLocks, and the caller starts the transaction
     again with everything it needed in ``first``. A transaction therefore only waits while it
-    holds nothing it might be waited for with, which keeps lock waits free of cycles.
+    holds nothing it might be waited for with, which keeps lock waits free of cycles. A
+    transaction that already holds locks (a batch of items, ``app.ingest``) passes no
+    ``first`` and takes every lock through ``need``.
     """
 
     def __init__(self, session: Session, first: Iterable[str] = ()) -> None:
         self.session = session
         self.active = session.get_bind().dialect.name == "postgresql"
         self.held: set[str] = set()
-        if self.active:
-            for key in sorted(set(first), key=lock_id):
-                session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_id(key)})
-                self.held.add(key)
+        if self.active and first:
+            keys = set(first)
+            execute(session, _LOCK, {"ks": sorted(lock_id(key) for key in keys)})
+            self.held |= keys
 
     def need(self, keys: Iterable[str]) -> None:
-        """Hold ``keys`` too. Raises NeedLocks when one is held by another transaction."""
+        """Hold ``keys`` too. Raises NeedLocks when one is held by another transaction
+        (the ones that were free may then be held too, until the transaction or savepoint
+        ends: harmless, as the caller starts it again)."""
         if not self.active:
             return
         missing = set(keys) - self.held
-        for key in sorted(missing, key=lock_id):
-            query = text("SELECT pg_try_advisory_xact_lock(:k)")
-            if not self.session.execute(query, {"k": lock_id(key)}).scalar_one():
-                raise NeedLocks(frozenset(self.held | missing))
-            self.held.add(key)
+        if not missing:
+            return
+        ids = sorted(lock_id(key) for key in missing)
+        if not execute(self.session, _TRY_LOCK, {"ks": ids}).scalar_one():
+            raise NeedLocks(frozenset(self.held | missing))
+        self.held |= missing

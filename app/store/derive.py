@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, and_, delete, func, or_, select
+from sqlalchemy import Select, and_, bindparam, delete, func, or_, select
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules
@@ -45,7 +45,7 @@ from app.protocol.lifecycle import (
 from app.protocol.model import StatusState
 from app.protocol.verdict import Variant
 
-from .db import Locks, digest_lock, hop_lock, upsert
+from .db import Locks, digest_lock, execute, hop_lock, upsert
 from .envelopes import sweep_cases
 from .flags import sync_flags
 from .models import (
@@ -64,6 +64,16 @@ HopKey = tuple[str, str]  # (iss, hop) of the offer
 # --- which hops an element touches --------------------------------------------------------
 
 
+_IN_DIGESTS = bindparam("b_digests", expanding=True)
+_ELEMENT_HOPS = select(
+    ElementRow.hop_iss, ElementRow.hop, ElementRow.type, ElementRow.digest, ElementRow.offer
+).where(ElementRow.digest.in_(_IN_DIGESTS))
+_PARENTS = select(LinkRow.prev).where(LinkRow.offer.in_(_IN_DIGESTS))
+_OFFER_HOPS = select(ElementRow.iss, ElementRow.hop).where(
+    ElementRow.type == "offer", ElementRow.digest.in_(_IN_DIGESTS)
+)
+
+
 def affected_hops(session: Session, digests: Iterable[bytes], *, locks: Locks) -> set[HopKey]:
     """The hops whose derived answer may change when these stored elements' judgements do:
     the element's own hop, the hop of a status's offer, and the parent hop of each offer
@@ -74,27 +84,23 @@ def affected_hops(session: Session, digests: Iterable[bytes], *, locks: Locks) -
     """
     keys: set[HopKey] = set()
     offers: set[bytes] = set()
-    for row in session.execute(
-        select(
-            ElementRow.hop_iss, ElementRow.hop, ElementRow.type, ElementRow.digest, ElementRow.offer
-        ).where(ElementRow.digest.in_(set(digests)))
-    ):
+    for row in execute(session, _ELEMENT_HOPS, {"b_digests": list(set(digests))}):
         keys.add((row.hop_iss, row.hop))
         offers.add(row.digest if row.type == "offer" else row.offer)
     locks.need(digest_lock(d) for d in offers)
-    parents = set(session.execute(select(LinkRow.prev).where(LinkRow.offer.in_(offers))).scalars())
+    parents = set(execute(session, _PARENTS, {"b_digests": list(offers)}).scalars())
     locks.need(digest_lock(d) for d in parents)
-    for row in session.execute(
-        select(ElementRow.iss, ElementRow.hop).where(
-            ElementRow.type == "offer",
-            ElementRow.digest.in_(offers | parents),
-        )
-    ):
+    for row in execute(session, _OFFER_HOPS, {"b_digests": list(offers | parents)}):
         keys.add((row.iss, row.hop))
     return keys
 
 
 # --- facts ------------------------------------------------------------------------------
+
+
+_COUNTING = or_(ObservationRow.via.is_not(None), VerdictRow.remembered.is_(True))
+_IN_OFFERS = bindparam("b_offers", expanding=True)
+_HOP = (ElementRow.hop_iss == bindparam("b_iss"), ElementRow.hop == bindparam("b_hop"))
 
 
 def _counts(digest_column: Any) -> Any:
@@ -108,12 +114,9 @@ def _counts(digest_column: Any) -> Any:
     )
 
 
-_COUNTING = or_(ObservationRow.via.is_not(None), VerdictRow.remembered.is_(True))
-
-
 @dataclass(frozen=True, slots=True)
 class _Offer:
-    element: ElementRow
+    element: Any  # a row of _OFFER_ROWS: the element's columns
     prev: bytes | None
     first: int  # earliest received_at among the observations by which it counts
 
@@ -122,30 +125,40 @@ class _Offer:
         return (self.first, self.element.digest)
 
 
+# Built once: see app.store.db, "dialect-specific statements".
+_OFFER_FIRSTS = (
+    select(ElementRow.digest, func.min(ObservationRow.received_at))
+    .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
+    .outerjoin(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
+    .where(ElementRow.type == "offer", *_HOP, _COUNTING)
+    .group_by(ElementRow.digest)
+)
+_OFFER_ROWS = (
+    select(
+        ElementRow.digest,
+        ElementRow.iss,
+        ElementRow.aud,
+        ElementRow.hop,
+        ElementRow.dialog,
+        ElementRow.task,
+        ElementRow.iat,
+        ElementRow.exp,
+        ElementRow.content,
+        LinkRow.prev,
+    )
+    .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
+    .where(ElementRow.digest.in_(_IN_OFFERS))
+)
+
+
 def _offers(session: Session, iss: str, hop: str) -> list[_Offer]:
     """The offers that count for the hop, the hop's offer first (the canonical rule)."""
-    firsts = dict(
-        session.execute(
-            select(ElementRow.digest, func.min(ObservationRow.received_at))
-            .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
-            .outerjoin(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
-            .where(
-                ElementRow.type == "offer",
-                ElementRow.hop_iss == iss,
-                ElementRow.hop == hop,
-                _COUNTING,
-            )
-            .group_by(ElementRow.digest)
-        ).all()
-    )
+    params = {"b_iss": iss, "b_hop": hop}
+    firsts: dict[bytes, int] = dict(execute(session, _OFFER_FIRSTS, params).all())
     if not firsts:
         return []
-    rows = session.execute(
-        select(ElementRow, LinkRow.prev)
-        .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
-        .where(ElementRow.digest.in_(firsts))
-    ).all()
-    found = [_Offer(element, prev, firsts[element.digest]) for element, prev in rows]
+    rows = execute(session, _OFFER_ROWS, {"b_offers": list(firsts)})
+    found = [_Offer(row, row.prev, firsts[row.digest]) for row in rows]
     return sorted(found, key=lambda o: o.order)
 
 
@@ -176,8 +189,10 @@ def _valid_status_observations(where: Any) -> Select[Any]:
     )
 
 
+_STATUSES = _valid_status_observations(ElementRow.offer.in_(_IN_OFFERS))
+
+
 def _statuses(session: Session, offers: Sequence[bytes]) -> list[StatusFact]:
-    query = _valid_status_observations(ElementRow.offer.in_(offers))
     return [
         StatusFact(
             digest=r.digest,
@@ -188,53 +203,57 @@ def _statuses(session: Session, offers: Sequence[bytes]) -> list[StatusFact]:
             reason=r.reason,
             refs=r.ref_count,
         )
-        for r in session.execute(query)
+        for r in execute(session, _STATUSES, {"b_offers": list(offers)})
     ]
 
 
+_DOWNSTREAM = (
+    select(ElementRow.digest, ElementRow.iss, ElementRow.hop)
+    .join(LinkRow, LinkRow.offer == ElementRow.digest)
+    .where(LinkRow.prev.in_(_IN_OFFERS), _counts(ElementRow.digest))
+)
+_CANCELS = _valid_status_observations(
+    and_(
+        ElementRow.offer.in_(bindparam("b_downstream", expanding=True)),
+        ElementRow.state == StatusState.CANCELED.value,
+    )
+).subquery()
+_FIRST_CANCELS = select(_CANCELS.c.offer, func.min(_CANCELS.c.received_at)).group_by(
+    _CANCELS.c.offer
+)
+
+
 def _downstream(session: Session, offers: Sequence[bytes]) -> list[DownstreamFact]:
-    rows = session.execute(
-        select(ElementRow.digest, ElementRow.iss, ElementRow.hop)
-        .join(LinkRow, LinkRow.offer == ElementRow.digest)
-        .where(LinkRow.prev.in_(offers), _counts(ElementRow.digest))
-    ).all()
-    cancels = _valid_status_observations(
-        and_(
-            ElementRow.offer.in_([r.digest for r in rows]),
-            ElementRow.state == StatusState.CANCELED.value,
-        )
-    ).subquery()
+    rows = execute(session, _DOWNSTREAM, {"b_offers": list(offers)}).all()
     canceled: dict[bytes, int] = {}
-    for offer, at in session.execute(
-        select(cancels.c.offer, func.min(cancels.c.received_at)).group_by(cancels.c.offer)
-    ):
-        canceled[offer] = at
+    if rows:
+        params = {"b_downstream": [r.digest for r in rows]}
+        canceled = dict(execute(session, _FIRST_CANCELS, params).all())
     return [DownstreamFact(r.digest, r.iss, r.hop, canceled.get(r.digest)) for r in rows]
 
 
+_HOST = select(ObservationRow.task_state, ObservationRow.received_at).where(
+    ObservationRow.digest.in_(bindparam("b_digests", expanding=True)),
+    ObservationRow.task_state.is_not(None),
+)
+
+
 def _host(session: Session, digests: Sequence[bytes]) -> list[HostObservation]:
-    rows = session.execute(
-        select(ObservationRow.task_state, ObservationRow.received_at).where(
-            ObservationRow.digest.in_(digests),
-            ObservationRow.task_state.is_not(None),
-        )
-    )
+    rows = execute(session, _HOST, {"b_digests": list(digests)})
     return [HostObservation(r.task_state, r.received_at) for r in rows]
 
 
+_REJECTIONS = (
+    select(VerdictRow.fault, ElementRow.digest, func.min(ObservationRow.received_at))
+    .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
+    .join(ElementRow, ElementRow.digest == VerdictRow.digest)
+    .where(*_HOP, VerdictRow.valid.is_(False), VerdictRow.fault.is_not(None))
+    .group_by(VerdictRow.fault, ElementRow.digest)
+)
+
+
 def _rejections(session: Session, iss: str, hop: str) -> list[Flag]:
-    rows = session.execute(
-        select(VerdictRow.fault, ElementRow.digest, func.min(ObservationRow.received_at))
-        .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
-        .join(ElementRow, ElementRow.digest == VerdictRow.digest)
-        .where(
-            ElementRow.hop_iss == iss,
-            ElementRow.hop == hop,
-            VerdictRow.valid.is_(False),
-            VerdictRow.fault.is_not(None),
-        )
-        .group_by(VerdictRow.fault, ElementRow.digest)
-    )
+    rows = execute(session, _REJECTIONS, {"b_iss": iss, "b_hop": hop})
     by_fault: dict[str, list[tuple[bytes, int]]] = {}
     for fault, digest, first in [*rows, *_refused(session, iss, hop)]:
         by_fault.setdefault(fault, []).append((digest, first))
@@ -295,11 +314,16 @@ def derive_hops(
         _derive_one(session, iss, hop, now=now, timing=timing)
 
 
+_DELETE_HOP = delete(HopRow).where(
+    HopRow.iss == bindparam("b_iss"), HopRow.hop == bindparam("b_hop")
+)
+
+
 def _derive_one(session: Session, iss: str, hop: str, *, now: int, timing: Timing) -> None:
     offers = _offers(session, iss, hop)
     flags = _rejections(session, iss, hop)
     if not offers:
-        session.execute(delete(HopRow).where(HopRow.iss == iss, HopRow.hop == hop))
+        execute(session, _DELETE_HOP, {"b_iss": iss, "b_hop": hop})
         sync_flags(session, iss, hop, flags, offer=None, now=now)
         return
     element = offers[0].element

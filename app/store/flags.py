@@ -14,17 +14,42 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
 from app.protocol.encoding import digest_text
 from app.protocol.lifecycle import Flag, FlagKind
 
-from .db import insert_ignore
+from .db import execute, insert_ignore
 from .models import ActionRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
+
+# Built once: see app.store.db, "dialect-specific statements".
+_FLAG_COLUMNS = (
+    FlagRow.id,
+    FlagRow.key,
+    FlagRow.status,
+    FlagRow.assignee,
+    FlagRow.note,
+    FlagRow.kind,
+    FlagRow.variant,
+    FlagRow.severity,
+    FlagRow.evidence,
+    FlagRow.offer,
+    FlagRow.opened_at,
+    FlagRow.detail,
+)
+# Case flags name an agent and a handoff id in iss and hop; they are never a hop's.
+_HOP_FLAGS = select(*_FLAG_COLUMNS).where(
+    FlagRow.iss == bindparam("b_iss"), FlagRow.hop == bindparam("b_hop"), FlagRow.case_id.is_(None)
+)
+_CASE_FLAGS = select(*_FLAG_COLUMNS).where(FlagRow.case_id == bindparam("b_case"))
+_UPDATE_FLAG = update(FlagRow).where(FlagRow.id == bindparam("b_id"))
+_DELETE_FLAG = delete(FlagRow).where(FlagRow.id == bindparam("b_id"))
+_ACTED = select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id"))
+_AUDIT = insert(ActionRow)
 
 
 def flag_key(iss: str, hop: str, flag: Flag) -> str:
@@ -45,10 +70,9 @@ def sync_flags(
     holds is deleted if nobody acted on it (so ingest order leaves no trace), and otherwise
     resolved automatically with an audit entry.
     """
-    # Case flags name an agent and a handoff id in iss and hop; they are never this hop's.
-    query = select(FlagRow).where(FlagRow.iss == iss, FlagRow.hop == hop, FlagRow.case_id.is_(None))
     wanted = {flag_key(iss, hop, flag): (iss, hop, flag) for flag in flags}
-    _sync(session, query, wanted, offer=offer, case_id=None, now=now)
+    params = {"b_iss": iss, "b_hop": hop}
+    _sync(session, _HOP_FLAGS, params, wanted, offer=offer, case_id=None, now=now)
 
 
 def case_flag_key(case_id: str, flag: CaseFlag) -> str:
@@ -62,21 +86,22 @@ def case_flag_key(case_id: str, flag: CaseFlag) -> str:
 def sync_case_flags(session: Session, case_id: str, flags: Sequence[CaseFlag], *, now: int) -> None:
     """Make the stored flags of one envelope case match its ledger's, as ``sync_flags``
     does for a hop. ``case_id`` "" holds the flags of items whose case could not be read."""
-    query = select(FlagRow).where(FlagRow.case_id == case_id)
     wanted = {case_flag_key(case_id, f): (f.agent, f.handoff_id, f.flag) for f in flags}
-    _sync(session, query, wanted, offer=None, case_id=case_id, now=now)
+    params = {"b_case": case_id}
+    _sync(session, _CASE_FLAGS, params, wanted, offer=None, case_id=case_id, now=now)
 
 
 def _sync(
     session: Session,
     query: Any,
+    params: dict[str, Any],
     wanted: dict[str, tuple[str, str, Flag]],
     *,
     offer: bytes | None,
     case_id: str | None,
     now: int,
 ) -> None:
-    existing = {row.key: row for row in session.execute(query).scalars()}
+    existing = {row.key: row for row in execute(session, query, params)}
     for key, (iss, hop, flag) in wanted.items():
         derived = {
             "kind": flag.kind.value,
@@ -98,27 +123,22 @@ def _sync(
         if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
             changes["status"] = "open"
             _audit(session, row.id, "reopen", "new evidence for a resolved condition", now)
-        session.execute(update(FlagRow).where(FlagRow.id == row.id).values(**changes))
+        execute(session, _UPDATE_FLAG, {**changes, "b_id": row.id})
     for row in existing.values():
         _clear(session, row, now)
 
 
-def _clear(session: Session, row: FlagRow, now: int) -> None:
-    acted = session.execute(select(ActionRow.id).where(ActionRow.flag_id == row.id)).first()
+def _clear(session: Session, row: Any, now: int) -> None:
+    acted = execute(session, _ACTED, {"b_id": row.id}).first()
     if acted is None and row.status == "open" and row.assignee is None and row.note is None:
-        session.execute(delete(FlagRow).where(FlagRow.id == row.id))
+        execute(session, _DELETE_FLAG, {"b_id": row.id})
         return
     if row.status != "resolved":
-        session.execute(
-            update(FlagRow).where(FlagRow.id == row.id).values(status="resolved", updated_at=now)
-        )
+        execute(session, _UPDATE_FLAG, {"status": "resolved", "updated_at": now, "b_id": row.id})
         _audit(session, row.id, "resolve", "the condition no longer holds", now)
 
 
 def _audit(session: Session, flag_id: int | None, action: str, note: str, now: int) -> None:
     assert flag_id is not None
-    session.execute(
-        ActionRow.__table__.insert().values(
-            flag_id=flag_id, actor=SYSTEM, at=now, action=action, note=note
-        )
-    )
+    values = {"flag_id": flag_id, "actor": SYSTEM, "at": now, "action": action, "note": note}
+    execute(session, _AUDIT, values)

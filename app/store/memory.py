@@ -9,9 +9,10 @@ primary key and ``INSERT .. ON CONFLICT DO NOTHING``: of two workers remembering
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlmodel import Session
 
 from app.protocol.errors import HandoffError
@@ -21,8 +22,49 @@ from app.protocol.refs import ObjectIndex
 from app.protocol.trust import TrustStore
 from app.protocol.verify import Policy, Verifier, parse_element
 
-from .db import insert_ignore
+from .db import execute, insert_ignore
 from .models import ElementRow, LinkRow, ReplayRow, SeenStatusRow, SignatureCacheRow
+
+# Built once: see app.store.db, "dialect-specific statements".
+_ELEMENT_OCTETS = select(ElementRow.octets, ElementRow.form).where(
+    ElementRow.digest == bindparam("b_digest")
+)
+_OFFER_OCTETS = _ELEMENT_OCTETS.where(ElementRow.type == "offer")
+_REPLAY_FIRST = select(ReplayRow.digest, ReplayRow.content).where(
+    ReplayRow.iss == bindparam("b_iss"), ReplayRow.hop == bindparam("b_hop")
+)
+_SEEN_STATUS = select(SeenStatusRow.digest).where(SeenStatusRow.digest == bindparam("b_digest"))
+_SIGNATURE_CACHED = select(SignatureCacheRow.digest).where(
+    SignatureCacheRow.digest == bindparam("b_digest"),
+    SignatureCacheRow.trust == bindparam("b_trust"),
+)
+
+
+class _VerifiedSignatures:
+    """A bounded, process-wide front of the signature cache table: (digest, trust
+    fingerprint) pairs whose signature verified. Whether a signature verifies under a trust
+    store is a fact about the octets alone, so this memory can never be wrong, even when
+    the transaction that recorded the pair in the table rolls back; it only spares the
+    lookup. Replay, dedupe and equivocation still rest on the database alone."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._pairs: OrderedDict[tuple[bytes, str], None] = OrderedDict()
+
+    def __contains__(self, pair: tuple[bytes, str]) -> bool:
+        if pair in self._pairs:
+            self._pairs.move_to_end(pair)
+            return True
+        return False
+
+    def add(self, pair: tuple[bytes, str]) -> None:
+        self._pairs[pair] = None
+        self._pairs.move_to_end(pair)
+        if len(self._pairs) > self.size:
+            self._pairs.popitem(last=False)
+
+
+_VERIFIED = _VerifiedSignatures(65_536)  # ~10 MiB at most
 
 
 def element_values(element: Element, *, now: int) -> dict[str, object]:
@@ -63,9 +105,7 @@ def store_element(session: Session, element: Element, *, now: int) -> bool:
 
 def load_element(session: Session, digest: bytes) -> Element | None:
     """Parse a stored element again from its octets (None when not stored)."""
-    row = session.execute(
-        select(ElementRow.octets, ElementRow.form).where(ElementRow.digest == digest)
-    ).first()
+    row = execute(session, _ELEMENT_OCTETS, {"b_digest": digest}).first()
     if row is None:
         return None
     return parse_element(row.octets, Form(row.form))
@@ -96,11 +136,7 @@ class StoreMemory:
         }
         if insert_ignore(self.session, ReplayRow, row, ["iss", "hop"]):
             return mine, True
-        first = self.session.execute(
-            select(ReplayRow.digest, ReplayRow.content).where(
-                ReplayRow.iss == p.iss, ReplayRow.hop == p.hop
-            )
-        ).one()
+        first = execute(self.session, _REPLAY_FIRST, {"b_iss": p.iss, "b_hop": p.hop}).one()
         return Remembered(first.digest, first.content), False
 
     # -- OfferIndex --------------------------------------------------------------------
@@ -112,11 +148,7 @@ class StoreMemory:
         return self._offers[digest]
 
     def _verified_offer(self, digest: bytes) -> Element | None:
-        row = self.session.execute(
-            select(ElementRow.octets, ElementRow.form).where(
-                ElementRow.digest == digest, ElementRow.type == "offer"
-            )
-        ).first()
+        row = execute(self.session, _OFFER_OCTETS, {"b_digest": digest}).first()
         if row is None:
             return None
         assert self.check_signature is not None, "use store_verifier"
@@ -131,13 +163,14 @@ class StoreMemory:
         store_element(self.session, element, now=self.now)
         self._offers[element.digest] = element
 
+    def holds(self, digest: bytes) -> bool:
+        """True when this memory has seen the offer stored (it stored or read it)."""
+        return self._offers.get(digest) is not None
+
     # -- SeenStatuses ------------------------------------------------------------------
 
     def has_status(self, digest: bytes) -> bool:
-        found = self.session.execute(
-            select(SeenStatusRow.digest).where(SeenStatusRow.digest == digest)
-        ).first()
-        return found is not None
+        return execute(self.session, _SEEN_STATUS, {"b_digest": digest}).first() is not None
 
     def add_status(self, digest: bytes) -> None:
         insert_ignore(
@@ -147,16 +180,18 @@ class StoreMemory:
     # -- SignatureCache ----------------------------------------------------------------
 
     def verified(self, digest: bytes, trust_fingerprint: str) -> bool:
-        found = self.session.execute(
-            select(SignatureCacheRow.digest).where(
-                SignatureCacheRow.digest == digest, SignatureCacheRow.trust == trust_fingerprint
-            )
-        ).first()
-        return found is not None
+        if (digest, trust_fingerprint) in _VERIFIED:
+            return True
+        params = {"b_digest": digest, "b_trust": trust_fingerprint}
+        found = execute(self.session, _SIGNATURE_CACHED, params).first() is not None
+        if found:
+            _VERIFIED.add((digest, trust_fingerprint))
+        return found
 
     def mark_verified(self, digest: bytes, trust_fingerprint: str) -> None:
         row = {"digest": digest, "trust": trust_fingerprint, "verified_at": self.now}
         insert_ignore(self.session, SignatureCacheRow, row, ["digest", "trust"])
+        _VERIFIED.add((digest, trust_fingerprint))
 
 
 def store_verifier(

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
 from app.carriers import Carried
@@ -21,7 +21,7 @@ from app.protocol.model import Form
 from app.protocol.verdict import Outcome, Result, Verdict
 from app.protocol.verify import Context
 
-from .db import Locks, digest_lock
+from .db import Locks, digest_lock, execute
 from .models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
 # SPEC 6.4: the replay memory holds what passed checks 1-3.
@@ -46,6 +46,14 @@ class Judgement:
         valid = verdict.outcome is Outcome.ACCEPT
         fault = verdict.reason.value if verdict.reason is not None else None
         return cls(remembered=remembered, valid=valid, fault=None if valid else fault)
+
+
+# Built once: see app.store.db, "dialect-specific statements".
+_ADD_OBSERVATION = insert(ObservationRow).returning(ObservationRow.id)
+_ADD_VERDICT = insert(VerdictRow).returning(VerdictRow.id)
+_ADD_REFS = insert(RefOutcomeRow)
+_UPDATE_VERDICT = update(VerdictRow).where(VerdictRow.id == bindparam("b_id"))
+_DELETE_REFS = delete(RefOutcomeRow).where(RefOutcomeRow.verdict_id == bindparam("b_id"))
 
 
 def depends_on_replay(verdict: Verdict) -> bool:
@@ -80,10 +88,7 @@ def add_observation(
             task_id=item.task_id,
             task_state=item.task_state,
         )
-    result = session.execute(
-        ObservationRow.__table__.insert().values(**values).returning(ObservationRow.id)
-    )
-    return int(result.scalar_one())
+    return int(execute(session, _ADD_OBSERVATION, values).scalar_one())
 
 
 def _verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int) -> dict[str, Any]:
@@ -117,12 +122,8 @@ def add_verdict(
     now: int,
 ) -> int:
     values = _verdict_values(verdict, judgement, trust, now)
-    result = session.execute(
-        VerdictRow.__table__.insert()
-        .values(observation_id=observation_id, **values)
-        .returning(VerdictRow.id)
-    )
-    verdict_id = int(result.scalar_one())
+    values["observation_id"] = observation_id
+    verdict_id = int(execute(session, _ADD_VERDICT, values).scalar_one())
     _write_refs(session, verdict_id, verdict)
     return verdict_id
 
@@ -138,8 +139,8 @@ def update_verdict(
 ) -> None:
     """Replace a verdict judged again (a pending status, a chain completed later)."""
     values = _verdict_values(verdict, judgement, trust, now)
-    session.execute(update(VerdictRow).where(VerdictRow.id == verdict_id).values(**values))
-    session.execute(delete(RefOutcomeRow).where(RefOutcomeRow.verdict_id == verdict_id))
+    execute(session, _UPDATE_VERDICT, {**values, "b_id": verdict_id})
+    execute(session, _DELETE_REFS, {"b_id": verdict_id})
     _write_refs(session, verdict_id, verdict)
 
 
@@ -147,17 +148,15 @@ def update_judgement(
     session: Session, verdict_id: int, *, judgement: Judgement, trust: str, now: int
 ) -> None:
     """Keep the reported verdict (a duplicate stays a duplicate); refresh the judgement."""
-    session.execute(
-        update(VerdictRow)
-        .where(VerdictRow.id == verdict_id)
-        .values(
-            remembered=judgement.remembered,
-            valid=judgement.valid,
-            fault=judgement.fault,
-            trust=trust,
-            judged_at=now,
-        )
-    )
+    values = {
+        "remembered": judgement.remembered,
+        "valid": judgement.valid,
+        "fault": judgement.fault,
+        "trust": trust,
+        "judged_at": now,
+        "b_id": verdict_id,
+    }
+    execute(session, _UPDATE_VERDICT, values)
 
 
 def _write_refs(session: Session, verdict_id: int, verdict: Verdict) -> None:
@@ -172,7 +171,7 @@ def _write_refs(session: Session, verdict_id: int, verdict: Verdict) -> None:
         for r in verdict.refs
     ]
     if rows:
-        session.execute(RefOutcomeRow.__table__.insert(), rows)
+        session.connection().execute(_ADD_REFS, rows)
 
 
 # --- judging again ----------------------------------------------------------------------
@@ -208,44 +207,55 @@ def _observed(rows: Iterable[Any]) -> list[Observed]:
     ]
 
 
-def _observed_query() -> Any:
-    return (
-        select(
-            VerdictRow.id.label("verdict_id"),
-            ObservationRow.id.label("observation_id"),
-            ObservationRow.source,
-            ObservationRow.received_at,
-            ObservationRow.received_by,
-            ObservationRow.dialog,
-            ElementRow.octets,
-            ElementRow.form,
-            VerdictRow.outcome,
-            VerdictRow.reason,
-        )
-        .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
-        .join(ElementRow, ElementRow.digest == VerdictRow.digest)
-        .order_by(ObservationRow.id)
+_OBSERVED = (
+    select(
+        VerdictRow.id.label("verdict_id"),
+        ObservationRow.id.label("observation_id"),
+        ObservationRow.source,
+        ObservationRow.received_at,
+        ObservationRow.received_by,
+        ObservationRow.dialog,
+        ElementRow.octets,
+        ElementRow.form,
+        VerdictRow.outcome,
+        VerdictRow.reason,
     )
+    .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
+    .join(ElementRow, ElementRow.digest == VerdictRow.digest)
+    .order_by(ObservationRow.id)
+)
+_PENDING_STATUSES = _OBSERVED.where(
+    VerdictRow.outcome == Outcome.PENDING.value,
+    ElementRow.type == "status",
+    ElementRow.offer.in_(bindparam("b_offers", expanding=True)),
+)
+_CHILDREN = (
+    select(LinkRow.offer)
+    .where(LinkRow.prev.in_(bindparam("b_offers", expanding=True)))
+    .order_by(LinkRow.offer)
+)
+_OBSERVED_OFFERS = _OBSERVED.add_columns(VerdictRow.chain).where(
+    VerdictRow.digest.in_(bindparam("b_offers", expanding=True))
+)
+_ANCESTOR = (
+    select(ElementRow.octets, ElementRow.form, LinkRow.prev)
+    .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
+    .where(ElementRow.digest == bindparam("b_digest"), ElementRow.type == "offer")
+)
 
 
 def pending_statuses(session: Session, offers: Collection[bytes]) -> list[Observed]:
     """Observations of statuses naming one of ``offers`` that are still pending."""
     if not offers:
         return []
-    query = _observed_query().where(
-        VerdictRow.outcome == Outcome.PENDING.value,
-        ElementRow.type == "status",
-        ElementRow.offer.in_(offers),
-    )
-    return _observed(session.execute(query))
+    return _observed(execute(session, _PENDING_STATUSES, {"b_offers": list(offers)}))
 
 
 def children(session: Session, offers: Collection[bytes]) -> list[bytes]:
     """Stored offers whose ``prev`` names one of ``offers``."""
     if not offers:
         return []
-    query = select(LinkRow.offer).where(LinkRow.prev.in_(offers)).order_by(LinkRow.offer)
-    return list(session.execute(query).scalars())
+    return list(execute(session, _CHILDREN, {"b_offers": list(offers)}).scalars())
 
 
 def offers_judged_without_chain(session: Session, offers: Collection[bytes]) -> list[Observed]:
@@ -253,9 +263,8 @@ def offers_judged_without_chain(session: Session, offers: Collection[bytes]) -> 
     built from stored elements, and can be completed now that more of them are known."""
     if not offers:
         return []
-    query = _observed_query().where(VerdictRow.digest.in_(offers))
     found = []
-    for row in session.execute(query.add_columns(VerdictRow.chain)):
+    for row in execute(session, _OBSERVED_OFFERS, {"b_offers": list(offers)}):
         chain = row.chain
         if chain is None or not chain.get("carried") or chain.get("length") == 1:
             found.append(row)
@@ -272,11 +281,7 @@ def stored_ancestors(
     digest: bytes | None = prev
     while digest is not None and len(found) < limit:
         locks.need([digest_lock(digest)])
-        row = session.execute(
-            select(ElementRow.octets, ElementRow.form, LinkRow.prev)
-            .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
-            .where(ElementRow.digest == digest, ElementRow.type == "offer")
-        ).first()
+        row = execute(session, _ANCESTOR, {"b_digest": digest}).first()
         if row is None or row.form != form.value:
             break
         found.append(row.octets)

@@ -210,11 +210,13 @@ def test_progress_for_large_inputs() -> None:
     out = io.StringIO()
     progress = _Progress(out, large={"big.jsonl"})
     for done in range(1, 11):
-        progress("small.jsonl", done, 10)
+        progress("small.jsonl", done, done / 10)
+    progress("big.jsonl", 5, None)  # a pipe: how far it is read is unknown
     assert out.getvalue() == ""
     for done in range(1, 2001):
-        progress("big.jsonl", done, 2000)
+        progress("big.jsonl", done, done / 2000)
+    progress("big.jsonl", 2000, 1.0)  # items left after the last byte was read
     lines = out.getvalue().splitlines()
-    assert lines[0] == "big.jsonl: 200/2000 items"
-    assert lines[-1] == "big.jsonl: 2000/2000 items"
+    assert lines[0] == "big.jsonl: 10% read, 200 items"
+    assert lines[-1] == "big.jsonl: 100% read, 2000 items"
     assert len(lines) == 10
