@@ -164,7 +164,7 @@ async def post_verify(
 
 
 @router.get(
-    "/hops", response_model=HopPage, responses=documented(400, 401, 403, 422, 503), tags=["hops"]
+    "/hops", response_model=HopPage, responses=documented(401, 403, 422, 503), tags=["hops"]
 )
 def get_hops(
     who: Reader,
@@ -229,7 +229,7 @@ def get_hop_detail(who: Reader, service: ServiceDep, offer_digest: DigestPath) -
 @router.get(
     "/dialogs",
     response_model=DialogPage,
-    responses=documented(400, 401, 403, 422, 503),
+    responses=documented(401, 403, 422, 503),
     tags=["hops"],
 )
 def get_dialogs(
@@ -352,7 +352,7 @@ def get_case(
 
 
 @router.get(
-    "/flags", response_model=FlagPage, responses=documented(400, 401, 403, 422, 503), tags=["flags"]
+    "/flags", response_model=FlagPage, responses=documented(401, 403, 422, 503), tags=["flags"]
 )
 def get_flags(
     who: Reader,
@@ -407,7 +407,7 @@ def get_flag_detail(who: Reader, service: ServiceDep, flag_id: FlagId) -> FlagDe
 @router.patch(
     "/flags/{flag_id}",
     response_model=FlagDetail,
-    responses=documented(400, 401, 403, 404, 413, 422, 503),
+    responses=documented(401, 403, 404, 413, 422, 503),
     tags=["flags"],
 )
 def patch_flag(

@@ -152,7 +152,9 @@ def install(app: FastAPI) -> None:
 
 # For the OpenAPI document: every route lists the errors it may answer with this model.
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The error answers of an operation for OpenAPI: ``statuses``, and always 400, since
+    the guard refuses a URL holding NUL before any route sees it (``app.web.guard``)."""
     return {
         status: {"model": ErrorResponse, "description": HTTPStatus(status).phrase}
-        for status in statuses
+        for status in sorted({400, *statuses})
     }
