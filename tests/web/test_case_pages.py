@@ -9,7 +9,6 @@ The browser test (tests/browser/test_cases.py) runs the same pages on ingested d
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,14 @@ def test_hostile_names_in_the_timeline_are_text_for_plotly() -> None:
     text = repr(figure)
     assert "<b>x</b>" not in text and "\u202e" not in text
     assert "&lt;b&gt;x&lt;/b&gt;&lt;U+202E&gt;" in text
+
+
+def test_hover_texts_use_no_markup_that_plotly_styles() -> None:
+    """Plotly draws ``<b>``, ``<i>`` and the like with a style attribute, which the CSP
+    refuses on every hover; ``<br>`` is the only tag the timeline may put in a label."""
+    figure = charts.case_figure(case_data.detail())
+    texts = [t for trace in figure["data"] for t in trace["hovertext"]]
+    assert texts and all("<" not in t.replace("<br>", "") for t in texts), texts
 
 
 def test_facts_fall_into_verified_and_claimed() -> None:
