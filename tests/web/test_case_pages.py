@@ -9,6 +9,7 @@ The browser test (tests/browser/test_cases.py) runs the same pages on ingested d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
