@@ -448,7 +448,9 @@ def _band_text(e: Epoch, labels: Mapping[str, str]) -> str:
 
 
 def _event_text(ev: CaseEvent, stale: bool) -> str:
-    parts = [f"<b>{_plain(ev.kind, 20)}</b>{' (stale)' if stale else ''}", _iso(ev.at)]
+    """The marker's hover text. Plotly draws its ``<b>`` with a style attribute, which the
+    CSP refuses (a console error on every hover): ``<br>`` is the only markup used."""
+    parts = [f"{_plain(ev.kind, 20)}{' (stale)' if stale else ''}", _iso(ev.at)]
     parts.append(f"by {_plain(ev.agent or 'unknown agent', 80)}")
     if ev.epoch is not None:
         parts.append(f"epoch {ev.epoch}")

@@ -24,6 +24,21 @@ pass the signature check and are stored), and ingested through the one pipeline:
   mismatch, whose detail quotes it;
 - an offer signed by a key the trust file does not list: untrusted-key.
 
+Envelope traffic (docs/envelopes.md) for one hostile case, whose every untrusted member
+carries a payload (``CASE_ID``, ``HANDOFF``, ``SENDER``, ...; identifiers may hold spaces,
+bidi overrides and controls there):
+
+- SENDER -> RECEIVER: an A2A 1.0 handoff with hostile goal, steps, facts (one unsourced),
+  questions, constraints and summary, two url references (a ``javascript:`` URL without a
+  hash, and a URL breaking out of an attribute, with a hostile file name and media type),
+  and a hostile ``contextId``; accepted by RECEIVER (epoch 1);
+- case events: SENDER still writes at epoch 0 with a hostile detail, and ACTOR acts at
+  epoch 0 (two ``two-owners``);
+- RECEIVER -> THIRD with the same ``contextId`` (``context-id-reuse``), rejected by THIRD
+  with a hostile reason;
+- a message whose envelope fails the schema (an epoch of markup) beside a drifted envelope
+  whose media type carries markup (``invalid-envelope``, ``version-drift``).
+
 ``UPLOAD`` is a capture for the upload form whose items the verifier must refuse: an
 identifier with a bidi override and a space, and a capture record whose dialog carries a
 control character; its file name is hostile too (``UPLOAD_NAME``).
@@ -37,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from app.carriers import A2A_EXTENSION_URI
+from app.envelope.extract import DEFAULT_TYPES
 from app.ingest import Pipeline, ingest
 from app.protocol.encoding import digest_text, handoff_digest
 from app.protocol.lifecycle import Timing
@@ -83,7 +99,35 @@ UPLOAD_NAME = "<img src=x onerror=alert('file')>\u202egnp.jsonl"
 BAD_IDENTIFIER = "spiffe://a.example/\u202egnp evil"
 BAD_DIALOG = "ctx-\x1b[2J<script>alert('rec')</script>"
 
+# Envelope traffic: any string, so markup with spaces, bidi overrides and controls too.
+CASE_ID = "C-<script>window.__xss='case'</script> \u202eesac\u202c\x07"
+HANDOFF = 'H-"><img src=x onerror="window.__xss=\'handoff\'"> \u202e1\x1b'
+# Agents that also receive (a capture record's received_by): printable ASCII, no spaces.
+SENDER = "https://s.example/<svg/onload=alert('sender')>"
+RECEIVER = "https://r.example/\"><script>window.__xss='receiver'</script>"
+THIRD = "https://t.example/<a/href=javascript:alert('third')>third</a>"
+# An agent only named in a case event: anything.
+ACTOR = "actor \u202e<script>window.__xss='actor'</script>\x1b"
+GOAL = "<script>window.__xss='goal'</script> \u202elaog\u202c bell\x07"
+STEP = "<img src=https://evil.example/step.png onerror=alert('step')> \u2067step\u2069"
+FACT_KEY = "<b onmouseover=alert('key')>key</b> \u202e"
+FACT_VALUE = "<iframe src=javascript:alert('value')></iframe>\x1b[31m"
+FACT_SOURCE = "javascript:window.__xss='source' \u202e"
+QUESTION = "<form action=https://evil.example/q><button>ask</button></form> \x08"
+CONSTRAINT = "<style>*{background:url(https://evil.example/c)}</style>"
+SUMMARY = "line 1 <script>window.__xss='summary'</script>\nline 2 \u202eyrammus\x7f"
+JS_URL = "javascript:window.__xss='url'"
+BREAKOUT_URL = "https://store.example/x\"><script>window.__xss='ref'</script>"
+FILENAME = "<img src=x onerror=alert('filename')>\u202egnp.exe"
+REF_TYPE = "text/html\"><svg onload=alert('type')>"
+REJECTION = "<script>window.__xss='reason'</script> \u202enosaer\x07"
+EVENT_DETAIL = "<img src=x onerror=\"window.__xss='event'\"> \u202eliated\x1b"
+CONTEXT_ID = "ctx-\"><script>window.__xss='context'</script>\u202e"
+DRIFT_TYPE = "application/vnd.x'\"><iframe>.handoff.v9+json"
+BAD_EPOCH = "<script>window.__xss='epoch'</script>"
+
 SENTINEL_HOSTS = ("evil.example",)
+(ENVELOPE_TYPE,) = DEFAULT_TYPES
 
 
 @dataclass(frozen=True)
@@ -98,6 +142,7 @@ class Hostile:
     untrusted: str  # digest of the stranger's offer (an element page)
     mismatch: str  # digest of D -> A, whose A2A contextId is not its dialog
     equivocation_flag: int
+    context_flag: int  # the hostile case's context-id-reuse flag
 
 
 def _record(at: int, by: str | None, payload: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +163,95 @@ def _a2a(handoff: dict[str, Any], context: str) -> dict[str, Any]:
         "extensions": [A2A_EXTENSION_URI],
     }
     return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+
+
+def _handoff(env: dict[str, Any], context: str, extra: list[dict[str, Any]]) -> dict[str, Any]:
+    """A JSON-RPC SendMessage request whose A2A 1.0 message carries the envelope ``env``."""
+    message = {
+        "messageId": str(env["handoff_id"]),
+        "contextId": context,
+        "role": "ROLE_USER",
+        "parts": [{"text": GOAL}, {"data": env, "mediaType": ENVELOPE_TYPE}, *extra],
+    }
+    return {"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": message}}
+
+
+def _envelope(handoff: str, sender: str, epoch: object) -> dict[str, Any]:
+    return {
+        "version": 2,
+        "case_id": CASE_ID,
+        "handoff_id": handoff,
+        "from_agent": sender,
+        "epoch": epoch,
+        "goal": GOAL,
+        "done": [STEP, GOAL],
+        "remaining": [STEP],
+        "facts": [
+            {"key": FACT_KEY, "value": FACT_VALUE, "source": FACT_SOURCE, "verified": True},
+            {"key": FACT_KEY, "value": {FACT_KEY: [FACT_VALUE]}, "verified": False},
+        ],
+        "open_questions": [QUESTION],
+        "constraints": {CONSTRAINT: CONSTRAINT, "deadline": [FACT_VALUE, None, 3]},
+        "summary": SUMMARY,
+    }
+
+
+def _answer(data: dict[str, Any], state: str) -> dict[str, Any]:
+    """A JSON-RPC response: an A2A 1.0 Task in ``state`` with the answer as its artifact."""
+    task = {
+        "id": "task-1",
+        "contextId": CONTEXT_ID,
+        "status": {"state": state},
+        "artifacts": [{"artifactId": "answer", "parts": [{"data": data}]}],
+    }
+    return {"jsonrpc": "2.0", "id": 2, "result": task}
+
+
+def _case_records() -> list[dict[str, Any]]:
+    """The hostile case's traffic, in time order (the module docstring)."""
+    second = HANDOFF + " #2"
+    refs = [
+        {"url": JS_URL, "mediaType": REF_TYPE, "filename": FILENAME, "metadata": {}},
+        {
+            "url": BREAKOUT_URL,
+            "mediaType": REF_TYPE,
+            "filename": FILENAME,
+            "metadata": {"sha256": "ab" * 32, "bytes": 7},
+        },
+    ]
+    event = {
+        "case_id": CASE_ID,
+        "agent": SENDER,
+        "action": "write",
+        "epoch": 0,
+        "at": T + 120,
+        "outcome": "applied",
+        "detail": EVENT_DETAIL,
+    }
+    drift = [{"data": _envelope(second, THIRD, 1), "mediaType": DRIFT_TYPE}]
+    return [
+        _record(T + 100, RECEIVER, _handoff(_envelope(HANDOFF, SENDER, 0), CONTEXT_ID, refs)),
+        _record(
+            T + 110,
+            SENDER,
+            _answer(
+                {"accepted": True, "case_id": CASE_ID, "epoch": 1, "handoff_id": HANDOFF},
+                "TASK_STATE_COMPLETED",
+            ),
+        ),
+        {"case_event": event},
+        {"case_event": {**event, "agent": ACTOR, "action": "act", "at": T + 125}},
+        _record(T + 130, THIRD, _handoff(_envelope(second, RECEIVER, 1), CONTEXT_ID, [])),
+        _record(
+            T + 140,
+            RECEIVER,
+            _answer(
+                {"accepted": False, "case_id": CASE_ID, "handoff_id": second, "reason": REJECTION},
+                "TASK_STATE_REJECTED",
+            ),
+        ),
+        _record(T + 150, RECEIVER, _handoff(_envelope(second + "!", THIRD, BAD_EPOCH), "", drift)),
+    ]
 
 
 def _upload(a: Signer) -> bytes:
@@ -187,6 +321,7 @@ def build(root: Path) -> Hostile:
         _record(T + 21, D, handoff_object(too_long)),
         _record(T + 31, D, handoff_object(untrusted)),
         _record(T + 41, A, _a2a(handoff_object(elsewhere), CONTEXT)),
+        *_case_records(),
     ]
     capture = "".join(json.dumps(r) + "\n" for r in records).encode()
 
@@ -218,7 +353,9 @@ def build(root: Path) -> Hostile:
             ("reject", "untrusted-key"),
             ("reject", "policy"),
         ], outcomes
+        assert not report.envelopes.errors[1:], report.envelopes.errors  # only the bad epoch
         flag_id = _flag(engine, "equivocation")
+        context_flag = _flag(engine, "context-id-reuse")
     finally:
         engine.dispose()
     return Hostile(
@@ -232,6 +369,7 @@ def build(root: Path) -> Hostile:
         untrusted=digest_text(handoff_digest(untrusted)),
         mismatch=digest_text(handoff_digest(elsewhere)),
         equivocation_flag=flag_id,
+        context_flag=context_flag,
     )
 
 

@@ -1,5 +1,7 @@
 """Hostile text in a real browser: every page that shows what agents and captures chose,
-with XSS payloads in every field that can hold one (tests/browser/hostile_data.py).
+with XSS payloads in every field that can hold one (tests/browser/hostile_data.py): the
+signed-handoff pages, and the case pages of envelope handoffs (docs/envelopes.md) with their
+Plotly ownership timeline hovered marker by marker.
 
 For each page the browser must show: no script of the payloads ran (``window.__xss``
 stays unset, no ``alert``), the CSP never had to block anything (so escaping alone held;
@@ -186,6 +188,19 @@ def _pages(data: h.Hostile) -> dict[str, str]:
     }
 
 
+def _case_pages(data: h.Hostile) -> dict[str, str]:
+    """The pages of envelope handoffs (docs/envelopes.md), with the triage queue's view of
+    the case flags."""
+    return {
+        "cases": "/cases",
+        "cases matching markup": "/cases?q=" + quote("<script>", safe=""),
+        "case": "/cases/" + quote(h.CASE_ID, safe=""),
+        "triage of case flags": "/flags?status=any&kind=two-owners",
+        "triage of a case actor": "/flags?status=any&agent=" + quote(h.ACTOR, safe=""),
+        "case flag": f"/flags/{data.context_flag}",
+    }
+
+
 def test_every_page_shows_the_payloads_as_text_and_runs_none(tab: Watched) -> None:
     shown = {name: tab.visit(path) for name, path in _pages(tab.data).items()}
     # Shown, not dropped: the markup is there as characters people can read.
@@ -208,13 +223,61 @@ def test_every_page_shows_the_payloads_as_text_and_runs_none(tab: Watched) -> No
     assert "U+001B" in shown["hop"] and "U+0007" in shown["hop"]
 
 
+def test_the_case_pages_show_the_envelope_payloads_as_text(tab: Watched) -> None:
+    shown = {name: tab.visit(path) for name, path in _case_pages(tab.data).items()}
+    case = shown["case"]
+    # Every untrusted member of the envelopes, the answers and the case events, as text.
+    for text in (h.GOAL, h.STEP, h.FACT_KEY, h.FACT_VALUE, h.FACT_SOURCE, h.QUESTION):
+        assert _seen(text) in case, text
+    for text in (h.CONSTRAINT, h.REJECTION, h.EVENT_DETAIL, h.BAD_EPOCH, h.DRIFT_TYPE):
+        assert _seen(text) in case, text
+    for text in (h.CASE_ID, h.HANDOFF, h.JS_URL, h.BREAKOUT_URL, h.REF_TYPE, h.SUMMARY):
+        assert _seen(text) in case, text
+    assert _seen(h.FILENAME)[:47] in case  # cut to fit the table
+    assert "context id 'ctx-\"><script>window.__xss=\\'context" in shown["case flag"]
+    for name in ("cases", "cases matching markup"):
+        assert _seen(h.CASE_ID) in shown[name], name
+    for name in ("triage of case flags", "triage of a case actor"):
+        assert "two-owners" in shown[name] and "case C-<script>" in shown[name], name
+    # The case id's override and bell, as badges.
+    for name in ("case", "cases"):
+        assert "U+202E" in shown[name] and "U+0007" in shown[name], name
+
+
+def _seen(text: str) -> str:
+    """``text`` as a page shows it: hidden characters as their badges, line feeds kept."""
+    return HIDDEN.sub(lambda m: f"U+{ord(m.group()):04X}", text)
+
+
 def test_hovering_and_focusing_the_hostile_text_runs_nothing(tab: Watched) -> None:
-    tab.visit(f"/hops/{tab.data.offer}")
+    response = tab.page.goto(f"{tab.base}/hops/{tab.data.offer}")
+    tab.page.wait_for_load_state("networkidle")
     hostile = tab.page.locator("main bdi.u >> visible=true")
     for i in range(min(hostile.count(), 40)):
         hostile.nth(i).hover()
     tab.page.keyboard.press("Tab")
-    tab.check("/hops (hovered)", tab.page.goto(tab.page.url))
+    tab.check("/hops (hovered)", response)
+
+
+def test_hovering_the_case_timeline_runs_nothing(tab: Watched) -> None:
+    path = "/cases/" + quote(h.CASE_ID, safe="")
+    response = tab.page.goto(tab.base + path)
+    plot = tab.page.locator(".plot")
+    plot.locator(".main-svg").first.wait_for()
+    labels = plot.locator(".ytick text").all_text_contents()
+    assert any(h.RECEIVER.rsplit("/", 1)[-1] in t for t in labels), labels
+    assert any("<U+202E><script>" in t for t in labels), labels  # the actor's row
+    markers = plot.locator("g.scatterlayer path.point")
+    assert markers.count() == 7  # every event of the case
+    hovered = []
+    for i in range(markers.count()):
+        markers.nth(i).hover(force=True)
+        hovered.append(" ".join(plot.locator(".hoverlayer text").all_text_contents()))
+    assert any("window.__xss='event'" in t for t in hovered), hovered
+    assert any("<U+202E>" in t for t in hovered), hovered
+    assert plot.locator("a").count() == 0
+    # Checked before any reload, so what a hover ran or the CSP blocked is still recorded.
+    tab.check(path + " (hovered)", response)
 
 
 def test_the_timeline_labels_show_markup_as_text(tab: Watched) -> None:

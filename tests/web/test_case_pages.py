@@ -62,6 +62,14 @@ def test_hostile_names_in_the_timeline_are_text_for_plotly() -> None:
     assert "&lt;b&gt;x&lt;/b&gt;&lt;U+202E&gt;" in text
 
 
+def test_hover_texts_use_no_markup_that_plotly_styles() -> None:
+    """Plotly draws ``<b>``, ``<i>`` and the like with a style attribute, which the CSP
+    refuses on every hover; ``<br>`` is the only tag the timeline may put in a label."""
+    figure = charts.case_figure(case_data.detail())
+    texts = [t for trace in figure["data"] for t in trace["hovertext"]]
+    assert texts and all("<" not in t.replace("<br>", "") for t in texts), texts
+
+
 def test_facts_fall_into_verified_and_claimed() -> None:
     view = cases.envelope_view(case_data.detail().envelopes[0])
     assert [f.key for f in view.verified] == ["account_id", "payment_ids"]
