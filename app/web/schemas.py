@@ -326,7 +326,6 @@ def _flag_fields(listing: FlagListing) -> dict[str, object]:
         "snoozed_until": f.snoozed_until,
         "note": f.note,
         "updated_at": f.updated_at,
-        "case_id": f.case_id,
     }
 
 
