@@ -294,7 +294,7 @@ class _Summary:
         print(
             f"\n{c['verdicts']} verdicts, {c['stored']} new elements stored, "
             f"{c['duplicate']} retransmissions, {c['pending']} pending, "
-            f"{c['skipped']} items without a handoff, {c['errors']} item errors"
+            f"{c['skipped']} items skipped (nothing to read), {c['errors']} item errors"
         )
         if c["envelopes"]:
             print(f"{c['envelopes']} envelope items, {c['envelope_errors']} with errors")
