@@ -114,7 +114,7 @@ class ExtractStats:
 
     items: int = 0
     carried: int = 0
-    without_handoff: int = 0
+    without_handoff: int = 0  # items with no signed handoff that ``on_item`` did not claim
     errors: int = 0
 
 
@@ -130,13 +130,15 @@ def read_capture(
     name: str = "-",
     content_type: str | None = None,
     stats: ExtractStats | None = None,
-    on_item: Callable[[CaptureItem], None] | None = None,
+    on_item: Callable[[CaptureItem], bool] | None = None,
 ) -> Iterator[Found]:
     """Yield every carried object and every item error of a capture file, in file order.
 
     ``name`` labels sources ("capture.jsonl:3"); with ``content_type`` it picks the format
     (``detect_format``). ``stats``, when given, is updated as the items are read.
-    ``on_item`` sees every decoded payload too (envelope handoffs are read from it). Never
+    ``on_item`` sees every decoded payload too (envelope handoffs are read from it) and says
+    whether it found something there, so an item it claims is not counted as without a
+    handoff. Never
     raises on bad input: a bad item yields a ``CarrierError`` and reading goes on (SPEC 10),
     except inside a CBOR sequence, which cannot be resynchronised after a broken item.
 
@@ -155,13 +157,13 @@ def read_capture(
     for item in items:
         counts.items += 1
         found: list[Found] = []
+        claimed = False
         if isinstance(item, CarrierError):
             found = [item]
         elif isinstance(item, CaptureItem):
             found = extract(item.value, source=item.source, received_at=item.received_at)
-            if on_item is not None:
-                on_item(item)
-        if not found:
+            claimed = on_item is not None and on_item(item)
+        if not found and not claimed:
             counts.without_handoff += 1
         for one in found:
             if isinstance(one, Carried):

@@ -132,7 +132,7 @@ class IngestReport:
 
     verdicts: list[Verdict] = field(default_factory=list)
     errors: list[ItemError] = field(default_factory=list)
-    skipped: int = 0  # items that carried no handoff at all
+    skipped: int = 0  # items with neither a signed handoff nor an envelope item
     stored: int = 0  # elements stored for the first time
     envelopes: EnvelopeReport = field(default_factory=EnvelopeReport)
     sink: Callable[[Verdict], None] | None = None

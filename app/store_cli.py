@@ -102,6 +102,7 @@ def _add_flags(sub: Any) -> None:
     _add_now_option(p)
     p.add_argument("--kind", choices=[k.value for k in FlagKind], help="only flags of KIND")
     p.add_argument("--status", choices=[s.value for s in FlagStatus], help="only status S")
+    p.add_argument("--case", metavar="CASE", help="only the flags of envelope case CASE")
     p.add_argument("--json", action="store_true", help="print one JSON array")
     p.set_defaults(func=cmd_flags)
 
@@ -293,7 +294,7 @@ class _Summary:
         print(
             f"\n{c['verdicts']} verdicts, {c['stored']} new elements stored, "
             f"{c['duplicate']} retransmissions, {c['pending']} pending, "
-            f"{c['skipped']} items without a handoff, {c['errors']} item errors"
+            f"{c['skipped']} items skipped (nothing to read), {c['errors']} item errors"
         )
         if c["envelopes"]:
             print(f"{c['envelopes']} envelope items, {c['envelope_errors']} with errors")
@@ -365,7 +366,9 @@ def cmd_flags(args: argparse.Namespace) -> int:
     engine, now = _swept(args)
     try:
         with db.transaction(db.read_only(engine)) as session:
-            flags = list_flags(session, now=now, kind=args.kind, status=args.status)
+            flags = list_flags(
+                session, now=now, kind=args.kind, status=args.status, case_id=args.case
+            )
     finally:
         engine.dispose()
     if args.json:

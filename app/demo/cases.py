@@ -7,8 +7,8 @@ its own shuffled deck so that every envelope fault kind appears once a run has
 logs its intent (a write at its epoch), sends one message with the envelope and its
 references, the receiver answers within minutes (now and then with a rejection, after
 which the sender tries another agent at the same epoch), the sender marks the case handed
-off after the acceptance, and only the new owner writes and acts from then on (every
-owner is new to the case; a case whose agents have all owned it rests there). Clean
+off after the acceptance, and only the new owner writes and acts from then on (a case
+may come back to an agent that owned it before). Clean
 references verify (their object is in X.objects/) or are unverifiable (no object); none is
 expired, mismatched or without a hash; every fact names its source.
 
@@ -159,9 +159,6 @@ class CaseSim:
         self.case_id = f"case-{number:05d}-{rng.getrandbits(24):06x}"
         self.out = DialogOutput(index, self.case_id, Form.JWS, start, case=True)
         self.owner = rng.choice(cast.agents)
-        # Every owner is new to the case: an agent that released the case once never owns
-        # it again, so its old handed-off mark cannot blur a later lost handoff of its own.
-        self.owners = {self.owner.iss}
         self.epoch = rng.randint(0, 3)
         self.used: set[str] = set()
         self.context: str | None = None  # the context id the owner got the case under
@@ -209,19 +206,17 @@ class CaseSim:
 
     # -- one ownership move --------------------------------------------------------------
 
-    def _other(self, *not_these: Agent) -> Agent | None:
-        """An agent that has never owned the case (and is none of ``not_these``)."""
-        free = [a for a in self.cast.agents if a.iss not in self.owners and a not in not_these]
-        return self.rng.choice(free) if free else None
+    def _other(self, *not_these: Agent) -> Agent:
+        """An agent other than the owner and ``not_these`` (a cast has at least four)."""
+        return self.rng.choice(
+            [a for a in self.cast.agents if a.iss != self.owner.iss and a not in not_these]
+        )
 
     def move(self, t: int, fault: str | None, variant: str | None) -> int:
         """Hand the case from its owner to another agent; returns when the move is over, or
         -1 when it ends the case (a lost handoff)."""
         rng = self.rng
         receiver = self._other()
-        if receiver is None:
-            return -1  # every agent has owned the case: it rests with its owner
-        self.owners.add(receiver.iss)
         if rng.random() < 0.6:
             self.event(
                 self.owner,
@@ -234,9 +229,9 @@ class CaseSim:
         t += rng.randint(1, 20)
         if fault in RETRIED:
             t = self.refused(t, receiver, fault, variant) + rng.randint(5, 120)
-        elif fault is None and rng.random() < 0.12 and (first := self._other(receiver)):
+        elif fault is None and rng.random() < 0.12:
             # Clean: the first choice refuses the case; the owner keeps it and asks another.
-            t = self.refused(t, first, None, None) + rng.randint(5, 120)
+            t = self.refused(t, self._other(receiver), None, None) + rng.randint(5, 120)
         message_fault = None if fault in RETRIED else fault
         sent = self.send(t, receiver, fault=message_fault, variant=variant)
         if fault == "lost-acceptance":
@@ -317,9 +312,6 @@ class CaseSim:
         """The sender offers the case to a second agent before the first answers, and both
         accept the same epoch: the first acceptance wins, the second owner is a second."""
         other = self._other(sent.receiver)
-        if other is None:
-            return self.accepted(sent, None, None)  # no one left to offer it to
-        self.owners.add(other.iss)
         second = self.send(sent.at + self.rng.randint(1, 5), other, fault=None, variant=None)
         self.context = sent.context_id  # the case goes on with the first receiver
         first_at = second.at + self.rng.randint(2, 60)

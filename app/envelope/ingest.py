@@ -69,12 +69,15 @@ class EnvelopeIngest:
     now: int
     pending: list[tuple[CaptureItem, list[EnvelopeItem]]] = field(default_factory=list)
 
-    def read(self, item: CaptureItem) -> None:
+    def read(self, item: CaptureItem) -> bool:
+        """Keep the item's envelope items for ``flush``; whether it had any (an envelope,
+        acceptance, rejection or case event, valid or not)."""
         found = find_items(
             item.value, source=item.source, received_at=item.received_at, accepted=self.config.types
         )
         if found:
             self.pending.append((item, found))
+        return bool(found)
 
     def flush(self, report: EnvelopeReport) -> None:
         """Store what was read since the last flush, one transaction per capture item.

@@ -17,11 +17,14 @@ The rules, where the contract leaves room:
   it says ``rejected``, the epoch fence worked: nobody acted twice, so it is no flag, and
   the timeline shows the refused write.
 - ``release-before-accept``: a sender's ``handed-off`` mark at a time when it still owns the
-  case by the ledger, or when no band is known at all.
+  case by the ledger, or when no band is known at all; the flag names the sender's latest
+  handoff at or before the mark (or its first, for a mark made before sending).
 - ``lost-acceptance`` / ``no-owner``: no acceptance or rejection within the window after a
   handoff, judged at ``now`` (the sweep re-derives a case at its ``deadline``). It is
-  ``no-owner`` when the sender also stopped acting: it marked the case handed off, or it
-  wrote or acted on it no more after the handoff.
+  ``no-owner`` when the sender also stopped acting: it marked the case handed off between
+  the handoff and the end of its window (a mark from an earlier time it owned the case, or
+  one after the flag was due, says nothing of this handoff), or it wrote or acted on it no
+  more after the handoff.
 - ``context-id-reuse``: a handoff presents a context id that was first seen (in canonical
   order, over every case) with another receiver.
 """
@@ -476,8 +479,7 @@ def _releases(
         band = _band_at(bands, mark.at)
         if band is not None and band.owner != mark.agent:
             continue  # released after someone else accepted
-        sent = [h for h in handoffs.values() if h.first.agent == mark.agent]
-        latest = max(sent, key=lambda h: h.first.order) if sent else None
+        latest = _released_handoff(mark, handoffs)
         why = "before any acceptance" if band is None else f"while it still owns epoch {band.epoch}"
         flags.add(
             FlagKind.RELEASE_BEFORE_ACCEPT,
@@ -487,6 +489,17 @@ def _releases(
             at=mark.at,
             detail=f"{mark.agent} marked the case handed off {why}",
         )
+
+
+def _released_handoff(mark: Item, handoffs: Mapping[str, _Handoff]) -> _Handoff | None:
+    """The handoff a mark releases: its agent's latest at or before it, else (a mark made
+    before sending) its agent's first after it. An agent that owned the case twice is
+    judged on the ownership the mark falls in."""
+    sent = sorted(
+        (h for h in handoffs.values() if h.first.agent == mark.agent), key=lambda h: h.first.order
+    )
+    before = [h for h in sent if h.first.at <= mark.at]
+    return before[-1] if before else next(iter(sent), None)
 
 
 def _lost(
@@ -513,7 +526,10 @@ def _lost(
             continue
         sender = h.first.agent
         released = any(
-            i.kind == ItemKind.EVENT and i.agent == sender and i.action == "handed-off"
+            i.kind == ItemKind.EVENT
+            and i.agent == sender
+            and i.action == "handed-off"
+            and h.first.at <= i.at <= due
             for i in ordered
         )
         active = any(

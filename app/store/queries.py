@@ -229,6 +229,7 @@ class FlagListing:
             "offer": None if f.offer is None else digest_text(f.offer),
             "evidence": list(f.evidence),
             "opened_at": f.opened_at,
+            "case_id": f.case_id,
         }
 
 

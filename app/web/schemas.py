@@ -99,7 +99,10 @@ class VerifyCounts(SQLModel):
     duplicate: int
     pending: int
     verdicts: int
-    skipped: int = Field(description="items that carried no handoff at all")
+    skipped: int = Field(
+        description="items with nothing to read: no signed handoff (and, on ingest, no "
+        "envelope, acceptance, rejection or case event)"
+    )
 
 
 class IngestCounts(VerifyCounts):
@@ -326,7 +329,6 @@ def _flag_fields(listing: FlagListing) -> dict[str, object]:
         "snoozed_until": f.snoozed_until,
         "note": f.note,
         "updated_at": f.updated_at,
-        "case_id": f.case_id,
     }
 
 

@@ -16,14 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
 from app.cli import main
 from app.protocol.encoding import digest_text
 from app.protocol.handoff import StatusObject, parse_object
 from app.protocol.verify import parse_element
-from app.store import db
-from app.store.models import FlagRow
 
 from .helpers import ENVELOPE_FLAGS, FLAGS, REJECTIONS, Run, make_run, offer_digest
 
@@ -170,22 +167,7 @@ def _load(directory: Path, url: str, *options: str) -> tuple[list[Any], list[Any
         assert now is not None, err
         code, out, err = _cli(["flags", "--json", "--now", now.group(1)])
         assert code == 0, err
-    flags = json.loads(out)
-    cases = _case_ids(url)
-    for f in flags:
-        f["case_id"] = cases[f["id"]]
-    return [json.loads(line) for line in answers.read_text().splitlines()], flags
-
-
-def _case_ids(url: str) -> dict[int, str | None]:
-    """Each flag's case (`flags --json` does not print it): the flag table's ``case_id``."""
-    engine = db.make_engine(url)
-    try:
-        with db.transaction(engine) as session:
-            rows = session.execute(select(FlagRow.id, FlagRow.case_id)).all()
-    finally:
-        engine.dispose()
-    return {int(i): c for i, c in rows}
+    return [json.loads(line) for line in answers.read_text().splitlines()], json.loads(out)
 
 
 def _store_mismatch(answers: list[Any], flags: list[Any]) -> tuple[Counter[Any], Counter[Any]]:

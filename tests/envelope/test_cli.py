@@ -54,5 +54,11 @@ def test_cli_ingest_of_envelopes(
     assert main(["flags", "--db", db_url, "--now", str(T0 + 3599), "--json"]) == 0
     before = {f["kind"] for f in json.loads(capsys.readouterr().out)}
     assert main(["flags", "--db", db_url, "--now", str(T0 + 3600), "--json"]) == 0
-    after = {f["kind"] for f in json.loads(capsys.readouterr().out)}
-    assert after - before == {"no-owner"}
+    after = json.loads(capsys.readouterr().out)
+    assert {f["kind"] for f in after} - before == {"no-owner"}
+    assert {f["case_id"] for f in after} == {CASE}
+    # --case keeps one case's flags.
+    for case, expected in ((CASE, after), ("C-other", [])):
+        argv = ["flags", "--db", db_url, "--now", str(T0 + 3600), "--case", case, "--json"]
+        assert main(argv) == 0
+        assert json.loads(capsys.readouterr().out) == expected

@@ -94,6 +94,8 @@ def test_the_worked_example_end_to_end(engine: Engine, version: str) -> None:
     report = run(engine, worked_example(version=version))
     assert report.counts["envelopes"] == 5 and report.counts["envelope_errors"] == 0
     assert report.envelopes.stored == 5 and report.verdicts == []
+    # A handoff, an acceptance and case events are no signed handoffs, but not skipped.
+    assert report.counts["skipped"] == 0
     with db.transaction(engine) as session:
         [summary] = list_cases(session)
         detail = case_detail(session, CASE)
@@ -239,7 +241,7 @@ def test_schema_failures_two_envelopes_and_drift_are_evidence_never_applied(engi
     assert details[0].startswith("(envelope): 'goal' is a required property; epoch:")
     assert details[1] == "expected exactly one supported handoff envelope, found 2"
     assert details[2] == f"version drift: {v3} is not an accepted type"
-    assert report.counts["envelope_errors"] == 3
+    assert (report.counts["envelope_errors"], report.counts["skipped"]) == (3, 0)
     assert {(k, v) for k, v, _, _ in flags(engine)} == {
         ("invalid-envelope", "schema"),
         ("invalid-envelope", "count"),
@@ -252,6 +254,12 @@ def test_schema_failures_two_envelopes_and_drift_are_evidence_never_applied(engi
     assert all(b'"goal"' in o or b"handoff" in o for _, o in stored)  # the octets as received
     assert detail is not None and (detail.owner, detail.epochs) == (None, ())
     assert len(detail.envelopes) == 3 and all(e.errors for e in detail.envelopes)
+
+
+def test_only_an_item_with_nothing_to_read_is_skipped(engine: Engine) -> None:
+    records = [*worked_example(), record({"jsonrpc": "2.0", "id": 7, "result": {}}, T0 + 40)]
+    report = run(engine, records)
+    assert (report.counts["envelopes"], report.counts["skipped"]) == (5, 1)
 
 
 def test_a_case_event_without_a_readable_case_is_flagged_under_no_case(engine: Engine) -> None:

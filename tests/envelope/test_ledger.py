@@ -156,6 +156,50 @@ def test_lost_acceptance_while_the_sender_still_acts_and_no_owner_when_it_stoppe
     assert kinds(ledger([handoff(T0 + 10)])) == {"no-owner"}
 
 
+def _owned_twice(*after: dict[str, Any]) -> Ledger:
+    """Triage hands the case to billing (epoch 3 to 4) and marks it handed off; billing
+    hands it back (4 to 5); triage offers it to refunds at T0 + 200, acts at T0 + 500, and
+    refunds never answers. ``after``: more records."""
+    back = record(
+        response(task_v1(answer(True, epoch=5, handoff_id=f"{CASE}:5"), task_id="task-10")),
+        T0 + 110,
+        BILLING,
+    )
+    records = [
+        *worked_example()[1:4],
+        handoff(T0 + 100, epoch=4, by=TRIAGE, from_agent=BILLING),
+        back,
+        handoff(T0 + 200, epoch=5, by=REFUNDS),
+        event(TRIAGE, "act", T0 + 500, epoch=5, outcome="applied"),
+        *after,
+    ]
+    return ledger(records, now=T0 + 200 + 3600 + 60)
+
+
+def test_a_mark_from_an_earlier_ownership_does_not_make_a_lost_handoff_no_owner() -> None:
+    result = _owned_twice()
+    owners = [(e.owner, e.epoch) for e in result.epochs]
+    assert owners == [(TRIAGE, 3), (BILLING, 4), (TRIAGE, 5)]
+    [lost] = result.flags
+    assert (lost.flag.kind.value, lost.agent, lost.handoff_id) == (
+        "lost-acceptance",
+        TRIAGE,
+        f"{CASE}:6",
+    )
+    # A mark after the window ran out says nothing of the handoff either.
+    late = _owned_twice(event(TRIAGE, "handed-off", T0 + 200 + 3600 + 1, epoch=5))
+    assert kinds(late) == {"lost-acceptance", "release-before-accept"}
+
+
+def test_a_mark_after_the_second_handoff_makes_it_no_owner_and_names_that_handoff() -> None:
+    result = _owned_twice(event(TRIAGE, "handed-off", T0 + 300, epoch=5))
+    named = {(f.flag.kind.value, f.agent, f.handoff_id) for f in result.flags}
+    assert named == {
+        ("no-owner", TRIAGE, f"{CASE}:6"),
+        ("release-before-accept", TRIAGE, f"{CASE}:6"),
+    }
+
+
 def test_an_answer_within_the_window_clears_the_deadline() -> None:
     result = ledger([handoff(T0 + 10), accepted(T0 + 3000)], now=T0 + 20)
     assert result.deadline is None
@@ -227,7 +271,8 @@ def test_invalid_messages_and_drift_are_flagged_and_never_applied() -> None:
 @functools.cache
 def pool() -> tuple[Item, ...]:
     """Items of every kind and fault: the worked example, a second acceptance of epoch 4,
-    a stale handoff, an early release, drift, a schema failure and an unanswered handoff."""
+    a stale handoff, an early release, drift, a schema failure and two unanswered handoffs
+    (one released, one not)."""
     v3 = "application/vnd.acme.handoff.v3+json"
     return tuple(
         items(
@@ -241,6 +286,7 @@ def pool() -> tuple[Item, ...]:
                 record(send_v1(message_v1(media_type=v3)), T0 + 2, BILLING),
                 record(send_v1(message_v1(envelope(goal=None))), T0 + 3, BILLING),
                 handoff(T0 + 50, epoch=4, handoff_id=f"{CASE}:5"),
+                event(TRIAGE, "handed-off", T0 + 60, epoch=4),
             ]
         )
     )
@@ -262,6 +308,7 @@ def test_any_order_and_any_repeats_give_the_same_ledger(
         "version-drift",
         "invalid-envelope",
         "no-owner",
+        "lost-acceptance",
     }
 
 

@@ -29,6 +29,7 @@ FLAG_KEYS = [
     "offer",
     "evidence",
     "opened_at",
+    "case_id",
 ]
 
 
@@ -109,6 +110,8 @@ def test_ingest_then_hops_and_flags(
         hop["offer"],
     )
     assert len(flag["evidence"]) == 2 and flag["opened_at"] == T0 + 2
+    assert flag["case_id"] is None  # a hop's flag, not an envelope case's
+    assert as_json(capsys, "flags", "--db", db_url, "--now", now, "--case", "C-1001") == []
 
     # The clock passes the lost-outcome deadline: the same store, another answer.
     later = str(T0 + 6 + 3600)
