@@ -292,6 +292,17 @@ def _har_body(
 # --- CBOR (RFC 8742 sequences) ----------------------------------------------------------
 
 
+def _cbor_decoder(stream: Any) -> cbor2.CBORDecoder:
+    """A strict decoder for capture items (see ``_cbor_items``)."""
+    return cbor2.CBORDecoder(
+        stream,
+        max_depth=MAX_DEPTH,
+        allow_duplicate_keys=False,
+        strict_hashable_types=True,
+        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
+    )
+
+
 def _refuse_shared(decoder: object, immutable: bool = False) -> object:
     raise cbor2.CBORDecodeError("shared references (tags 28, 29) are not allowed")
 
@@ -302,13 +313,7 @@ def _cbor_items(data: bytes, name: str) -> Iterator[ItemOrError]:
     # keys must be strings (no hash-collision work); nesting is bounded as in JSON; shared
     # references are refused because they build cyclic values.
     stream = io.BytesIO(data)
-    decoder = cbor2.CBORDecoder(
-        stream,
-        max_depth=MAX_DEPTH,
-        allow_duplicate_keys=False,
-        strict_hashable_types=True,
-        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
-    )
+    decoder = _cbor_decoder(stream)
     number = 0
     while (offset := stream.tell()) < len(data):
         number += 1
@@ -433,13 +438,7 @@ def _jsonl_stream(reader: io.BufferedReader, name: str) -> Iterator[ItemOrError]
 
 
 def _cbor_stream(reader: io.BufferedReader, name: str) -> Iterator[ItemOrError]:
-    decoder = cbor2.CBORDecoder(
-        reader,
-        max_depth=MAX_DEPTH,
-        allow_duplicate_keys=False,
-        strict_hashable_types=True,
-        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
-    )
+    decoder = _cbor_decoder(reader)
     number = 0
     while reader.peek(1):
         offset = reader.tell()

@@ -46,6 +46,19 @@ def _iso(seconds: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
+def _timeline_layout(height: int) -> dict[str, Any]:
+    """Rows of bands over time (the dialog timeline, a case's ownership): dates on top, the
+    first row first, the legend under the plot."""
+    return _layout(
+        barmode="overlay",
+        height=height,
+        xaxis={"type": "date", "side": "top"},
+        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+        legend={"orientation": "h", "y": -40 / height},
+        margin={"l": 8, "r": 16, "t": 36, "b": 40},
+    )
+
+
 def _layout(**extra: Any) -> dict[str, Any]:
     """Transparent backgrounds and the page's font, so both themes read well (app.js sets
     the font colour from the page)."""
@@ -174,16 +187,7 @@ def timeline_figure(
             "hovertemplate": "expires %{x}<extra></extra>",
         }
     )
-    height = 90 + 26 * max(len(nodes), 3)
-    layout = _layout(
-        barmode="overlay",
-        height=height,
-        xaxis={"type": "date", "side": "top"},
-        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
-        legend={"orientation": "h", "y": -40 / height},
-    )
-    layout["margin"] = {"l": 8, "r": 16, "t": 36, "b": 40}
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": _timeline_layout(90 + 26 * max(len(nodes), 3))}
 
 
 def _label(node: TreeNode) -> str:
@@ -429,16 +433,7 @@ def case_figure(detail: CaseDetail) -> dict[str, Any]:
                 "hovertemplate": "%{hovertext}<extra></extra>",
             }
         )
-    height = 110 + 40 * max(len(labels), 2)
-    layout = _layout(
-        barmode="overlay",
-        height=height,
-        xaxis={"type": "date", "side": "top"},
-        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
-        legend={"orientation": "h", "y": -40 / height},
-    )
-    layout["margin"] = {"l": 8, "r": 16, "t": 36, "b": 40}
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": _timeline_layout(110 + 40 * max(len(labels), 2))}
 
 
 def _band_text(e: Epoch, labels: Mapping[str, str]) -> str:
