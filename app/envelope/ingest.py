@@ -1,13 +1,19 @@
 """Storing envelope items: the envelope side of the ingest pipeline (docs/envelopes.md).
 
 ``app.ingest`` hands every capture item to ``EnvelopeIngest.read`` as the capture is read
-and calls ``flush`` after each input. Each capture item holding envelope items is one
-transaction: its items are stored (valid or not, as evidence), then the ledger of every
-case they touch is derived again. A failing item is reported and the rest goes on.
+and calls ``flush`` after each input. Up to ``BATCH_ITEMS`` capture items holding envelope
+items share one transaction: their items are stored (valid or not, as evidence), then the
+ledger of every case they touch is derived again, once for the batch (a ledger depends on
+the set of stored items only, so deriving once leaves what deriving after each capture item
+would have; per capture item, deriving a case's ledger from all its items made the flush
+cost more than the signed ingest itself, BENCHMARKS.md). When the batch cannot be stored,
+nothing of it was kept and each of its capture items is stored again alone, in a
+transaction of its own: a failing item is reported and the rest goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -37,6 +43,8 @@ from .extract import EnvelopeItem, find_items
 from .references import check_reference
 
 _RESTARTS = 50  # as for signed items: restarts after finding a lock taken
+# Capture items per transaction in ``flush`` (as ``app.ingest.BATCH_ITEMS`` for signed ones).
+BATCH_ITEMS = 64
 
 
 @dataclass(frozen=True)
@@ -80,24 +88,46 @@ class EnvelopeIngest:
         return bool(found)
 
     def flush(self, report: EnvelopeReport) -> None:
-        """Store what was read since the last flush, one transaction per capture item.
-        Never raises for bad input or a failing item."""
+        """Store what was read since the last flush, in batches of capture items. Never
+        raises for bad input or a failing item."""
         pending, self.pending = self.pending, []
-        for capture, found in pending:
+        for start in range(0, len(pending), BATCH_ITEMS):
+            self._flush_batch(pending[start : start + BATCH_ITEMS], report)
+
+    def _flush_batch(
+        self, batch: list[tuple[CaptureItem, list[EnvelopeItem]]], report: EnvelopeReport
+    ) -> None:
+        """One transaction for the batch; when it fails (nothing of it was kept), one per
+        capture item."""
+        prepared = []
+        for capture, found in batch:
             report.items += len(found)
             rows = item_rows(capture, found, objects=self.objects, now=self.now)
             report.errors.extend(_problems(rows))
-            try:
-                new = self._store(rows)
-            except SQLAlchemyError as exc:
-                first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
-                report.errors.append(EnvelopeError(capture.source, f"database error: {first}"))
-                continue
-            if new is None:
-                busy = "busy: too many concurrent writers"
-                report.errors.append(EnvelopeError(capture.source, busy))
-                continue
-            report.stored += new
+            prepared.append((capture, rows))
+        if len(prepared) > 1:
+            with contextlib.suppress(SQLAlchemyError):
+                new = self._store([row for _, rows in prepared for row in rows])
+                if new is not None:
+                    report.stored += new
+                    return
+        for capture, rows in prepared:
+            self._store_alone(capture, rows, report)
+
+    def _store_alone(
+        self, capture: CaptureItem, rows: list[EnvelopeItemRow], report: EnvelopeReport
+    ) -> None:
+        try:
+            new = self._store(rows)
+        except SQLAlchemyError as exc:
+            first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+            report.errors.append(EnvelopeError(capture.source, f"database error: {first}"))
+            return
+        if new is None:
+            busy = "busy: too many concurrent writers"
+            report.errors.append(EnvelopeError(capture.source, busy))
+            return
+        report.stored += new
 
     def _store(self, rows: list[EnvelopeItemRow]) -> int | None:
         keys = frozenset(

@@ -271,19 +271,24 @@ def _rejections(session: Session, iss: str, hop: str) -> list[Flag]:
     ]
 
 
+_REFUSED = (
+    select(
+        RejectedObservationRow.reason,
+        RejectedOctetsRow.digest,
+        func.min(RejectedObservationRow.received_at),
+    )
+    .join(RejectedOctetsRow, RejectedOctetsRow.digest == RejectedObservationRow.digest)
+    .where(
+        RejectedOctetsRow.hop_iss == bindparam("b_iss"), RejectedOctetsRow.hop == bindparam("b_hop")
+    )
+    .group_by(RejectedObservationRow.reason, RejectedOctetsRow.digest)
+)
+
+
 def _refused(session: Session, iss: str, hop: str) -> Sequence[Any]:
     """Octets refused before they became an element (``app.store.rejected``), filed under
     the hop their payload names: (reason, digest, first received_at)."""
-    return session.execute(
-        select(
-            RejectedObservationRow.reason,
-            RejectedOctetsRow.digest,
-            func.min(RejectedObservationRow.received_at),
-        )
-        .join(RejectedOctetsRow, RejectedOctetsRow.digest == RejectedObservationRow.digest)
-        .where(RejectedOctetsRow.hop_iss == iss, RejectedOctetsRow.hop == hop)
-        .group_by(RejectedObservationRow.reason, RejectedOctetsRow.digest)
-    ).all()
+    return execute(session, _REFUSED, {"b_iss": iss, "b_hop": hop}).all()
 
 
 def _equivocation(offers: Sequence[_Offer]) -> Flag:

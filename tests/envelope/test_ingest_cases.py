@@ -16,7 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as strategies
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import OperationalError
 
+from app.envelope import ingest as envelope_ingest
 from app.envelope.config import EnvelopeConfig
 from app.envelope.ledger import CaseRules
 from app.ingest import IngestReport, Pipeline, ingest
@@ -276,6 +278,28 @@ def test_ingesting_the_same_capture_twice_changes_nothing(engine: Engine) -> Non
     assert again.envelopes.stored == 0
     with db.transaction(engine) as session:
         assert len(session.execute(select(EnvelopeItemRow.key)).all()) == 5
+
+
+def test_a_failing_capture_item_is_reported_alone_and_the_rest_of_its_batch_is_stored(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One batch: it fails as a whole, then each capture item is stored alone.
+    store_items = envelope_ingest.store_items
+
+    def failing(session: Any, rows: Any) -> int:
+        if any(r.source == "capture.jsonl:3" for r in rows):
+            raise OperationalError("INSERT", {}, Exception("disk I/O error"))
+        return store_items(session, rows)
+
+    monkeypatch.setattr(envelope_ingest, "store_items", failing)
+    report = run(engine, worked_example())
+    assert [(e.source, e.detail) for e in report.envelopes.errors] == [
+        ("capture.jsonl:3", "database error: disk I/O error")
+    ]
+    assert report.envelopes.stored == 4
+    with db.transaction(engine) as session:
+        sources = session.execute(select(EnvelopeItemRow.source)).scalars()
+        assert sorted(sources) == [f"capture.jsonl:{n}" for n in (1, 2, 4, 5)]
 
 
 def test_an_unknown_case_is_none(engine: Engine) -> None:
