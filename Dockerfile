@@ -14,8 +14,11 @@
 #   docker run --rm -e DATABASE_URL=... handoff-trace tokens create --role ingest --name ci
 FROM python:3.11-slim
 
+# MALLOC_ARENA_MAX=2: glibc's per-thread malloc arenas (up to 8 a core) were where the
+# server's RSS grew under sustained load; with two it levelled sooner and lower (BENCHMARKS.md).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    MALLOC_ARENA_MAX=2 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HANDOFF_TRACE_TRUST_FILE=/etc/handoff-trace/trust.json

@@ -23,11 +23,17 @@
   each second: first (after a warm-up of 10 % of the run), last, max, and the slope of a
   least-squares line through the samples after the warm-up.
 
+``--tracemalloc PATH`` runs the server under tracemalloc (``bench/traced_serve.py``) and
+appends to PATH, after the warm-up and every minute, the source lines whose live Python
+allocations grew most since the warm-up (it slows the server: take latencies from an
+untraced run).
+
 Stops at ``--seconds`` (300) or ``--max-requests`` (100,000), whichever comes first. The
 server and the cluster are stopped on every exit, Ctrl-C and SIGTERM included.
 
     .venv/bin/python bench/soak.py [--seconds 300] [--db sqlite|postgresql] [--rate 40]
                                    [--ingest-clients 3] [--readers 4] [--workers 1]
+                                   [--tracemalloc PATH]
 
 Prints a table and writes bench/results/soak.json (``--results NAME`` for another name).
 Exits 1 when any error was recorded.
@@ -39,6 +45,7 @@ import argparse
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -59,6 +66,8 @@ from http_ingest import CLI, ITEMS_PER_DIALOG, free_port, stop_group
 from app.demo import DemoConfig, DemoPaths, write_demo
 
 WARMUP_SHARE = 0.1
+TRACED_SERVE = Path(__file__).with_name("traced_serve.py")
+TRACE_EVERY = 60.0  # seconds between tracemalloc reports after the warm-up
 
 
 # --- the server ---------------------------------------------------------------------------
@@ -74,16 +83,22 @@ def cli(*args: str, stdin: str | None = None) -> str:
 
 
 @contextmanager
-def server(url: str, trust: Path, workers: int, log: Path) -> Iterator[tuple[str, int]]:
+def server(
+    url: str, trust: Path, workers: int, log: Path, traced: Path | None = None
+) -> Iterator[tuple[str, int]]:
     """``handoff-trace serve`` on a free loopback port; yields (base URL, pid); always
-    stopped, with every process of its group."""
+    stopped, with every process of its group. ``traced``: under tracemalloc, reporting to
+    that file (``bench/traced_serve.py``)."""
     port = free_port()
+    command = [CLI] if traced is None else [sys.executable, str(TRACED_SERVE)]
+    env = {**os.environ, **({} if traced is None else {"SOAK_TRACEMALLOC": str(traced)})}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
-                *(CLI, "serve", "--host", "127.0.0.1", "--port", str(port)),
+                *(*command, "serve", "--host", "127.0.0.1", "--port", str(port)),
                 *("--workers", str(workers), "--db", url, "--trust", str(trust)),
             ],
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -382,7 +397,8 @@ def run(args: argparse.Namespace, url: str, work: Path) -> dict:
         url,
         stdin=password + "\n",
     )
-    with server(url, paths.trust, args.workers, work / "serve.log") as (base, pgid):
+    traced = Path(args.tracemalloc).resolve() if args.tracemalloc else None
+    with server(url, paths.trust, args.workers, work / "serve.log", traced) as (base, pgid):
         cookie = login(base, "soak", password)
         rec = Record(stop_at=time.monotonic() + args.seconds, max_requests=args.max_requests)
         state = {"next": 0}
@@ -407,6 +423,7 @@ def run(args: argparse.Namespace, url: str, work: Path) -> dict:
         t0 = time.monotonic()
         samples: list[tuple[float, float]] = []
         per_process: dict[int, list[float]] = {}
+        next_trace = args.seconds * WARMUP_SHARE
         for th in threads:
             th.start()
         while any(th.is_alive() for th in threads):
@@ -414,8 +431,14 @@ def run(args: argparse.Namespace, url: str, work: Path) -> dict:
             samples.append((time.monotonic() - t0, sum(rss.values())))
             for pid, mib in rss.items():
                 per_process.setdefault(pid, []).append(mib)
+            if traced is not None and samples[-1][0] >= next_trace:
+                os.kill(pgid, signal.SIGUSR1)
+                next_trace += TRACE_EVERY
             time.sleep(1.0)
         wall = time.monotonic() - t0
+        if traced is not None:
+            os.kill(pgid, signal.SIGUSR1)
+            time.sleep(5)  # the report is written before the server is stopped
         for th in threads:
             th.join()
     by_route = {route: percentiles(v) for route, v in sorted(rec.latencies.items())}
@@ -478,6 +501,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--results", default="soak", help="name of the results file")
+    parser.add_argument(
+        "--tracemalloc",
+        metavar="PATH",
+        help="run the server under tracemalloc and append its allocation growth to PATH",
+    )
     args = parser.parse_args()
     positive = (
         args.seconds,

@@ -113,11 +113,18 @@ def read_only(engine: Engine) -> Engine:
     return engine.execution_options(sqlite_begin="DEFERRED")
 
 
+class WriterBusy(Exception):
+    """Another transaction holds the SQLite write lock (``transaction(..., wait=False)``)."""
+
+
 @contextmanager
-def transaction(engine: Engine) -> Iterator[Session]:
-    """One session in one transaction: committed on success, rolled back on any error."""
+def transaction(engine: Engine, *, wait: bool = True) -> Iterator[Session]:
+    """One session in one transaction: committed on success, rolled back on any error.
+
+    ``wait=False``: raise WriterBusy instead of queueing when another writer holds an SQLite
+    file's write lock (a query's sweep, which the background sweep will do anyway)."""
     with (
-        _sqlite_writer(engine),
+        _sqlite_writer(engine, wait=wait),
         Session(engine, expire_on_commit=False) as session,
         session.begin(),
     ):
@@ -125,7 +132,7 @@ def transaction(engine: Engine) -> Iterator[Session]:
 
 
 @contextmanager
-def _sqlite_writer(engine: Engine) -> Iterator[None]:
+def _sqlite_writer(engine: Engine, *, wait: bool = True) -> Iterator[None]:
     """On an SQLite file, wait for the write lock in the open before ``BEGIN IMMEDIATE``.
 
     SQLite has one writer at a time, and a writer that finds the lock taken polls for it,
@@ -133,18 +140,26 @@ def _sqlite_writer(engine: Engine) -> Iterator[None]:
     several workers and threads) the lock sat free while they slept, and the unlucky ones
     waited seconds. A thread lock and an ``flock`` on a file beside the database queue the
     writers of this process and of other processes instead, and wake the next one as soon
-    as the lock is released. Read-only (DEFERRED) transactions do not take it."""
+    as the lock is released. Read-only (DEFERRED) transactions do not take it. Not
+    ``wait``ing, raises WriterBusy when either lock is taken."""
     path = _writer_lock_path(engine)
     if path is None:
         yield
         return
     lock = _writer_lock(path)
-    with lock.thread_lock:
-        fcntl.flock(lock.fd, fcntl.LOCK_EX)
+    if not lock.thread_lock.acquire(blocking=wait):
+        raise WriterBusy
+    try:
+        try:
+            fcntl.flock(lock.fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WriterBusy from None
         try:
             yield
         finally:
             fcntl.flock(lock.fd, fcntl.LOCK_UN)
+    finally:
+        lock.thread_lock.release()
 
 
 @dataclass
@@ -192,13 +207,16 @@ def savepoint(session: Session) -> Iterator[None]:
     connection.exec_driver_sql("RELEASE SAVEPOINT item")
 
 
-def run(engine: Engine, work: Callable[[Session], T], *, attempts: int = 10) -> T:
+def run(
+    engine: Engine, work: Callable[[Session], T], *, attempts: int = 10, wait: bool = True
+) -> T:
     """Run ``work`` in one transaction, retrying it from the start after a transient error
     (serialization failure, deadlock, a busy SQLite). ``work`` must have no effect outside
-    the session. Raises the last error when every attempt failed, or any other error."""
+    the session. Raises the last error when every attempt failed, or any other error
+    (WriterBusy when not ``wait``ing, see ``transaction``)."""
     for attempt in range(attempts):
         try:
-            with transaction(engine) as session:
+            with transaction(engine, wait=wait) as session:
                 return work(session)
         except DBAPIError as exc:
             if attempt + 1 >= attempts or not is_transient(exc):

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, delete, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, exists, func, or_, select
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules
@@ -46,7 +46,7 @@ from app.protocol.model import StatusState
 from app.protocol.verdict import Variant
 
 from .db import Locks, digest_lock, execute, hop_lock, upsert
-from .envelopes import sweep_cases
+from .envelopes import case_due_conditions, sweep_cases
 from .flags import sync_flags
 from .models import (
     ElementRow,
@@ -395,8 +395,18 @@ def sweep(session: Session, *, now: int, timing: Timing, cases: CaseRules | None
     return swept + len(due)
 
 
+def anything_due(session: Session, now: int) -> bool:
+    """Whether ``sweep`` at ``now`` would re-derive any hop or case: one query of index
+    probes, fit for a read-only transaction, so a query takes the write lock (and waits
+    behind the ingests for it on SQLite) only when the clock changes something."""
+    conditions = [*_hop_due_conditions(now), *case_due_conditions(now)]
+    return bool(session.execute(select(or_(*(exists().where(c) for c in conditions)))).scalar())
+
+
+def _hop_due_conditions(now: int) -> list[ColumnElement[bool]]:
+    return [HopRow.deadline <= now, HopRow.derived_at > now]
+
+
 def _due(session: Session, now: int) -> list[HopKey]:
-    rows = session.execute(
-        select(HopRow.iss, HopRow.hop).where(or_(HopRow.deadline <= now, HopRow.derived_at > now))
-    )
+    rows = session.execute(select(HopRow.iss, HopRow.hop).where(or_(*_hop_due_conditions(now))))
     return [(r.iss, r.hop) for r in rows]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, or_, select
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules, Item, Ledger, derive_ledger, first_receivers
@@ -162,6 +162,12 @@ def sweep_cases(session: Session, *, now: int, rules: CaseRules) -> int:
     return len(due)
 
 
+def case_due_conditions(now: int) -> list[ColumnElement[bool]]:
+    """The conditions under which a case is due for ``sweep_cases`` at ``now``, one per
+    index (``app.store.derive.anything_due`` probes each)."""
+    return [CaseRow.deadline <= now, CaseRow.derived_at > now]
+
+
 def _due(session: Session, now: int) -> list[str]:
-    query = select(CaseRow.case_id).where(or_(CaseRow.deadline <= now, CaseRow.derived_at > now))
+    query = select(CaseRow.case_id).where(or_(*case_due_conditions(now)))
     return list(session.execute(query).scalars())

@@ -26,7 +26,7 @@ from app.protocol.refs import ObjectIndex
 from app.protocol.trust import TrustStore
 from app.settings import Settings, SettingsError
 from app.store import db
-from app.store.derive import sweep
+from app.store.derive import anything_due, sweep
 from app.verifying import VerifyOptions, load_objects
 
 from .errors import ApiError
@@ -137,13 +137,34 @@ class Service:
     def sweep(self, *, force: bool = False) -> int:
         """Apply the clock to time-based states and flags (SPEC 8). Queries call it before
         they read; at most once per clock second per process unless ``force``d (the
-        background task), since ingests derive their hops at their own clock anyway."""
+        background task), since ingests derive their hops at their own clock anyway.
+
+        A read-only check comes first, so a query takes the write lock only when the clock
+        changes something. A query's sweep does not queue for the lock either: when another
+        sweep or an ingest holds it (SQLite), the query reads without sweeping, and what it
+        shows is at most ``sweep_seconds`` behind the clock (the background sweep waits)."""
         now = self.clock()
         with self._lock:
             if not force and self._last_sweep == now:
                 return 0
-        with self._sweeping:
-            done = db.run(
+        with self.reading() as session:
+            due = anything_due(session, now)
+        if due:
+            try:
+                done = self._sweep_now(now, wait=force)
+            except db.WriterBusy:
+                return 0
+        else:
+            done = 0
+        with self._lock:
+            self._last_sweep = now
+        return done
+
+    def _sweep_now(self, now: int, *, wait: bool) -> int:
+        if not self._sweeping.acquire(blocking=wait):
+            raise db.WriterBusy
+        try:
+            return db.run(
                 self.engine,
                 lambda session: sweep(
                     session,
@@ -151,10 +172,10 @@ class Service:
                     timing=self.settings.timing,
                     cases=self.settings.envelope.rules,
                 ),
+                wait=wait,
             )
-        with self._lock:
-            self._last_sweep = now
-        return done
+        finally:
+            self._sweeping.release()
 
     def ready(self) -> None:
         """Raises when the database does not answer."""

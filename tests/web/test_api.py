@@ -3,7 +3,10 @@ elements and metrics; flag actions and their audit log; verify stores nothing.""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import cbor2
@@ -15,6 +18,7 @@ import app.ingest as ingest_module
 from app.protocol.model import Form
 from app.protocol.sign import make_offer
 from app.settings import Settings
+from app.store import db
 from app.store.queries import list_flags
 from app.verifying import VerifyOptions, verify_inputs
 from app.web.app import create_app
@@ -260,6 +264,44 @@ def test_a_lost_outcome_appears_when_the_clock_passes_its_deadline(
     assert sorted(f["offer"] for f in flags) == sorted([b64(s.p), b64(s.lost)])
     hop = api.get(f"/api/v1/hops/{b64(s.lost)}").json()
     assert hop["flags"] == ["lost-outcome"]
+
+
+@contextmanager
+def write_lock_held_elsewhere(service: Any) -> Iterator[None]:
+    """Another thread holds the database's write lock (an ingest at work) for the block."""
+    held, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with db.transaction(service.engine):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert held.wait(30)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_a_query_does_not_queue_behind_a_writer_for_its_sweep(
+    loaded: tuple[Api, Scenario],
+) -> None:
+    api, s = loaded
+    service = api.app.state.service
+    if service.engine.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL has no database-wide write lock")
+    with write_lock_held_elsewhere(service):
+        # Nothing due: the read-only check says so, and even the background sweep (which
+        # waits for the lock when it has work) returns without writing.
+        assert service.sweep(force=True) == 0
+        api.clock.now = LOST_AT
+        # Due, but the lock is taken: the query reads the last sweep's answers.
+        assert api.get("/api/v1/flags?kind=lost-outcome").json()["flags"] == []
+    flags = api.get("/api/v1/flags?kind=lost-outcome").json()["flags"]
+    assert sorted(f["offer"] for f in flags) == sorted([b64(s.p), b64(s.lost)])
 
 
 def test_the_background_sweep_applies_the_clock_without_a_query(
