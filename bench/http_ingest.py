@@ -121,23 +121,29 @@ def server(url: str, trust: Path, workers: int, log: Path) -> Iterator[str]:
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"serve exited {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/api/v1/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"serve did not become ready: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        if workers > 1:
-            time.sleep(2)  # let every worker finish its start-up, not just the first
+        wait_ready(proc, base, workers, log)
         yield base
     finally:
         stop_group(proc)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], base: str, workers: int, log: Path) -> None:
+    """Until ``serve`` answers readyz (at most 60 s); raises with its log's tail if it
+    exits or never gets there."""
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"serve exited {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{base}/api/v1/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"serve did not become ready: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    if workers > 1:
+        time.sleep(2)  # let every worker finish its start-up, not just the first
 
 
 def stop_group(proc: subprocess.Popen[bytes]) -> None:

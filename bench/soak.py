@@ -61,7 +61,7 @@ from pathlib import Path
 
 import httpx
 from _support import interruptible, postgres, write_results
-from http_ingest import CLI, ITEMS_PER_DIALOG, free_port, stop_group
+from http_ingest import CLI, ITEMS_PER_DIALOG, free_port, stop_group, wait_ready
 
 from app.demo import DemoConfig, DemoPaths, write_demo
 
@@ -105,20 +105,7 @@ def server(
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"serve exited {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/api/v1/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"serve did not become ready: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        if workers > 1:
-            time.sleep(2)
+        wait_ready(proc, base, workers, log)
         yield base, proc.pid
     finally:
         stop_group(proc)
