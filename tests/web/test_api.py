@@ -72,6 +72,10 @@ class Scenario:
 
 @pytest.fixture
 def loaded(api: Api, world: World) -> tuple[Api, Scenario]:
+    return _load(api, world)
+
+
+def _load(api: Api, world: World) -> tuple[Api, Scenario]:
     s = Scenario(world)
     response = api.post("/api/v1/ingest", jsonl(s.records), role="ingest")
     assert response.status_code == 200, response.text
@@ -287,12 +291,11 @@ def write_lock_held_elsewhere(service: Any) -> Iterator[None]:
 
 
 def test_a_query_does_not_queue_behind_a_writer_for_its_sweep(
-    loaded: tuple[Api, Scenario],
+    sqlite_api: Api, world: World
 ) -> None:
-    api, s = loaded
+    """SQLite only: PostgreSQL has no database-wide write lock to queue behind."""
+    api, s = _load(sqlite_api, world)
     service = api.app.state.service
-    if service.engine.dialect.name != "sqlite":
-        pytest.skip("PostgreSQL has no database-wide write lock")
     with write_lock_held_elsewhere(service):
         # Nothing due: the read-only check says so, and even the background sweep (which
         # waits for the lock when it has work) returns without writing.
