@@ -7,10 +7,10 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run test install system-deps browser-deps lint typecheck vectors bench soak fuzz clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./lib/handoff-context -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -42,8 +42,8 @@ run: install
 	$(BIN)/handoff-trace run-demo
 
 lint: install
-	$(BIN)/ruff check app tests bench fuzz
-	$(BIN)/ruff format --check app tests bench fuzz
+	$(BIN)/ruff check app tests bench fuzz lib
+	$(BIN)/ruff format --check app tests bench fuzz lib
 
 typecheck: install
 	$(BIN)/mypy

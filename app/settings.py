@@ -15,13 +15,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .envelope.config import EnvelopeConfig
-from .envelope.extract import DEFAULT_TYPES
-from .envelope.ledger import CaseRules
-from .protocol.encoding import MAX_ELEMENT_OCTETS
-from .protocol.lifecycle import Timing
-from .protocol.refs import RefPolicy
-from .verifying import VerifyOptions
+from handoff_context.encoding import MAX_ELEMENT_OCTETS
+from handoff_context.lifecycle import Timing
+from handoff_context.refs import RefPolicy
+
+from app.envelope.config import EnvelopeConfig
+from app.envelope.extract import DEFAULT_TYPES
+from app.envelope.ledger import CaseRules
+from app.ingest.verifying import VerifyOptions
 
 PREFIX = "HANDOFF_TRACE_"
 # The embedded default: a SQLite file beside the working directory, created on demand.

@@ -1,7 +1,7 @@
 """Chain cost: ingesting hops 1..k of one growing chain, each bundle carrying its whole chain.
 
 Bundle i is offer i (agent i hands to agent i+1) with chain = offers 1..i-1, received by its
-audience, ingested through ``app.ingest.ingest`` into a fresh store. Every chain element of
+audience, ingested through ``app.ingest.pipeline.ingest`` into a fresh store. Every chain element of
 bundle i was the offer of an earlier bundle, so with the signature cache (SPEC 6.1, the
 store's ``signature_cache`` table) the whole run needs k signature verifications, not
 k(k+1)/2 (issue 5, target for k = 16).
@@ -37,19 +37,19 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import handoff_context.signature as signature_module
+import handoff_context.verify as verify_module
 from _support import RawVerifier, interruptible, postgres, raw_case, write_results
+from handoff_context.model import Form
+from handoff_context.sign import Signer, handoff_object, make_chain, trust_document
+from handoff_context.trust import TrustStore
+from handoff_context.verify import Verifier, parse_element
 from sqlalchemy import event
 
-import app.protocol.signature as signature_module
-import app.protocol.verify as verify_module
-from app.ingest import Pipeline, ingest
-from app.protocol.model import Form
-from app.protocol.sign import Signer, handoff_object, make_chain, trust_document
-from app.protocol.trust import TrustStore
-from app.protocol.verify import Verifier, parse_element
+from app.ingest.pipeline import Pipeline, ingest
+from app.ingest.verifying import VerifyOptions
 from app.store import db
 from app.store.memory import StoreMemory
-from app.verifying import VerifyOptions
 
 T0 = 1_793_000_000
 STEP = 5  # seconds between hops

@@ -56,10 +56,10 @@ from _support import (
     top_element,
     write_results,
 )
+from handoff_context.trust import TrustStore
 
-from app.carriers import Carried, read_capture
+from app.capture.carriers import Carried, read_capture
 from app.demo import DemoConfig, DemoPaths, write_demo
-from app.protocol.trust import TrustStore
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = str(ROOT / ".venv" / "bin" / "handoff-trace")

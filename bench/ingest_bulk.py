@@ -2,7 +2,7 @@
 
 A capture of about ``--elements`` carried objects (handoff and status objects; one verdict
 each) is generated with the traffic simulator (``app.demo``, low fault rate), then ingested
-through ``app.ingest.ingest`` exactly as ``handoff-trace demo --load`` does (both capture
+through ``app.ingest.pipeline.ingest`` exactly as ``handoff-trace demo --load`` does (both capture
 files, the run's trust file and ref objects, ``check-available``), into a fresh SQLite file
 and into a fresh database on a throwaway PostgreSQL cluster on 127.0.0.1.
 
@@ -54,7 +54,7 @@ from _support import (
     write_results,
 )
 
-from app.carriers import Carried, read_capture
+from app.capture.carriers import Carried, read_capture
 from app.demo import DemoConfig, DemoPaths, write_demo
 
 ITEMS_PER_DIALOG = 15.4  # carried objects per simulated dialog at fault rate 0.02 (measured)
@@ -112,13 +112,13 @@ class _Budget(Exception):
 
 
 def _ingest_job(job: dict[str, Any]) -> dict[str, Any]:
+    from handoff_context.refs import RefPolicy
+    from handoff_context.trust import TrustStore
     from sqlalchemy import text
 
-    from app.ingest import Pipeline, ingest
-    from app.protocol.refs import RefPolicy
-    from app.protocol.trust import TrustStore
+    from app.ingest.pipeline import Pipeline, ingest
+    from app.ingest.verifying import VerifyOptions, load_objects
     from app.store import db
-    from app.verifying import VerifyOptions, load_objects
 
     label, paths, now = job["label"], job["paths"], job["now"]
     engine = db.make_engine(job["url"])
@@ -143,7 +143,7 @@ def _ingest_job(job: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
 
     def progress(name: str, done: int, _fraction: float | None) -> None:
-        # Called after each batch of items (app.ingest.BATCH_ITEMS) with the items done in
+        # Called after each batch of items (app.ingest.pipeline.BATCH_ITEMS) with the items done in
         # this input; a raw round runs each time another ``chunk`` items are done.
         if name != state["name"]:
             state["inputs_done"], state["name"] = state["done"], name

@@ -1,11 +1,12 @@
 """Page render of one dialog of ``--hops`` (2,000) hops: server time and HTML size.
 
-The dialog is a three-level delegation tree signed with the toolkit (``app.protocol.sign``,
+The dialog is a three-level delegation tree signed with the toolkit (``handoff_context.sign``,
 ES256, JWS): agent A hands to B (the root hop), B fans out to ``--fanout`` (40) agents C_j,
 and each C_j hands on to agents of a pool D until the dialog holds ``--hops`` hops. Every hop
 gets a ``completed`` status from its delegate (``--no-statuses``: offers only). Each offer
 travels as a raw handoff object carrying its chain; everything is one JSON Lines capture,
-ingested through ``app.ingest.ingest`` into a fresh SQLite file (the ingest time is reported
+ingested through ``app.ingest.pipeline.ingest`` into a fresh SQLite file (the ingest time is
+reported
 too, it is not the benchmark).
 
 Then the app (``app.web.app.create_app``) runs in this process under Starlette's TestClient
@@ -38,15 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from _support import RawVerifier, interruptible, raw_case, top_element, write_results
+from handoff_context.encoding import handoff_digest
+from handoff_context.model import StatusState
+from handoff_context.sign import Signer, handoff_object, make_offer, make_status, status_object
+from handoff_context.sign import trust_document as make_trust
+from handoff_context.trust import TrustStore
 
-from app.ingest import Pipeline, ingest
-from app.protocol.encoding import handoff_digest
-from app.protocol.model import StatusState
-from app.protocol.sign import Signer, handoff_object, make_offer, make_status, status_object
-from app.protocol.sign import trust_document as make_trust
-from app.protocol.trust import TrustStore
+from app.ingest.pipeline import Pipeline, ingest
+from app.ingest.verifying import VerifyOptions
 from app.store import db
-from app.verifying import VerifyOptions
 
 DIALOG = "bench-dialog-2000"
 

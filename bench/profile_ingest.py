@@ -1,4 +1,4 @@
-"""Where the bulk-ingest time goes: a sampling profile of ``app.ingest.ingest`` on SQLite.
+"""Where the bulk-ingest time goes: a sampling profile of ``app.ingest.pipeline.ingest`` on SQLite.
 
 Generates the same kind of capture as ``ingest_bulk.py`` (simulator, fault rate 0.02),
 ingests it into a fresh SQLite file under pyinstrument (a sampling profiler, so the many
@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from _support import RawVerifier, interruptible, write_results
+from handoff_context.refs import RefPolicy
+from handoff_context.trust import TrustStore
 from ingest_bulk import make_capture
 from sqlalchemy import event
 
-from app.ingest import Pipeline, ingest
-from app.protocol.refs import RefPolicy
-from app.protocol.trust import TrustStore
+from app.ingest.pipeline import Pipeline, ingest
+from app.ingest.verifying import VerifyOptions, load_objects
 from app.store import db
-from app.verifying import VerifyOptions, load_objects
 
 _VERB_TABLE = re.compile(
     r"^\s*(SELECT|INSERT|UPDATE|DELETE|BEGIN|COMMIT|ROLLBACK|PRAGMA)\b"
@@ -68,8 +68,11 @@ def _bucket(function: str, path: str) -> str:
         ("joserfc/", "joserfc + cryptography wrappers"),
         ("cryptography/", "joserfc + cryptography wrappers"),
         ("app/store/", "app/store (derive, records, memory)"),
-        ("app/ingest", "app/ingest.py"),
-        ("app/protocol/", "app/protocol (parse, checks)"),
+        ("app/ingest", "app/ingest/pipeline.py"),
+        (
+            "lib/handoff-context/src/handoff_context/",
+            "lib/handoff-context/src/handoff_context (parse, checks)",
+        ),
         ("app/", "app (carriers, other)"),
         ("cbor2/", "JSON/CBOR decoding"),
         ("json/", "JSON/CBOR decoding"),

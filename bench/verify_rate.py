@@ -22,13 +22,12 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.hazmat.primitives.hashes import SHA256
-
-from app.protocol import jws
-from app.protocol.model import Form
-from app.protocol.sign import Signer, handoff_object, make_offer, trust_document
-from app.protocol.signature import verify_element
-from app.protocol.trust import TrustStore
-from app.protocol.verify import Context, Verifier
+from handoff_context import jws
+from handoff_context.model import Form
+from handoff_context.sign import Signer, handoff_object, make_offer, trust_document
+from handoff_context.signature import verify_element
+from handoff_context.trust import TrustStore
+from handoff_context.verify import Context, Verifier
 
 RESULTS = Path(__file__).parent / "results"
 T0 = 1_793_000_000

@@ -6,7 +6,7 @@
 
 The carrier messages are produced with the real SDKs (a2a-sdk for A2A 1.0 protobuf-JSON and
 A2A 0.3, mcp for MCP) and the elements with the project's signing toolkit
-(``app.protocol.sign``). Every input is fixed: keys come from fixed seeds, times are
+(``handoff_context.sign``). Every input is fixed: keys come from fixed seeds, times are
 constants, hops are derived from names, and ES256 signs with deterministic ECDSA (RFC 6979),
 so running this again reproduces the files byte for byte.
 """
@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from google.protobuf import json_format
 from joserfc.jwk import ECKey, OKPKey
 
-from app.protocol.encoding import b64url_encode, handoff_digest
-from app.protocol.sign import (
+from handoff_context.encoding import b64url_encode, handoff_digest
+from handoff_context.sign import (
     Signer,
     handoff_object,
     make_offer,

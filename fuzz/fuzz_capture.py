@@ -1,5 +1,5 @@
 """atheris harness: capture files (JSON, JSON Lines, HAR, CBOR sequence; the first byte
-picks) through ``app.capture.read_items``.
+picks) through ``app.capture.formats.read_items``.
 
 Run by `make fuzz` (see fuzz/README.md); the property is in fuzz/targets.py.
 """

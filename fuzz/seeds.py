@@ -21,8 +21,8 @@ from typing import Any
 
 import cbor2
 
-from app.capture import CaptureFormat, detect_format
-from app.carriers import A2A_EXTENSION_URI, MCP_META_KEY
+from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
+from app.capture.formats import CaptureFormat, detect_format
 
 from .targets import AT, CONTENT_TYPES, VECTORS
 

@@ -5,8 +5,9 @@ hypothesis tests (``tests/test_fuzz.py``, ``tests/web/test_fuzz_http.py``), so b
 hold the code to the same rule:
 
 - a protocol parser (``jws.parse``, ``cose.parse``, ``parse_object``, ``verify_element``)
-  returns or raises one of its declared errors (``app.protocol.errors``);
-- the capture readers and carrier extraction (``app.capture``, ``app.carriers``) and the
+  returns or raises one of its declared errors (``handoff_context.errors``);
+- the capture readers and carrier extraction (``app.capture.formats``, ``app.capture.carriers``)
+and the
   verifier behind them (``verify_inputs``) never raise on bad input at all;
 - the HTTP endpoints (``POST /api/v1/ingest``, ``POST /api/v1/verify``) never answer 5xx.
 
@@ -25,17 +26,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from app.capture import CaptureFormat, CaptureItem, CarrierError, detect_format, read_items
-from app.carriers import A2A_EXTENSION_URI, MCP_META_KEY, Carried, extract, read_capture
-from app.protocol import cose, jws
-from app.protocol.errors import CheckFailed, EmbeddedKeyError, MalformedError
-from app.protocol.handoff import parse_object
-from app.protocol.model import Element
-from app.protocol.signature import verify_element
-from app.protocol.trust import TrustStore
-from app.protocol.verdict import Verdict
-from app.protocol.verify import Context, Verifier
-from app.verifying import VerifyOptions, verify_inputs
+from handoff_context import cose, jws
+from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError
+from handoff_context.handoff import parse_object
+from handoff_context.model import Element
+from handoff_context.signature import verify_element
+from handoff_context.trust import TrustStore
+from handoff_context.verdict import Verdict
+from handoff_context.verify import Context, Verifier
+
+from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY, Carried, extract, read_capture
+from app.capture.formats import CaptureFormat, CaptureItem, CarrierError, detect_format, read_items
+from app.ingest.verifying import VerifyOptions, verify_inputs
 
 VECTORS = Path(__file__).resolve().parents[1] / "tests" / "vectors"
 # The vectors' clock and receiver (tests/vectors/README.md), so that seeds taken from the

@@ -1,6 +1,7 @@
 """Property tests of the capture readers, carrier extraction and the verify path behind them
 (issue 6, fuzzing): on any input they never raise, and every answer is a payload, a carried
-object or an error naming its place (app/capture.py, app/carriers.py: "Nothing here raises
+object or an error naming its place (app/capture/formats.py, app/capture/carriers.py: "Nothing
+here raises
 on bad input"). The properties are fuzz/targets.py's, the ones ``make fuzz`` runs for
 minutes under atheris; here they run bounded and derandomized, from raw bytes, from the
 vectors' captures in every format and carrier (fuzz/seeds.py) with byte edits, and from
@@ -16,10 +17,10 @@ import cbor2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.capture import CaptureFormat
-from app.carriers import A2A_EXTENSION_URI, MCP_META_KEY
+from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
+from app.capture.formats import CaptureFormat
 from fuzz import seeds, targets
-from tests.protocol.test_properties import JSON_VALUES, mutated
+from tests.strategies import JSON_VALUES, mutated
 
 FUZZ = settings(
     deadline=None, derandomize=True, max_examples=150, suppress_health_check=list(HealthCheck)

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import capture
-from app.carriers import Carried, CarrierError, Found, read_capture
+from app.capture import formats as capture
+from app.capture.carriers import Carried, CarrierError, Found, read_capture
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

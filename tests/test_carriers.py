@@ -35,8 +35,8 @@ from mcp.client.client import Client as McpClient
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
-from app import carriers
-from app.carriers import (
+from app.capture import carriers
+from app.capture.carriers import (
     A2A_EXTENSION_URI,
     MCP_META_KEY,
     CaptureFormat,

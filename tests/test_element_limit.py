@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from app.protocol.sign import handoff_object, make_offer
+from handoff_context.sign import handoff_object, make_offer
+
+from app.ingest.verifying import verify_inputs
 from app.settings import Settings
-from app.verifying import verify_inputs
 from tests.conftest import T0, World
 
 

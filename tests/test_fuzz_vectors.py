@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from handoff_context import jws
+from handoff_context.errors import MalformedError
 
-from app.protocol import jws
-from app.protocol.errors import MalformedError
 from fuzz import targets
 from tests.databases import Databases
 from tests.web.conftest import Api, start

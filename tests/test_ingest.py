@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import handoff_context.verify as verify_module
 import pytest
+from handoff_context.encoding import digest_text
+from handoff_context.sign import Signer, trust_document
+from handoff_context.trust import TrustStore
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import OperationalError
 
-import app.ingest as ingest_module
-import app.protocol.verify as verify_module
-from app.ingest import ItemError
-from app.protocol.encoding import digest_text
-from app.protocol.sign import Signer, trust_document
-from app.protocol.trust import TrustStore
+import app.ingest.pipeline as ingest_module
+from app.ingest.pipeline import ItemError
 from app.store.db import transaction
 from app.store.models import LinkRow, ObservationRow, VerdictRow
 from tests.conftest import World

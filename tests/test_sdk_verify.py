@@ -11,11 +11,7 @@ import pytest
 from a2a.compat.v0_3 import conversions
 from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
-from mcp import types as mcp_types
-
-from app.carriers import A2A_EXTENSION_URI, MCP_META_KEY
-from app.cli import main
-from app.protocol.sign import (
+from handoff_context.sign import (
     Signer,
     handoff_object,
     make_chain,
@@ -24,6 +20,10 @@ from app.protocol.sign import (
     status_object,
     trust_document,
 )
+from mcp import types as mcp_types
+
+from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
+from app.cli import main
 
 T0 = 1_793_000_000
 PLANNER, CODER, TESTER = (f"spiffe://example.org/agent/{a}" for a in ("planner", "coder", "tester"))

@@ -57,6 +57,6 @@ answer key, except for ECDSA signatures, which draw fresh randomness: the octets
 of ES256-signed elements differ between runs, and so do digests that name them (``prev``).
 """
 
-from .output import DEFAULT_START, DemoConfig, DemoPaths, Summary, generate, write_demo
+from app.demo.output import DEFAULT_START, DemoConfig, DemoPaths, Summary, generate, write_demo
 
 __all__ = ["DEFAULT_START", "DemoConfig", "DemoPaths", "Summary", "generate", "write_demo"]

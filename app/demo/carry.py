@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.carriers import A2A_EXTENSION_URI, MCP_META_KEY
+from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 
 A2A_1_0, A2A_0_3, MCP, RAW = "a2a-1.0", "a2a-0.3", "mcp", "raw"
 KINDS = (A2A_1_0, A2A_0_3, MCP, RAW)

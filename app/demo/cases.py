@@ -46,12 +46,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.protocol.model import Form
+from handoff_context.model import Form
 
-from . import envelope_wire as wire
-from .agents import Agent, Cast
-from .carry import A2A_0_3, A2A_1_0
-from .simulate import DialogOutput, Record
+from app.demo import envelope_wire as wire
+from app.demo.agents import Agent, Cast
+from app.demo.carry import A2A_0_3, A2A_1_0
+from app.demo.simulate import DialogOutput, Record
 
 ENVELOPE_FAULTS = (
     "two-owners",

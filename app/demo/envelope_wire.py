@@ -12,7 +12,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-from .carry import A2A_0_3
+from app.demo.carry import A2A_0_3
 
 ENVELOPE_TYPE = "application/vnd.acme.handoff.v2+json"
 DRIFT_TYPE = "application/vnd.acme.handoff.v3+json"  # a version the service does not accept

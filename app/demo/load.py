@@ -1,6 +1,6 @@
 """``demo --load``: ingest a freshly written run into the configured database.
 
-The run goes through the one ingest pipeline (``app.ingest``) like any capture, with the
+The run goes through the one ingest pipeline (``app.ingest.pipeline``) like any capture, with the
 run's own trust file and ref objects (``check-available``, so ref mismatches show), and the
 configured database (``DATABASE_URL``, else the embedded SQLite file).
 """
@@ -10,20 +10,20 @@ from __future__ import annotations
 import sys
 import time
 
-from app.protocol.errors import TrustConfigError
-from app.protocol.refs import RefPolicy
-from app.protocol.trust import TrustStore
-from app.verifying import load_objects
+from handoff_context.errors import TrustConfigError
+from handoff_context.refs import RefPolicy
+from handoff_context.trust import TrustStore
 
-from .output import DemoPaths
+from app.demo.output import DemoPaths
+from app.ingest.verifying import load_objects
 
 
 def load_run(paths: DemoPaths, *, now: int | None) -> int:
     """Ingest the run's capture files; returns the exit status (0, or 2 for an error)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from app.cli import UsageError
-    from app.ingest import Pipeline, ingest
+    from app.cli.common import UsageError
+    from app.ingest.pipeline import Pipeline, ingest
     from app.settings import Settings, SettingsError
     from app.store import db
 

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import cbor2
+from handoff_context.model import Form
 
-from app.protocol.model import Form
-
-from .agents import Cast, make_cast
-from .cases import CaseSim, EnvelopeDeck, plan_case
-from .plan import Deck, Planner
-from .simulate import CANCEL_GRACE, LOST_OUTCOME_AFTER, SKEW, DialogOutput, DialogSim
+from app.demo.agents import Cast, make_cast
+from app.demo.cases import CaseSim, EnvelopeDeck, plan_case
+from app.demo.plan import Deck, Planner
+from app.demo.simulate import CANCEL_GRACE, LOST_OUTCOME_AFTER, SKEW, DialogOutput, DialogSim
 
 DEFAULT_START = 1_793_000_000
 COSE_SHARE = 0.15  # dialogs whose agents speak CBOR (COSE_Sign1) end to end

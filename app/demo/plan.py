@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .agents import WORKER_ROLES, Agent, Cast
+from app.demo.agents import WORKER_ROLES, Agent, Cast
 
 MAX_DEPTH = 5  # hops from the assistant in clean traffic; chains stay far below 16
 

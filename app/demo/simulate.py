@@ -16,9 +16,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.encoding import b64url_encode, digest_text, handoff_digest
-from app.protocol.model import Form
-from app.protocol.sign import (
+from handoff_context.encoding import b64url_encode, digest_text, handoff_digest
+from handoff_context.model import Form
+from handoff_context.sign import (
     handoff_object,
     offer_payload,
     sign_payload,
@@ -26,11 +26,11 @@ from app.protocol.sign import (
     status_payload,
 )
 
-from .agents import Agent, Cast
-from .carry import A2A_0_3, A2A_1_0, KIND_WEIGHTS, KINDS, RAW, Channel
-from .elements import high_s_twin
-from .plan import Edge, Fate
-from .strays import Strays
+from app.demo.agents import Agent, Cast
+from app.demo.carry import A2A_0_3, A2A_1_0, KIND_WEIGHTS, KINDS, RAW, Channel
+from app.demo.elements import high_s_twin
+from app.demo.plan import Edge, Fate
+from app.demo.strays import Strays
 
 # The receiver parameters the faults are built against: `verify` and ingest defaults.
 SKEW = 60

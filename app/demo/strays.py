@@ -11,16 +11,16 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from app.protocol.encoding import handoff_digest
-from app.protocol.model import Form
-from app.protocol.sign import Signer, handoff_object, sign_payload
+from handoff_context.encoding import handoff_digest
+from handoff_context.model import Form
+from handoff_context.sign import Signer, handoff_object, sign_payload
 
-from .agents import Agent, private_key
-from .elements import corrupt_signature, embedded_key_offer
+from app.demo.agents import Agent, private_key
+from app.demo.elements import corrupt_signature, embedded_key_offer
 
 if TYPE_CHECKING:
-    from .plan import Edge, Stray
-    from .simulate import DialogSim
+    from app.demo.plan import Edge, Stray
+    from app.demo.simulate import DialogSim
 
 
 class Strays:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .extract import DEFAULT_TYPES
-from .ledger import CaseRules
+from app.envelope.extract import DEFAULT_TYPES
+from app.envelope.ledger import CaseRules
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Find envelope items in one decoded capture payload (docs/envelopes.md, "What is
 captured"). Pure: payload in, items out; nothing here raises on bad input.
 
-The payload shapes are the carriers' (``app.carriers``): bare A2A 1.0 / 0.3 Messages, Tasks,
+The payload shapes are the carriers' (``app.capture.carriers``): bare A2A 1.0 / 0.3 Messages, Tasks,
 status and artifact update events, JSON-RPC requests and responses, batches, and capture
 records with ``received_at`` / ``received_by``. Where the signed-handoff carriers look in
 message metadata, envelopes live in the message's parts:
@@ -27,11 +27,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from app.carriers import _TASK_STATES_0_3, _field
-from app.protocol.encoding import MAX_SAFE_INT
+from handoff_context.encoding import MAX_SAFE_INT
 
-from .references import UrlPart
-from .schema import schema_errors
+from app.capture.carriers import _TASK_STATES_0_3, _field
+from app.envelope.references import UrlPart
+from app.envelope.schema import schema_errors
 
 DEFAULT_TYPES = frozenset({"application/vnd.acme.handoff.v2+json"})
 # What a handoff envelope's media type looks like, whatever its vendor and version.

@@ -35,9 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.lifecycle import SEVERITY, Flag, FlagKind
+from handoff_context.lifecycle import SEVERITY, Flag, FlagKind
 
-from .extract import COUNT_ERROR, ItemKind
+from app.envelope.extract import COUNT_ERROR, ItemKind
 
 HOP_CHARS = 64  # the flag table's hop column
 UNKNOWN_AGENT = "(unknown)"

@@ -17,9 +17,8 @@ from sqlmodel import Session
 
 from app.envelope.extract import ItemKind
 from app.envelope.ledger import CaseEvent, CaseRules, Epoch, Item, Ledger
-
-from .envelopes import case_items, case_ledger
-from .models import CaseRow, FlagRow
+from app.store.envelopes import case_items, case_ledger
+from app.store.models import CaseRow, FlagRow
 
 # Epoch, CaseEvent: the timeline's bands and markers, as the pure ledger derives them.
 __all__ = [

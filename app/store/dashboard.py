@@ -11,12 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from handoff_context.encoding import digest_text
 from sqlalchemy import and_, func, or_, select
 from sqlmodel import Session
 
-from app.protocol.encoding import digest_text
-
-from .models import (
+from app.store.models import (
     ElementRow,
     FlagRow,
     HopRow,
@@ -25,7 +24,14 @@ from .models import (
     RefOutcomeRow,
     VerdictRow,
 )
-from .queries import FlagListing, FlagStatus, HopListing, _effective_status, _flag_kinds, _status_at
+from app.store.queries import (
+    FlagListing,
+    FlagStatus,
+    HopListing,
+    _effective_status,
+    _flag_kinds,
+    _status_at,
+)
 
 # --- overview ---------------------------------------------------------------------------
 

@@ -362,7 +362,7 @@ class Locks:
     waiting: a lock held elsewhere raises NeedLocks, and the caller starts the transaction
     again with everything it needed in ``first``. A transaction therefore only waits while it
     holds nothing it might be waited for with, which keeps lock waits free of cycles. A
-    transaction that already holds locks (a batch of items, ``app.ingest``) passes no
+    transaction that already holds locks (a batch of items, ``app.ingest.pipeline``) passes no
     ``first`` and takes every lock through ``need``.
     """
 

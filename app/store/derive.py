@@ -1,5 +1,5 @@
 """Hop state and flags, re-derived from stored facts (SPEC 8) by the pure
-``app.protocol.lifecycle.derive_hop``; plus the two flags it leaves to the store
+``handoff_context.lifecycle.derive_hop``; plus the two flags it leaves to the store
 (equivocation and rejected-element) and the sweep that applies the clock.
 
 Every fact read here depends on the *set* of stored elements and observations, never on
@@ -27,11 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, exists, func, or_, select
-from sqlmodel import Session
-
-from app.envelope.ledger import CaseRules
-from app.protocol.lifecycle import (
+from handoff_context.lifecycle import (
     SEVERITY,
     DownstreamFact,
     Flag,
@@ -42,13 +38,16 @@ from app.protocol.lifecycle import (
     Timing,
     derive_hop,
 )
-from app.protocol.model import StatusState
-from app.protocol.verdict import Variant
+from handoff_context.model import StatusState
+from handoff_context.verdict import Variant
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, exists, func, or_, select
+from sqlmodel import Session
 
-from .db import Locks, digest_lock, execute, hop_lock, upsert
-from .envelopes import case_due_conditions, sweep_cases
-from .flags import sync_flags
-from .models import (
+from app.envelope.ledger import CaseRules
+from app.store.db import Locks, digest_lock, execute, hop_lock, upsert
+from app.store.envelopes import case_due_conditions, sweep_cases
+from app.store.flags import sync_flags
+from app.store.models import (
     ElementRow,
     HopRow,
     LinkRow,

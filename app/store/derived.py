@@ -15,15 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from handoff_context.encoding import digest_text
+from handoff_context.lifecycle import Timing
 from sqlalchemy import delete, select, text
 from sqlmodel import Session, SQLModel
 
-from app.protocol.encoding import digest_text
-from app.protocol.lifecycle import Timing
-
-from .db import Locks
-from .derive import HopKey, derive_hops
-from .models import (
+from app.store.db import Locks
+from app.store.derive import HopKey, derive_hops
+from app.store.models import (
     ElementRow,
     FlagRow,
     HopRow,

@@ -18,10 +18,9 @@ from sqlalchemy import ColumnElement, or_, select
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules, Item, Ledger, derive_ledger, first_receivers
-
-from .db import Locks, insert_ignore, upsert
-from .flags import sync_case_flags
-from .models import CaseRow, EnvelopeItemRow
+from app.store.db import Locks, insert_ignore, upsert
+from app.store.flags import sync_case_flags
+from app.store.models import CaseRow, EnvelopeItemRow
 
 UNKNOWN_CASE = ""  # the flag table's case_id for items whose case could not be read
 

@@ -14,15 +14,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from handoff_context.encoding import digest_text
+from handoff_context.lifecycle import Flag, FlagKind
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
-from app.protocol.encoding import digest_text
-from app.protocol.lifecycle import Flag, FlagKind
-
-from .db import execute, insert_ignore
-from .models import ActionRow, FlagRow
+from app.store.db import execute, insert_ignore
+from app.store.models import ActionRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
 

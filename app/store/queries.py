@@ -12,12 +12,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from handoff_context.encoding import digest_text
 from sqlalchemy import and_, func, or_, select, tuple_, update
 from sqlmodel import Session
 
-from app.protocol.encoding import digest_text
-
-from .models import ActionRow, ElementRow, FlagRow, HopRow, LinkRow, ObservationRow, VerdictRow
+from app.store.models import (
+    ActionRow,
+    ElementRow,
+    FlagRow,
+    HopRow,
+    LinkRow,
+    ObservationRow,
+    VerdictRow,
+)
 
 
 class FlagStatus(StrEnum):

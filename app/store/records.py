@@ -12,17 +12,16 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from handoff_context.errors import Reason
+from handoff_context.model import Form
+from handoff_context.verdict import Outcome, Result, Verdict
+from handoff_context.verify import Context
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
-from app.carriers import Carried
-from app.protocol.errors import Reason
-from app.protocol.model import Form
-from app.protocol.verdict import Outcome, Result, Verdict
-from app.protocol.verify import Context
-
-from .db import Locks, digest_lock, execute
-from .models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
+from app.capture.carriers import Carried
+from app.store.db import Locks, digest_lock, execute
+from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
 # SPEC 6.4: the replay memory holds what passed checks 1-3.
 _REMEMBERED_AFTER = ("signature", "audience", "freshness")

@@ -20,22 +20,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import cbor2
+from handoff_context.cose import decode_sign1
+from handoff_context.encoding import b64url_decode, strict_json_loads
+from handoff_context.errors import EmbeddedKeyError, HandoffError, Reason
+from handoff_context.handoff import StatusObject, parse_object
+from handoff_context.lifecycle import Timing
+from handoff_context.model import Form, Offer, Status, StatusState, try_read_payload
+from handoff_context.verdict import Verdict
+from handoff_context.verify import Context, parse_element
 from sqlalchemy import select
 from sqlmodel import Session
 
-from app.carriers import Carried
-from app.protocol.cose import decode_sign1
-from app.protocol.encoding import b64url_decode, strict_json_loads
-from app.protocol.errors import EmbeddedKeyError, HandoffError, Reason
-from app.protocol.handoff import StatusObject, parse_object
-from app.protocol.lifecycle import Timing
-from app.protocol.model import Form, Offer, Status, StatusState, try_read_payload
-from app.protocol.verdict import Verdict
-from app.protocol.verify import Context, parse_element
-
-from .db import Locks, hop_lock, insert_ignore
-from .derive import derive_hops
-from .models import HopRow, RejectedObservationRow, RejectedOctetsRow
+from app.capture.carriers import Carried
+from app.store.db import Locks, hop_lock, insert_ignore
+from app.store.derive import derive_hops
+from app.store.models import HopRow, RejectedObservationRow, RejectedOctetsRow
 
 # What decoding evidence may raise besides HandoffError (cbor2's errors are ValueErrors).
 _DECODE_ERRORS = (HandoffError, ValueError, TypeError, OverflowError, RecursionError)

@@ -21,8 +21,8 @@ from enum import StrEnum
 from sqlalchemy import or_, select, update
 from sqlmodel import Session
 
-from .db import insert_ignore
-from .models import TokenRow
+from app.store.db import insert_ignore
+from app.store.models import TokenRow
 
 TOKEN_PREFIX = "ht_"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")

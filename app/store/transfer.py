@@ -24,16 +24,15 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from handoff_context.encoding import b64url_decode, b64url_encode
+from handoff_context.errors import HandoffError
+from handoff_context.model import Form
+from handoff_context.verify import parse_element
 from sqlalchemy import LargeBinary, select
 from sqlmodel import Session, SQLModel
 
-from app.protocol.encoding import b64url_decode, b64url_encode
-from app.protocol.errors import HandoffError
-from app.protocol.model import Form
-from app.protocol.verify import parse_element
-
-from .memory import store_element
-from .models import (
+from app.store.memory import store_element
+from app.store.models import (
     ActionRow,
     ElementRow,
     FlagRow,

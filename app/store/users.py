@@ -22,9 +22,9 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import delete, select
 from sqlmodel import Session
 
-from .db import insert_ignore
-from .models import UserRow, WebSessionRow
-from .tokens import Role, check_name
+from app.store.db import insert_ignore
+from app.store.models import UserRow, WebSessionRow
+from app.store.tokens import Role, check_name
 
 # The roles a person can hold; ``ingest`` is for machines and has no dashboard.
 USER_ROLES = (Role.READ, Role.OPERATOR, Role.ADMIN)

@@ -12,12 +12,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
+from handoff_context.encoding import MAX_SAFE_INT
+from handoff_context.lifecycle import FlagKind, HopState
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.ingest import ingest
-from app.protocol.encoding import MAX_SAFE_INT
-from app.protocol.lifecycle import FlagKind, HopState
+from app.ingest.pipeline import ingest
+from app.ingest.verifying import verify_inputs
 from app.store import db
 from app.store.cases import case_detail, list_cases
 from app.store.queries import (
@@ -36,12 +37,10 @@ from app.store.queries import (
     list_hops,
     store_counts,
 )
-from app.verifying import verify_inputs
-
-from . import metrics
-from .auth import CurrentOperator, Ingester, Reader, VerifyCaller
-from .errors import ApiError, PayloadTooLarge, documented
-from .params import (
+from app.web import metrics
+from app.web.auth import CurrentOperator, Ingester, Reader, VerifyCaller
+from app.web.errors import ApiError, PayloadTooLarge, documented
+from app.web.params import (
     CAPTURE_BODY,
     Cursor,
     DigestPath,
@@ -54,7 +53,7 @@ from .params import (
     read_capture,
     reject_unknown_query,
 )
-from .schemas import (
+from app.web.schemas import (
     AgentList,
     AgentPublic,
     CaseDetailPublic,
@@ -76,7 +75,7 @@ from .schemas import (
     Readiness,
     VerifyResponse,
 )
-from .service import ServiceDep, get_service
+from app.web.service import ServiceDep, get_service
 
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(reject_unknown_query)])
 _ERRORS = documented(401, 403, 422, 503)

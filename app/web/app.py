@@ -19,10 +19,9 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.settings import Settings
-
-from . import api, errors, pages
-from .guard import Guard
-from .service import Clock, Service, wall_clock
+from app.web import api, errors, pages
+from app.web.guard import Guard
+from app.web.service import Clock, Service, wall_clock
 
 log = logging.getLogger("handoff_trace.web")
 

@@ -27,9 +27,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.store.tokens import Principal, Role, authenticate
-
-from .errors import ApiError
-from .service import Service, get_service
+from app.web.errors import ApiError
+from app.web.service import Service, get_service
 
 
 class Permission(StrEnum):

@@ -15,11 +15,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from app.store.cases import CaseDetail, Envelope, Fact, case_detail, list_cases
-
-from . import charts
-from .render import render
-from .service import ServiceDep
-from .sessions import Viewer
+from app.web import charts
+from app.web.render import render
+from app.web.service import ServiceDep
+from app.web.sessions import Viewer
 
 router = APIRouter(include_in_schema=False)
 Page = Annotated[int, Query(ge=1, le=1_000_000)]

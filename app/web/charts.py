@@ -14,14 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.encoding import digest_text
-from app.protocol.lifecycle import HopState
+from handoff_context.encoding import digest_text
+from handoff_context.lifecycle import HopState
+
 from app.store.cases import CaseDetail, CaseEvent, Epoch
 from app.store.dashboard import Activity
 from app.store.models import ElementRow
 from app.store.queries import TreeNode
-
-from .render import agent_name, visible_text
+from app.web.render import agent_name, visible_text
 
 STATE_COLOURS = {
     HopState.OFFERED: "#3b82f6",

@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import PayloadTooLarge, error_response
+from app.web.errors import PayloadTooLarge, error_response
 
 log = logging.getLogger("handoff_trace.web")
 

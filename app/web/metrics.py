@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from app.store.queries import StoreCounts
-
-from .service import Service
+from app.web.service import Service
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -13,11 +13,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from handoff_context.encoding import digest_text, parse_digest_text
+from handoff_context.errors import MalformedError
+from handoff_context.lifecycle import A2A_STATE, HopState
+from handoff_context.verdict import OFFER_CHECKS, STATUS_CHECKS
 
-from app.protocol.encoding import digest_text, parse_digest_text
-from app.protocol.errors import MalformedError
-from app.protocol.lifecycle import A2A_STATE, HopState
-from app.protocol.verdict import OFFER_CHECKS, STATUS_CHECKS
 from app.store import dashboard
 from app.store.queries import (
     dialog_tree,
@@ -29,11 +29,10 @@ from app.store.queries import (
     list_flags,
 )
 from app.store.rejected import filed_under, get_refused, receipts_of, refused_of_hop
-
-from . import charts
-from .render import STATIC, plotly_path, render, secure
-from .service import Service, ServiceDep
-from .sessions import LoginRequired, PageError, Viewer, login_redirect, page_error
+from app.web import charts
+from app.web.render import STATIC, plotly_path, render, secure
+from app.web.service import Service, ServiceDep
+from app.web.sessions import LoginRequired, PageError, Viewer, login_redirect, page_error
 
 router = APIRouter(include_in_schema=False)
 Page = Annotated[int, Query(ge=1, le=1_000_000)]
@@ -201,7 +200,7 @@ def hop_page(request: Request, offer_digest: str, user: Viewer, service: Service
         refused = refused_of_hop(session, iss=h.iss, hop=h.hop)
         parent, below = dashboard.hop_neighbours(session, offer=h.offer)
         parent_hop = None if parent is None else hop_for_offer(session, offer=parent)
-    from .evidence import decode
+    from app.web.evidence import decode
 
     offers = [e for e in stored if e.type == "offer"]
     statuses = [e for e in stored if e.type == "status"]
@@ -233,7 +232,7 @@ def hop_page(request: Request, offer_digest: str, user: Viewer, service: Service
 def _element_page(request: Request, service: Service, session: Any, digest: bytes) -> Response:
     """A stored element that belongs to no hop (a rejected offer, a status whose offer is
     unknown): its verdicts, decoded payload and octets, and the flags that name it."""
-    from .evidence import decode
+    from app.web.evidence import decode
 
     row = get_element(session, digest=digest)
     if row is None:
@@ -369,7 +368,7 @@ def plotly_js() -> Response:
 
 def install(app: FastAPI) -> None:
     """Add the dashboard to the app: pages, login, static files and their error pages."""
-    from . import cases, sessions, triage, upload
+    from app.web import cases, sessions, triage, upload
 
     app.include_router(sessions.router)
     app.include_router(router)

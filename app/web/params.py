@@ -15,15 +15,14 @@ from typing import Annotated, Any
 
 from fastapi import Path, Query, Request
 from fastapi.exceptions import RequestValidationError
+from handoff_context.encoding import MAX_SAFE_INT, parse_digest_text
+from handoff_context.errors import MalformedError
+from handoff_context.refs import RefPolicy
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.protocol.encoding import MAX_SAFE_INT, parse_digest_text
-from app.protocol.errors import MalformedError
-from app.protocol.refs import RefPolicy
+from app.ingest.verifying import VerifyOptions
 from app.settings import Settings
-from app.verifying import VerifyOptions
-
-from .errors import ApiError, PayloadTooLarge
+from app.web.errors import ApiError, PayloadTooLarge
 
 
 def reject_unknown_query(request: Request) -> None:

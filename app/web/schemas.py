@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
+from handoff_context.encoding import MAX_SAFE_INT, digest_text
+from handoff_context.lifecycle import FlagKind, HopState
+from handoff_context.verdict import Outcome, RefOutcome, Result, Variant
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlmodel import SQLModel
 
-from app.protocol.encoding import MAX_SAFE_INT, digest_text
-from app.protocol.lifecycle import FlagKind, HopState
-from app.protocol.verdict import Outcome, RefOutcome, Result, Variant
 from app.store.cases import CaseDetail, CaseSummary
 from app.store.models import ActionRow, ElementRow
 from app.store.queries import (
@@ -27,8 +27,7 @@ from app.store.queries import (
     HopListing,
     TreeNode,
 )
-
-from .params import storable
+from app.web.params import storable
 
 Digest = str  # 43 characters of base64url
 

@@ -15,21 +15,20 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
+from handoff_context.errors import TrustConfigError
+from handoff_context.refs import ObjectIndex
+from handoff_context.trust import TrustStore
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from app.ingest import Pipeline
-from app.protocol.errors import TrustConfigError
-from app.protocol.refs import ObjectIndex
-from app.protocol.trust import TrustStore
+from app.ingest.pipeline import Pipeline
+from app.ingest.verifying import VerifyOptions, load_objects
 from app.settings import Settings, SettingsError
 from app.store import db
 from app.store.derive import anything_due, sweep
-from app.verifying import VerifyOptions, load_objects
-
-from .errors import ApiError
+from app.web.errors import ApiError
 
 log = logging.getLogger("handoff_trace.web")
 Clock = Callable[[], int]

@@ -35,10 +35,9 @@ from starlette.concurrency import run_in_threadpool
 from app.settings import Settings
 from app.store import db
 from app.store.users import WebUser, check_password, close_session, open_session, session_user
-
-from .auth import GRANTS, Permission
-from .render import render, secure
-from .service import ServiceDep
+from app.web.auth import GRANTS, Permission
+from app.web.render import render, secure
+from app.web.service import ServiceDep
 
 COOKIE = "ht_session"
 CSRF_HEADER = "x-csrf-token"

@@ -14,10 +14,10 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
+from handoff_context.encoding import MAX_SAFE_INT, parse_digest_text
+from handoff_context.errors import MalformedError
+from handoff_context.lifecycle import FlagKind, Severity
 
-from app.protocol.encoding import MAX_SAFE_INT, parse_digest_text
-from app.protocol.errors import MalformedError
-from app.protocol.lifecycle import FlagKind, Severity
 from app.store import dashboard, db
 from app.store.queries import (
     FlagAction,
@@ -29,12 +29,11 @@ from app.store.queries import (
     hop_elements,
     hop_for_offer,
 )
-
-from .evidence import compare, decode, variant_sentence
-from .params import storable
-from .render import render, secure
-from .service import ServiceDep
-from .sessions import PageError, Triager, Viewer
+from app.web.evidence import compare, decode, variant_sentence
+from app.web.params import storable
+from app.web.render import render, secure
+from app.web.service import ServiceDep
+from app.web.sessions import PageError, Triager, Viewer
 
 router = APIRouter(include_in_schema=False)
 Text = Annotated[str | None, Query(max_length=2048)]

@@ -1,6 +1,6 @@
 """Upload and verify (``/upload``): a capture file (JSON, JSON Lines, HAR, CBOR) or one
-pasted handoff object or JWS, verified only (``app.verifying.verify_inputs``, nothing
-stored) or verified and stored (``app.ingest.ingest``, the one pipeline).
+pasted handoff object or JWS, verified only (``app.ingest.verifying.verify_inputs``, nothing
+stored) or verified and stored (``app.ingest.pipeline.ingest``, the one pipeline).
 
 The report is a table of verdicts and can be downloaded as the JSON that ``verify --json``
 prints. Reports are kept in memory for a while, per user, behind an unguessable id (a
@@ -18,19 +18,18 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, UploadFile
 from fastapi.responses import Response
+from handoff_context.errors import HandoffError
+from handoff_context.model import Form as ElementForm
+from handoff_context.verdict import Outcome
+from handoff_context.verify import parse_element
 from starlette.concurrency import run_in_threadpool
 
-from app.ingest import ingest
-from app.protocol.errors import HandoffError
-from app.protocol.model import Form as ElementForm
-from app.protocol.verdict import Outcome
-from app.protocol.verify import parse_element
-from app.verifying import verify_inputs
-
-from .auth import GRANTS, Permission
-from .render import render, secure
-from .service import ServiceDep
-from .sessions import PageError, Verifier, Viewer
+from app.ingest.pipeline import ingest
+from app.ingest.verifying import verify_inputs
+from app.web.auth import GRANTS, Permission
+from app.web.render import render, secure
+from app.web.service import ServiceDep
+from app.web.sessions import PageError, Verifier, Viewer
 
 router = APIRouter(include_in_schema=False)
 KEEP_REPORTS = 32

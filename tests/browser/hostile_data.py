@@ -9,7 +9,7 @@ members) also carries spaces, bidi overrides and control characters. Every paylo
 would run sets ``window.__xss`` or calls ``alert``, and every one that would fetch names
 ``evil.example``, so the test sees either.
 
-The elements are signed with ``app.protocol.sign`` by keys listed in a trust file (so they
+The elements are signed with ``handoff_context.sign`` by keys listed in a trust file (so they
 pass the signature check and are stored), and ingested through the one pipeline:
 
 - A -> B: an offer with hostile dialog, task, obo and refs, in a capture record naming the
@@ -51,12 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.carriers import A2A_EXTENSION_URI
-from app.envelope.extract import DEFAULT_TYPES
-from app.ingest import Pipeline, ingest
-from app.protocol.encoding import digest_text, handoff_digest
-from app.protocol.lifecycle import Timing
-from app.protocol.sign import (
+from handoff_context.encoding import digest_text, handoff_digest
+from handoff_context.lifecycle import Timing
+from handoff_context.sign import (
     Signer,
     handoff_object,
     make_offer,
@@ -66,9 +63,13 @@ from app.protocol.sign import (
     sign_payload,
     trust_document,
 )
-from app.protocol.trust import TrustStore
+from handoff_context.trust import TrustStore
+
+from app.capture.carriers import A2A_EXTENSION_URI
+from app.envelope.extract import DEFAULT_TYPES
+from app.ingest.pipeline import Pipeline, ingest
+from app.ingest.verifying import VerifyOptions
 from app.store import db
-from app.verifying import VerifyOptions
 
 T = 1_793_200_000  # the offers' issue time
 NOW = T + 300  # the service's pinned clock: every hop is still live or just answered

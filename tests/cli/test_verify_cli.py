@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser, main
+from app.cli import main
+from app.cli.root import build_parser
 
 AGENTS = ("assistant", "planner", "coder", "tester")
 ID = "spiffe://example.org/agent/{}"

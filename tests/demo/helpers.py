@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.carriers import Carried, read_capture
+from handoff_context.encoding import b64url_encode
+from handoff_context.handoff import HandoffObject, parse_object
+from handoff_context.refs import RefPolicy
+from handoff_context.trust import TrustStore
+
+from app.capture.carriers import Carried, read_capture
 from app.demo import DemoConfig, DemoPaths, Summary, write_demo
-from app.protocol.encoding import b64url_encode
-from app.protocol.handoff import HandoffObject, parse_object
-from app.protocol.refs import RefPolicy
-from app.protocol.trust import TrustStore
-from app.verifying import Report, VerifyOptions, load_objects, verify_inputs
+from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
 
 REJECTIONS = frozenset(
     {

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import cbor2
 import pytest
+from handoff_context.trust import TrustStore
 
 from app.cli import main
-from app.protocol.trust import TrustStore
 
 
 def run_demo(tmp_path: Path, *extra: str) -> int:

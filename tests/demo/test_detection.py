@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from handoff_context.encoding import digest_text
+from handoff_context.handoff import StatusObject, parse_object
+from handoff_context.verify import parse_element
 
 from app.cli import main
-from app.protocol.encoding import digest_text
-from app.protocol.handoff import StatusObject, parse_object
-from app.protocol.verify import parse_element
 
 from .helpers import ENVELOPE_FLAGS, FLAGS, REJECTIONS, Run, make_run, offer_digest
 

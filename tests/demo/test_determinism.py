@@ -131,8 +131,8 @@ def test_writing_keeps_memory_flat(tmp_path: Path) -> None:
 
 def test_the_make_run_demo_holds_every_envelope_fault_kind() -> None:
     """``make run`` (run-demo's defaults: 40 dialogs, seed 7) shows every kind of case flag."""
+    from app.cli.run import demo_config
     from app.demo.cases import ENVELOPE_FAULTS
-    from app.run_cli import demo_config
 
     config = demo_config(dialogs=40, seed=7, start=0)
     kinds = set()

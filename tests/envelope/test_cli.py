@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from handoff_context.sign import trust_document
 
 from app.cli import main
-from app.protocol.sign import trust_document
 from app.store import db
 from app.store.cases import case_detail
 from tests.conftest import T0, World

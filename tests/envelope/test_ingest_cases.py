@@ -13,22 +13,22 @@ from typing import Any
 
 import cbor2
 import pytest
+from handoff_context.refs import AvailableObject, ObjectIndex
+from handoff_context.trust import TrustStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as strategies
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import OperationalError
 
-from app.envelope import ingest as envelope_ingest
 from app.envelope.config import EnvelopeConfig
 from app.envelope.ledger import CaseRules
-from app.ingest import IngestReport, Pipeline, ingest
-from app.protocol.refs import AvailableObject, ObjectIndex
-from app.protocol.trust import TrustStore
+from app.ingest import envelope as envelope_ingest
+from app.ingest.pipeline import IngestReport, Pipeline, ingest
+from app.ingest.verifying import VerifyOptions
 from app.store import db
 from app.store.cases import case_detail, list_cases
 from app.store.derive import sweep
 from app.store.models import CaseRow, EnvelopeItemRow, FlagRow
-from app.verifying import VerifyOptions
 from tests.conftest import T0, make_world
 from tests.store.builders import TIMING
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from handoff_context.refs import AvailableObject, ObjectIndex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.capture import CaptureItem
+from app.capture.formats import CaptureItem
 from app.envelope.extract import find_items
-from app.envelope.ingest import item_rows
 from app.envelope.ledger import CaseRules, Item, Ledger, derive_ledger, first_receivers
-from app.protocol.refs import AvailableObject, ObjectIndex
+from app.ingest.envelope import item_rows
 from app.store.envelopes import item_of
 from tests.conftest import T0
 

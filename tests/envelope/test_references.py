@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from handoff_context.refs import AvailableObject, ObjectIndex
 
 from app.envelope.references import UrlPart, check_reference, url_expiry
-from app.protocol.refs import AvailableObject, ObjectIndex
 from tests.conftest import T0
 
 HELD = ObjectIndex.of([AvailableObject("transcript.txt", b"held octets")])

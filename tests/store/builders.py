@@ -6,14 +6,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Engine, func, select
-
-from app.carriers import A2A_EXTENSION_URI
-from app.ingest import IngestReport, Pipeline, ingest
-from app.protocol.encoding import handoff_digest
-from app.protocol.lifecycle import Timing
-from app.protocol.model import Form, StatusState
-from app.protocol.sign import (
+from handoff_context.encoding import handoff_digest
+from handoff_context.lifecycle import Timing
+from handoff_context.model import Form, StatusState
+from handoff_context.sign import (
     Signer,
     handoff_object,
     make_offer,
@@ -21,12 +17,16 @@ from app.protocol.sign import (
     sign_payload,
     status_object,
 )
-from app.protocol.trust import TrustStore
-from app.protocol.verify import parse_element
+from handoff_context.trust import TrustStore
+from handoff_context.verify import parse_element
+from sqlalchemy import Engine, func, select
+
+from app.capture.carriers import A2A_EXTENSION_URI
+from app.ingest.pipeline import IngestReport, Pipeline, ingest
+from app.ingest.verifying import VerifyOptions
 from app.store.db import transaction
 from app.store.derive import sweep
 from app.store.models import ElementRow, FlagRow, HopRow, ObservationRow
-from app.verifying import VerifyOptions
 from tests.conftest import T0
 
 DIALOG = "ctx-7c1e"

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from handoff_context.sign import trust_document
 
 from app.cli import main
-from app.protocol.sign import trust_document
+from app.cli.store import _Progress
 from app.store.db import head_revision
-from app.store_cli import _Progress
 from tests.conftest import World
 from tests.store.builders import T0, bundle, jsonl, offer, rec, st, status, twin
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from app.ingest import IngestReport, ingest
+from app.ingest.pipeline import IngestReport, ingest
 from app.store.db import make_engine, transaction
 from app.store.models import ElementRow, FlagRow, VerdictRow
 from tests.databases import Databases

@@ -32,14 +32,14 @@ from typing import Any
 
 import httpx
 import pytest
+from handoff_context.lifecycle import Timing
 from sqlalchemy import func, select
 
-from app.ingest import Pipeline
-from app.protocol.lifecycle import Timing
-from app.rederive import rederive
+from app.ingest.pipeline import Pipeline
+from app.ingest.rederive import rederive
+from app.ingest.verifying import VerifyOptions
 from app.store.db import make_engine, transaction
 from app.store.models import ElementRow, ObservationRow, VerdictRow
-from app.verifying import VerifyOptions
 from tests.conftest import World
 from tests.databases import Databases
 from tests.store.builders import T0, bundle, digest, jsonl, offer, rec, st, status, twin
@@ -176,13 +176,13 @@ def test_acknowledged_ingests_survive_kill_9(
 
 def parse_type(octets: bytes) -> str:
     payload = octets.split(b".")[1]
-    from app.protocol.encoding import b64url_decode
+    from handoff_context.encoding import b64url_decode
 
     return str(json.loads(b64url_decode(payload.decode(), what="payload"))["type"])
 
 
 def _text(d: bytes) -> str:
-    from app.protocol.encoding import digest_text
+    from handoff_context.encoding import digest_text
 
     return digest_text(d)
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from handoff_context.sign import Signer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as strategies
 
-from app.ingest import ingest
-from app.protocol.sign import Signer
+from app.ingest.pipeline import ingest
 from app.store.db import make_engine
 from tests.conftest import World, make_world
 from tests.databases import Databases

@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 
+from handoff_context.encoding import b64url_decode, b64url_encode, digest_text
+from handoff_context.model import Form
+from handoff_context.verify import parse_element
 from sqlalchemy import Engine, select
 
 from app.demo.elements import embedded_key_offer
-from app.protocol.encoding import b64url_decode, b64url_encode, digest_text
-from app.protocol.model import Form
-from app.protocol.verify import parse_element
 from app.store.db import transaction
 from app.store.models import RejectedObservationRow, RejectedOctetsRow
 from tests.conftest import World

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from handoff_context.lifecycle import Timing
+from handoff_context.refs import RefPolicy
 
-from app.protocol.lifecycle import Timing
-from app.protocol.refs import RefPolicy
 from app.settings import Settings, SettingsError
 
 

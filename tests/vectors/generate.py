@@ -9,8 +9,8 @@ Nothing here is random: keys come from fixed seeds, times are constants, hop ide
 derived from each vector's name, Ed25519 is deterministic (RFC 8032) and ES256 uses
 deterministic ECDSA (RFC 6979, cryptography's ``deterministic_signing``), so regenerating
 gives the same octets. The elements are built here with cryptography and cbor2 directly, not
-with ``app.protocol.sign``: the vectors check the implementation instead of mirroring it. Only
-the re-verification (``--check`` and tests/protocol/test_vectors_own.py) uses the core.
+with ``handoff_context.sign``: the vectors check the implementation instead of mirroring it. Only
+the re-verification (``--check`` and lib/handoff-context/tests/test_vectors_own.py) uses the core.
 """
 
 from __future__ import annotations
@@ -1689,10 +1689,11 @@ def trust_of(doc: dict[str, Any], directory: Path) -> Any:
 def run_vector(doc: dict[str, Any], directory: Path) -> Any:
     """Verify the vector's input with the core. Returns the verdicts, or the TrustConfigError
     when the vector's trust file is refused."""
-    from app.protocol.errors import TrustConfigError
-    from app.protocol.refs import AvailableObject, ObjectIndex, RefPolicy
-    from app.protocol.trust import TrustStore
-    from app.verifying import VerifyOptions, verify_inputs
+    from handoff_context.errors import TrustConfigError
+    from handoff_context.refs import AvailableObject, ObjectIndex, RefPolicy
+    from handoff_context.trust import TrustStore
+
+    from app.ingest.verifying import VerifyOptions, verify_inputs
 
     try:
         trust = TrustStore.from_mapping(trust_of(doc, directory))
@@ -1769,9 +1770,11 @@ README_HEAD = """\
 Written by `tests/vectors/generate.py` (this README too: edit the generator, then run
 `make vectors`). `make test` runs `generate.py --check`, which regenerates everything into a
 temporary folder, compares every file byte for byte with the committed one, and verifies every
-committed vector with the core; `tests/protocol/test_vectors_own.py` does both again under
+committed vector with the core; `lib/handoff-context/tests/test_vectors_own.py` does both again
+under
 pytest. Third-party vectors (Wycheproof, COSE WG) are read in place from `../shared/vectors`
-(see its README) by `tests/protocol/test_vectors_public.py` and `tests/protocol/test_cose.py`.
+(see its README) by `lib/handoff-context/tests/test_vectors_public.py` and
+`lib/handoff-context/tests/test_cose.py`.
 
 ## Provenance and determinism
 - Keys: the Ed25519 seed is SHA-256(`"handoff-trace test vectors v1: " + kid`); the P-256
@@ -1787,7 +1790,7 @@ pytest. Third-party vectors (Wycheproof, COSE WG) are read in place from `../sha
   unchanged. The ES256 signature variants (DER, r = 0, s = 0, r = n, high S, truncated,
   (r, n-s) twin) are derived from those deterministic signatures.
 - Elements are built by the generator with `cryptography` and `cbor2` directly, not with
-  `app.protocol.sign`, so the vectors check the implementation instead of mirroring it.
+  `handoff_context.sign`, so the vectors check the implementation instead of mirroring it.
 
 ## Format
 One JSON file per rule, named after the attack it stops or the rule it shows: `valid/` holds

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from handoff_context.sign import trust_document
 
-from app.protocol.sign import trust_document
 from app.settings import Settings
 from app.store.db import transaction
 from app.store.tokens import Role, create_token

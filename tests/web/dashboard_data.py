@@ -18,20 +18,20 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from handoff_context.lifecycle import Timing
+from handoff_context.model import Form
+from handoff_context.refs import RefPolicy
+from handoff_context.sign import Signer, make_offer, make_status, trust_document
+from handoff_context.trust import TrustStore
+from handoff_context.verify import parse_element
 from sqlalchemy import select
 
 from app.demo import DemoConfig, DemoPaths, write_demo
 from app.demo.elements import embedded_key_offer
-from app.ingest import Pipeline, ingest
-from app.protocol.lifecycle import Timing
-from app.protocol.model import Form
-from app.protocol.refs import RefPolicy
-from app.protocol.sign import Signer, make_offer, make_status, trust_document
-from app.protocol.trust import TrustStore
-from app.protocol.verify import parse_element
+from app.ingest.pipeline import Pipeline, ingest
+from app.ingest.verifying import VerifyOptions, load_objects
 from app.store import db
 from app.store.models import FlagRow
-from app.verifying import VerifyOptions, load_objects
 from tests.web import case_data
 
 HOSTILE_AGENT = "spiffe://evil.example/<img/src=x/onerror=alert(document.domain)>"

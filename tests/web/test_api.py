@@ -12,15 +12,15 @@ from typing import Any
 import cbor2
 import pytest
 from fastapi.testclient import TestClient
+from handoff_context.model import Form
+from handoff_context.sign import make_offer
 from sqlalchemy.exc import OperationalError
 
-import app.ingest as ingest_module
-from app.protocol.model import Form
-from app.protocol.sign import make_offer
+import app.ingest.pipeline as ingest_module
+from app.ingest.verifying import VerifyOptions, verify_inputs
 from app.settings import Settings
 from app.store import db
 from app.store.queries import list_flags
-from app.verifying import VerifyOptions, verify_inputs
 from app.web.app import create_app
 from app.web.service import ServiceConfigError
 from tests.conftest import World
@@ -43,7 +43,7 @@ LOST_AT = T0 + 6 + 3600 + 1  # past the lost-outcome deadline of ``accepted`` be
 
 
 def b64(octets: bytes) -> str:
-    from app.protocol.encoding import digest_text
+    from handoff_context.encoding import digest_text
 
     return digest_text(digest(octets))
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fuzz import seeds, targets
 from tests.databases import Databases
-from tests.protocol.test_properties import mutated
+from tests.strategies import mutated
 from tests.test_capture_properties import WRAPPED, tree_edited
 from tests.web.conftest import Api, start
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.python import asgi
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from app.ingest import ingest
+from app.ingest.pipeline import ingest
 from app.settings import Settings
 from app.store.db import make_engine
 from app.web.app import create_app

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app import run_cli
 from app.cli import main
+from app.cli import run as run_cli
 from app.store import db
 from app.store.models import UserRow
 from app.store.users import check_password, open_session, session_user
@@ -107,7 +107,7 @@ def test_run_demo_loads_once_and_prints_a_fresh_login(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served: list[argparse.Namespace] = []
-    monkeypatch.setattr("app.serve_cli.cmd_serve", lambda args: served.append(args) or 0)
+    monkeypatch.setattr("app.cli.serve.cmd_serve", lambda args: served.append(args) or 0)
     monkeypatch.delenv("DATABASE_URL", raising=False)
     url = f"sqlite:///{tmp_path / 's.db'}"
     args = ["run-demo", "--db", url, "--dir", str(tmp_path / "demo"), "--dialogs", "3"]

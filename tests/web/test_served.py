@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 import pytest
+from handoff_context.model import Form
+from handoff_context.verify import parse_element
 from sqlalchemy import select
 
-from app.protocol.model import Form
-from app.protocol.verify import parse_element
 from app.store.db import make_engine, transaction
 from app.store.models import ElementRow, FlagRow, ObservationRow
 from tests.conftest import World

@@ -1,0 +1,117 @@
+"""What every command group shares: exit codes, the usage error, argument types, the
+terminal-safe text filter, and opening the settings, the trust file and the store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from handoff_context.errors import TrustConfigError
+from handoff_context.trust import TrustStore
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.settings import Settings, SettingsError
+from app.store import db
+
+EXIT_OK, EXIT_REJECT, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A usage or configuration problem: exit 2 with one clear line."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def nonneg_int(text: str) -> int:
+    """argparse type: a whole number >= 0, with a message that names the bad value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = nonneg_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+# Bidirectional formatting characters (Unicode UAX #9): they reorder the text after them.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def visible(text: str | None, width: int) -> str:
+    """Escape control and bidi characters so a hostile detail cannot reshape the table."""
+    if not text:
+        return ""
+    out = "".join(
+        ch if ch.isprintable() and ch not in _BIDI else f"\\u{ord(ch):04x}" for ch in text
+    )
+    return out if len(out) <= width else out[: width - 1] + "…"
+
+
+def load_trust(path: str) -> TrustStore:
+    try:
+        return TrustStore.load(path)
+    except TrustConfigError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def add_db_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--db",
+        metavar="URL",
+        help="database URL (default: DATABASE_URL, else sqlite:///var/handoff-trace.db)",
+    )
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def open_engine(args: argparse.Namespace, settings: Settings, *, migrate: bool = True) -> Engine:
+    url = args.db or settings.database_url or db.default_url()
+    try:
+        engine = db.make_engine(url)
+        if migrate:
+            db.ensure_schema(engine)
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
+    except SQLAlchemyError as exc:
+        shown = make_url(db.normalise_url(url)).render_as_string(hide_password=True)
+        raise UsageError(f"cannot use the database {shown}: {first_line(exc)}") from exc
+    return engine
+
+
+def first_line(exc: SQLAlchemyError) -> str:
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+
+
+def add_now_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--now",
+        type=nonneg_int,
+        metavar="SECONDS",
+        help="evaluate time-based states and flags at this NumericDate (default: wall clock)",
+    )
+
+
+def print_table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

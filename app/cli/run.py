@@ -1,0 +1,119 @@
+"""``handoff-trace run-demo``: the dashboard on the embedded database, with demo data.
+
+What ``make run`` calls. On the first start (a store without hops) it writes a demo run
+under ``--dir`` (default ``var/demo``: capture, ref objects and its trust file) and ingests
+it through the one pipeline; later starts keep what is stored. Every start gives the admin
+account ``demo`` a fresh password, prints the URL and that one-time login, and then serves
+the API and the dashboard like ``serve``, with the demo's trust file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.cli.common import UsageError, add_db_option, first_line, load_settings, positive_int
+from app.store import db
+from app.store.models import HopRow
+from app.store.tokens import Role
+from app.store.users import generate_password, set_password
+
+if TYPE_CHECKING:
+    from app.demo import DemoConfig
+
+DEMO_USER = "demo"
+
+
+def add_run_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "run-demo",
+        help="serve the dashboard with demo data and print a one-time login",
+        description="Serve the API and the dashboard on the embedded database (or --db). "
+        "On first start the store is filled with a simulated run (every fault kind); every "
+        "start prints the URL and a fresh password for the admin account 'demo'.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=positive_int, default=8000, help="port (default: 8000)")
+    add_db_option(p)
+    p.add_argument("--dir", default="var/demo", metavar="DIR", help="where the demo run is written")
+    p.add_argument(
+        "--dialogs", type=positive_int, default=40, metavar="N", help="dialogs (default: 40)"
+    )
+    p.add_argument("--seed", type=int, default=7, help="random seed (default: 7)")
+    p.set_defaults(func=cmd_run_demo)
+
+
+def demo_config(*, dialogs: int, seed: int, start: int) -> DemoConfig:
+    """The run ``make run`` shows: one envelope case per dialog, so that at the default 40
+    dialogs and seed every envelope fault kind is there too (a test holds it to that)."""
+    from app.demo import DemoConfig
+
+    return DemoConfig(seed=seed, dialogs=dialogs, fault_rate=0.1, start=start, cases=dialogs)
+
+
+def _load(url: str, directory: Path, dialogs: int, seed: int) -> Path:
+    """Write and ingest a demo run unless the store holds hops already; the trust file."""
+    from app.demo import DemoPaths, write_demo
+    from app.demo.load import load_run
+
+    paths = DemoPaths.beside(directory / "capture.jsonl", trust=None, answers=None)
+    engine = db.make_engine(url)
+    try:
+        db.ensure_schema(engine)
+        with db.transaction(db.read_only(engine)) as session:
+            hops = session.execute(select(func.count()).select_from(HopRow)).scalar_one()
+    finally:
+        engine.dispose()
+    if hops and paths.trust.exists():
+        print(f"run-demo: the store holds {hops} hops already; not loading again", file=sys.stderr)
+        return paths.trust
+    directory.mkdir(parents=True, exist_ok=True)
+    # Started five hours ago, so the envelope cases (about two hours long) are over and the
+    # lost-outcome and lost-acceptance flags (one hour) are already due.
+    config = demo_config(dialogs=dialogs, seed=seed, start=int(time.time()) - 5 * 3600)
+    print(f"run-demo: writing {dialogs} demo dialogs and cases to {directory}/", file=sys.stderr)
+    write_demo(config, paths)
+    os.environ["DATABASE_URL"] = url  # load_run reads the configured database
+    if load_run(paths, now=None) != 0:
+        raise UsageError("loading the demo failed (see above)")
+    return paths.trust
+
+
+def cmd_run_demo(args: argparse.Namespace) -> int:
+    from app.cli.serve import cmd_serve
+
+    settings = load_settings()
+    url = args.db or settings.database_url or db.default_url()
+    try:
+        trust = _load(url, Path(args.dir), args.dialogs, args.seed)
+        password = generate_password()
+        engine = db.make_engine(url)
+        try:
+            with db.transaction(engine) as session:
+                set_password(
+                    session,
+                    username=DEMO_USER,
+                    role=Role.ADMIN,
+                    password=password,
+                    now=int(time.time()),
+                )
+        finally:
+            engine.dispose()
+    except SQLAlchemyError as exc:
+        raise UsageError(f"database error: {first_line(exc)}") from exc
+    print(
+        f"\n  handoff-trace dashboard: http://{args.host}:{args.port}/\n"
+        f"  log in as {DEMO_USER!r} with the one-time password {password}\n"
+        "  (a new one is printed at every start; make more accounts with "
+        "`handoff-trace users create`)\n",
+        flush=True,
+    )
+    serve = argparse.Namespace(host=args.host, port=args.port, workers=1, db=url, trust=str(trust))
+    return cmd_serve(serve)

@@ -1,0 +1,250 @@
+"""``handoff-trace serve`` and ``handoff-trace tokens``: the service from the command line.
+
+``serve`` checks everything the service needs before uvicorn starts (trust file, database,
+migrations), so a bad configuration is one line on stderr and exit 2, not a traceback from
+each worker. ``tokens create`` prints the new token alone on the last line (SPEC 12), so a
+script can take it with ``tail -n 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_db_option,
+    first_line,
+    load_settings,
+    open_engine,
+    positive_int,
+)
+from app.settings import Settings
+from app.store import db
+from app.store.tokens import Role, TokenError, create_token, list_tokens, revoke_token
+
+
+def add_serve_commands(sub: Any) -> None:
+    _add_serve(sub)
+    _add_tokens(sub)
+
+
+def _add_serve(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the service: the JSON API and the dashboard (uvicorn)",
+        description="Run the JSON API under /api/v1 and the dashboard with uvicorn. "
+        "Migrations run first. "
+        "Configuration comes from the environment (DATABASE_URL, HANDOFF_TRACE_*); "
+        "--db and --trust override DATABASE_URL and HANDOFF_TRACE_TRUST_FILE.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8000, metavar="PORT", help="port (default: 8000)")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes (default: 1); several workers share the database safely",
+    )
+    add_db_option(p)
+    p.add_argument(
+        "--trust",
+        metavar="FILE",
+        help="trust configuration (SPEC 4; default: HANDOFF_TRACE_TRUST_FILE)",
+    )
+    p.set_defaults(func=cmd_serve)
+
+
+_DURATION = re.compile(r"([0-9]{1,9})([smhd]?)")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> int:
+    """``3600``, ``90s``, ``45m``, ``12h`` or ``30d`` as seconds (at least 1)."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None or int(found.group(1)) == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a duration (seconds, or a number with s, m, h or d: 90d)"
+        )
+    return int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+
+
+def _port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number")
+    return value
+
+
+def _add_tokens(sub: Any) -> None:
+    p = sub.add_parser("tokens", help="API bearer tokens (stored hashed)")
+    t_sub = p.add_subparsers(dest="tokens_command", required=True, metavar="COMMAND")
+    create = t_sub.add_parser(
+        "create",
+        help="make a token; it is printed once, alone on the last line",
+        description="Make an API token. Roles: ingest (POST /ingest, /verify), read (GET), "
+        "operator (GET, POST /verify, PATCH /flags), admin (everything). Only its SHA-256 is "
+        "stored: copy it now, it cannot be shown again.",
+    )
+    create.add_argument("--role", required=True, choices=[r.value for r in Role])
+    create.add_argument("--name", required=True, metavar="NAME", help="who or what uses it")
+    create.add_argument(
+        "--expires-in",
+        type=duration,
+        metavar="DURATION",
+        help="stop working after this long: seconds, or a number with s, m, h or d "
+        "(90d, 12h); default: never",
+    )
+    add_db_option(create)
+    create.set_defaults(func=cmd_tokens_create)
+
+    listing = t_sub.add_parser("list", help="list tokens (names and roles, never the tokens)")
+    add_db_option(listing)
+    listing.add_argument("--json", action="store_true", help="print one JSON array")
+    listing.set_defaults(func=cmd_tokens_list)
+
+    revoke = t_sub.add_parser("revoke", help="revoke a token; requests with it get 401")
+    revoke.add_argument("--name", required=True, metavar="NAME")
+    add_db_option(revoke)
+    revoke.set_defaults(func=cmd_tokens_revoke)
+
+
+# --- serve ------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
+
+    from app.web.service import ServiceConfigError, load_trust
+
+    settings = load_settings()
+    url = args.db or settings.database_url or db.default_url()
+    trust_file = Path(args.trust) if args.trust else settings.trust_file
+    try:
+        # Fail closed here, once, with one line: the workers would each fail less clearly.
+        load_trust(Settings(trust_file=trust_file))
+    except ServiceConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    engine = open_engine(args, settings, migrate=False)
+    try:
+        db.upgrade(engine)
+    except SQLAlchemyError as exc:
+        raise UsageError(f"migration failed: {first_line(exc)}") from exc
+    finally:
+        engine.dispose()
+    # The workers read their configuration from the environment, like any deployment.
+    os.environ["DATABASE_URL"] = url
+    os.environ["HANDOFF_TRACE_TRUST_FILE"] = os.path.abspath(str(trust_file))
+    log_config = copy.deepcopy(LOGGING_CONFIG)
+    log_config["loggers"]["handoff_trace"] = {
+        "handlers": ["default"],
+        "level": "INFO",
+        "propagate": False,
+    }
+    uvicorn.run(
+        "app.web.app:create_app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_config=log_config,
+        # Client addresses from X-Forwarded-For are believed only from a local proxy.
+        proxy_headers=True,
+        forwarded_allow_ips="127.0.0.1",
+        server_header=False,
+    )
+    return EXIT_OK
+
+
+# --- tokens -----------------------------------------------------------------------------
+
+
+def cmd_tokens_create(args: argparse.Namespace) -> int:
+    engine = open_engine(args, load_settings())
+    try:
+        with db.transaction(engine) as session:
+            token = create_token(
+                session,
+                name=args.name,
+                role=Role(args.role),
+                now=int(time.time()),
+                expires_in=args.expires_in,
+            )
+    except TokenError as exc:
+        raise UsageError(str(exc)) from exc
+    except SQLAlchemyError as exc:
+        raise UsageError(f"database error: {first_line(exc)}") from exc
+    finally:
+        engine.dispose()
+    until = f", expires {_when(int(time.time()) + args.expires_in)}" if args.expires_in else ""
+    print(f"token {args.name!r} with role {args.role} created{until}; it is shown only once:")
+    print(token)
+    return EXIT_OK
+
+
+def cmd_tokens_list(args: argparse.Namespace) -> int:
+    engine = open_engine(args, load_settings())
+    try:
+        with db.transaction(db.read_only(engine)) as session:
+            rows = list_tokens(session)
+    finally:
+        engine.dispose()
+    items = [
+        {
+            "name": r.name,
+            "role": r.role,
+            "created_at": r.created_at,
+            "revoked_at": r.revoked_at,
+            "expires_at": r.expires_at,
+        }
+        for r in rows
+    ]
+    if args.json:
+        json.dump(items, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return EXIT_OK
+    table = [("NAME", "ROLE", "CREATED", "EXPIRES", "REVOKED")]
+    for item in items:
+        table.append(
+            (
+                item["name"],
+                item["role"],
+                _when(item["created_at"]),
+                _when(item["expires_at"]) if item["expires_at"] else "never",
+                _when(item["revoked_at"]) if item["revoked_at"] else "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print(f"\n{len(items)} tokens")
+    return EXIT_OK
+
+
+def _when(seconds: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(seconds))
+
+
+def cmd_tokens_revoke(args: argparse.Namespace) -> int:
+    engine = open_engine(args, load_settings())
+    try:
+        with db.transaction(engine) as session:
+            revoke_token(session, name=args.name, now=int(time.time()))
+    except TokenError as exc:
+        raise UsageError(str(exc)) from exc
+    finally:
+        engine.dispose()
+    print(f"token {args.name!r} revoked")
+    return EXIT_OK

@@ -1,0 +1,180 @@
+"""``handoff-trace verify``: judge capture files as a receiver would, store nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from handoff_context.refs import RefPolicy
+
+from app.cli.common import (
+    EXIT_OK,
+    EXIT_REJECT,
+    UsageError,
+    load_trust,
+    nonneg_int,
+    positive_int,
+    visible,
+)
+from app.ingest.verifying import VerifyOptions, load_objects, verify_inputs
+
+VERIFY_EPILOG = """\
+INPUT is a capture file (SPEC 10): JSON, JSON Lines (.jsonl/.ndjson), HAR 1.2 (.har) or CBOR
+(.cbor, one object or a CBOR sequence); '-' reads standard input. A payload may be a handoff
+or status object, an A2A (1.0 or 0.3) JSON-RPC request/response, a bare A2A Message or Task,
+or an MCP tools/call request, CallToolResult or notifications/cancelled, optionally wrapped
+in a capture record {"received_at", "received_by", "dialog", "payload"} whose fields
+override --at, --receiver and --dialog for that item.
+
+All inputs share one replay memory and one set of known offers, in the order given.
+Exit status: 0 no rejection, 1 at least one rejection, 2 usage or configuration error.
+
+example:
+  handoff-trace verify --trust trust.json --receiver spiffe://b.example/agent/coder capture.jsonl
+"""
+
+
+def add_verify(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="verify captured offers, chains and statuses",
+        description="Verify every handoff offer, chain and status found in the inputs exactly "
+        "as a careful receiver would, and say why for each (SPEC 6, 7, 5, 11).",
+        epilog=VERIFY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--trust",
+        required=True,
+        metavar="TRUST.json",
+        help="trust configuration (SPEC 4): identifiers and their public JWKs",
+    )
+    p.add_argument(
+        "--receiver",
+        metavar="ID",
+        help="the receiver's own identifier for the audience and cycle checks; "
+        "without one the audience check is not-checked",
+    )
+    p.add_argument(
+        "--at",
+        type=nonneg_int,
+        metavar="SECONDS",
+        help="receive time as NumericDate seconds for the freshness check (default: now)",
+    )
+    p.add_argument(
+        "--dialog",
+        metavar="ID",
+        help="host dialog identifier (A2A contextId) when the carrier shows none",
+    )
+    p.add_argument(
+        "--skew",
+        type=nonneg_int,
+        default=60,
+        metavar="SECONDS",
+        help="allowed clock skew (default: 60)",
+    )
+    p.add_argument(
+        "--max-lifetime",
+        type=positive_int,
+        default=300,
+        metavar="SECONDS",
+        help="longest allowed exp - iat (default: 300)",
+    )
+    p.add_argument(
+        "--max-chain",
+        type=positive_int,
+        default=16,
+        metavar="N",
+        help="most offers in a chain, current one included (default: 16)",
+    )
+    p.add_argument(
+        "--ref-policy",
+        choices=[p.value for p in RefPolicy],
+        default="none",
+        help="none: report refs not-checked; check-available: check refs whose "
+        "objects are in --objects, a mismatch rejects; require: every ref "
+        "must verify (default: none)",
+    )
+    p.add_argument(
+        "--objects",
+        metavar="DIR",
+        help="directory of objects for ref checks, indexed by SHA-256 of content; "
+        "NAME.salt beside NAME holds the salt of a salted digest",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the SPEC 11 verdicts as one JSON array instead of a table",
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="capture files, '-' for stdin")
+    p.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    trust = load_trust(args.trust)
+    objects = None
+    if args.objects:
+        try:
+            objects = load_objects(Path(args.objects))
+        except OSError as exc:
+            raise UsageError(f"cannot read objects directory {args.objects}: {exc}") from exc
+    inputs = read_inputs(args.inputs)
+    options = VerifyOptions(
+        receiver=args.receiver,
+        at=args.at if args.at is not None else int(time.time()),
+        dialog=args.dialog,
+        skew=args.skew,
+        max_lifetime=args.max_lifetime,
+        max_chain=args.max_chain,
+        ref_policy=RefPolicy(args.ref_policy),
+    )
+    report = verify_inputs(inputs, trust=trust, options=options, objects=objects)
+    if args.json:
+        json.dump([v.to_json() for v in report.verdicts], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_table(report.verdicts, report.skipped)
+    return EXIT_REJECT if any(v.outcome.value == "reject" for v in report.verdicts) else EXIT_OK
+
+
+def read_inputs(names: Sequence[str]) -> list[tuple[str, bytes]]:
+    inputs = []
+    for name in names:
+        if name == "-":
+            inputs.append(("-", sys.stdin.buffer.read()))
+            continue
+        try:
+            inputs.append((name, Path(name).read_bytes()))
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from exc
+    return inputs
+
+
+def _print_table(verdicts: Sequence[Any], skipped: int) -> None:
+    rows = [("SOURCE", "ELEMENT", "OUTCOME", "REASON", "DETAIL")]
+    for v in verdicts:
+        element = v.element or "-"
+        if v.digest is not None:
+            element = f"{element} {v.to_json()['digest'][:10]}"
+        rows.append(
+            (
+                visible(v.source, 40),
+                element,
+                v.outcome.value,
+                v.reason.value if v.reason else "-",
+                visible(v.detail, 100),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)), r[4])
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.outcome.value] = counts.get(v.outcome.value, 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no elements"
+    print(f"\n{len(verdicts)} verdicts: {summary}; {skipped} items carried no handoff")

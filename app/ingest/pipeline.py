@@ -1,0 +1,590 @@
+"""The ingest pipeline, one path for every entry point (HTTP, upload, CLI):
+payload -> carriers -> verify (SPEC 6, 7, 5) -> persist -> re-derive hops and flags.
+
+Items are committed in batches of up to ``BATCH_ITEMS``: one transaction holds a run of
+consecutive items, each inside its own SAVEPOINT, and the hops they touched are re-derived
+once, at the end of the batch, instead of after every item (the derivation reads only stored
+facts, so deriving once gives what deriving after each item would have left). A per-item
+transaction cost ~40 statements and a commit per element; a batch shares the commit and the
+derivation of hops that several items touch (an offer, its statuses, its children). Each
+item still stands alone:
+
+- an item that fails (a database error, or on PostgreSQL a lock held by another writer)
+  rolls back to its savepoint, leaving nothing of itself; the items before it are committed,
+  it is run again alone in its own transaction (the way every item ran before batching:
+  restarted with its locks taken up front, retried on transient errors, and reported as an
+  ``ItemError`` when it fails again), and the next batch starts after it. Input order, and
+  so every order-dependent verdict (duplicate, equivocation, pending), is kept;
+- when the batch as a whole cannot commit (or its derivation fails), nothing of it was kept
+  and each of its items is run again alone.
+
+So a bad item never spoils the rest of a batch, and nothing is lost. On PostgreSQL a batch
+never waits for a lock while holding others (``Locks.need`` only tries); the item that would
+have to wait is the one run alone. The same pieces as the database-less ``verify`` are used
+(``read_capture``, ``context_for``, ``carrier_error_verdict``, the ``Verifier``), with the
+verifier's memories in the database (``app.store.memory``).
+
+Inputs stream: a capture given as a binary file is read item by item (``read_capture``), and
+with ``on_verdict`` the report keeps only counts and a bounded window of recent verdicts
+(``IngestReport``), so memory does not grow with the capture.
+
+What makes the result independent of ingest order (the hypothesis test proves it):
+- every verdict row also records the element judged against an empty replay memory
+  (``Judgement``); hops and flags are derived from that, never from duplicate/equivocation;
+- a status whose offer is unknown is kept pending and judged again when any item makes
+  the offer known (SPEC 6, last paragraph);
+- an offer with ``prev`` but no carried chain is checked against the earlier offers the
+  store holds (SPEC 7: "a party that holds the earlier offer can still check the link"),
+  and judged again when an earlier offer arrives later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from handoff_context.errors import HandoffError, Reason
+from handoff_context.handoff import HandoffObject, StatusObject, parse_object
+from handoff_context.lifecycle import Timing
+from handoff_context.model import Element, Offer
+from handoff_context.refs import ObjectIndex
+from handoff_context.trust import TrustStore
+from handoff_context.verdict import Outcome, Result, Verdict
+from handoff_context.verify import Context, Verifier, parse_element
+from sqlalchemy import Engine, bindparam, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+
+from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
+from app.ingest.envelope import EnvelopeConfig, EnvelopeIngest, EnvelopeReport
+from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_for
+from app.store import db
+from app.store.db import Locks, NeedLocks, digest_lock, execute, hop_lock
+from app.store.derive import HopKey, affected_hops, derive_hops
+from app.store.memory import StoreMemory, store_element, store_verifier
+from app.store.models import ElementRow
+from app.store.records import (
+    Judgement,
+    Observed,
+    add_observation,
+    add_verdict,
+    children,
+    depends_on_replay,
+    offers_judged_without_chain,
+    pending_statuses,
+    stored_ancestors,
+    update_judgement,
+    update_verdict,
+)
+from app.store.rejected import keep_refused
+
+# Restarts of one item that found a lock taken, before it is reported as an error.
+_RESTARTS = 50
+# Items per transaction (see the module docstring). Larger batches gain little once the
+# commit and the shared hops are amortised, and hold SQLite's write lock longer.
+BATCH_ITEMS = 64
+# With ``on_verdict``: verdicts kept for a later item to complete (a pending status whose
+# offer arrives later in the same run) before they are handed on as they are.
+VERDICT_WINDOW = 4096
+Progress = Callable[[str, int, float | None], None]  # (input, items done, fraction read)
+Capture = bytes | BinaryIO
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Everything an ingest needs besides its input."""
+
+    engine: Engine
+    trust: TrustStore
+    options: VerifyOptions  # SPEC 12; ``at`` is the receive time of items without one
+    timing: Timing = field(default_factory=Timing)
+    objects: ObjectIndex = field(default_factory=ObjectIndex)
+    envelope: EnvelopeConfig = field(default_factory=EnvelopeConfig)
+
+
+@dataclass(frozen=True)
+class ItemError:
+    """An item that could not be stored (a database error); nothing of it was kept."""
+
+    source: str
+    detail: str
+
+
+@dataclass
+class IngestReport:
+    """SPEC 11 verdicts in input order, plus what the store made of them.
+
+    Without ``sink`` every verdict is kept in ``verdicts``. With one, each verdict is handed
+    to it, in input order, once ``VERDICT_WINDOW`` later verdicts have been made (or at the
+    end), and only those not yet handed on stay in ``verdicts`` (none once ``ingest``
+    returns). A verdict judged again by a later item of the same run (a pending status
+    whose offer comes later) is handed on in its final form when that item lies within the
+    window. ``counts`` covers every verdict either way, in the shape of
+    ``verifying.outcome_counts`` plus ``errors`` and ``stored``.
+    """
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    errors: list[ItemError] = field(default_factory=list)
+    skipped: int = 0  # items with neither a signed handoff nor an envelope item
+    stored: int = 0  # elements stored for the first time
+    envelopes: EnvelopeReport = field(default_factory=EnvelopeReport)
+    sink: Callable[[Verdict], None] | None = None
+    _outcomes: Counter[str] = field(default_factory=Counter)
+    _observations: deque[int | None] = field(default_factory=deque)  # beside ``verdicts``
+    _where: dict[int, int] = field(default_factory=dict)  # observation -> absolute position
+    _first: int = 0  # absolute position of verdicts[0]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {o.value: self._outcomes[o.value] for o in Outcome}
+        counts.update(verdicts=self._first + len(self.verdicts), skipped=self.skipped)
+        counts.update(errors=len(self.errors), stored=self.stored, **self.envelopes.counts)
+        return counts
+
+    def add(self, verdict: Verdict, observation: int | None = None) -> None:
+        if observation is not None:
+            self._where[observation] = self._first + len(self.verdicts)
+        self.verdicts.append(verdict)
+        self._observations.append(observation)
+        self._outcomes[verdict.outcome.value] += 1
+        if self.sink is not None and len(self.verdicts) > VERDICT_WINDOW:
+            self._hand_on(len(self.verdicts) - VERDICT_WINDOW)
+
+    def replace(self, observation: int, verdict: Verdict) -> None:
+        """A verdict of this run judged again; ignored once it was handed on."""
+        position = self._where.get(observation)
+        if position is None:
+            return
+        old = self.verdicts[position - self._first]
+        self._outcomes[old.outcome.value] -= 1
+        self._outcomes[verdict.outcome.value] += 1
+        self.verdicts[position - self._first] = verdict
+
+    def finish(self) -> None:
+        """Hand every remaining verdict to the sink (no-op without one)."""
+        if self.sink is not None:
+            self._hand_on(len(self.verdicts))
+
+    def _hand_on(self, n: int) -> None:
+        assert self.sink is not None
+        for verdict in self.verdicts[:n]:
+            self.sink(verdict)
+            observation = self._observations.popleft()
+            if observation is not None:
+                del self._where[observation]
+        del self.verdicts[:n]
+        self._first += n
+
+
+def ingest(
+    pipeline: Pipeline,
+    inputs: Iterable[tuple[str, Capture]],
+    *,
+    now: int | None = None,
+    content_type: str | None = None,
+    progress: Progress | None = None,
+    on_verdict: Callable[[Verdict], None] | None = None,
+) -> IngestReport:
+    """Ingest capture files (SPEC 10), each ``(name, octets or binary file)``, in order.
+
+    ``now`` is the store's clock (default: wall clock): first-seen times and the time rules
+    of SPEC 8. Freshness is judged at each item's receive time (SPEC 10), else
+    ``options.at``. A file is read as a stream (``read_capture``). ``on_verdict`` receives
+    every verdict in input order and bounds what the report keeps (``IngestReport``).
+    ``progress`` is called after each batch. Never raises for bad input or a failing item.
+    """
+    clock = int(time.time()) if now is None else now
+    report = IngestReport(sink=on_verdict)
+    envelopes = EnvelopeIngest(pipeline.engine, pipeline.envelope, pipeline.objects, clock)
+    for name, data in inputs:
+        stats = ExtractStats()
+        items = read_capture(
+            data, name=name, content_type=content_type, stats=stats, on_item=envelopes.read
+        )
+        done = 0
+        for batch in _batches(items):
+            for outcome in _run_batch(pipeline, batch, clock):
+                _report(report, outcome)
+            done += len(batch)
+            if progress is not None:
+                progress(name, done, _fraction_read(data))
+        report.skipped += stats.without_handoff
+        envelopes.flush(report.envelopes)  # docs/envelopes.md
+    report.finish()
+    return report
+
+
+def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) -> IngestReport:
+    """Ingest objects already taken out of their carriers, in order, at store clock
+    ``now`` (``handoff-trace rederive`` and ``import`` replay stored receipts this way).
+    Never raises for bad input or a failing item."""
+    report = IngestReport()
+    for batch in _batches(items):
+        for outcome in _run_batch(pipeline, batch, now):
+            _report(report, outcome)
+    report.finish()
+    return report
+
+
+def _batches(items: Iterable[Found]) -> Iterator[list[Found]]:
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, BATCH_ITEMS)):
+        yield batch
+
+
+def _fraction_read(data: Capture) -> float | None:
+    """How far into a seekable file reading has got; None for octets or a pipe."""
+    if isinstance(data, bytes):
+        return None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        size = os.fstat(data.fileno()).st_size
+        return min(1.0, data.tell() / size) if size else None
+    return None
+
+
+def _report(report: IngestReport, outcome: _Done | ItemError) -> None:
+    if isinstance(outcome, ItemError):
+        report.errors.append(outcome)
+        return
+    report.add(outcome.verdict, outcome.observation)
+    report.stored += outcome.new
+    # A status of this run whose offer this item made known: its verdict is now final.
+    for observation, verdict in outcome.judged_again.items():
+        report.replace(observation, verdict)
+
+
+# --- one batch: consecutive items in one transaction ---------------------------------------
+
+
+def _run_batch(pipeline: Pipeline, batch: list[Found], now: int) -> list[_Done | ItemError]:
+    """What became of every item of the batch, in input order."""
+    results: list[_Done | ItemError] = []
+    rest = batch
+    while rest:
+        try:
+            done, failed = _try_batch(pipeline, rest, now)
+        except SQLAlchemyError:
+            # The batch as a whole could not commit: nothing of it was kept.
+            results.extend(_alone(pipeline, found, now) for found in rest)
+            break
+        results.extend(done)
+        if failed >= len(rest):
+            break
+        # The item that failed inside the batch, alone; then a new batch after it.
+        results.append(_alone(pipeline, rest[failed], now))
+        rest = rest[failed + 1 :]
+    return results
+
+
+def _try_batch(
+    pipeline: Pipeline, batch: list[Found], now: int
+) -> tuple[list[_Done | ItemError], int]:
+    """Run items in one transaction, each in a savepoint, until one fails; derive the hops
+    of those that ran, and commit. Returns their results and the index of the failed item
+    (``len(batch)`` when none failed). Raises SQLAlchemyError when the commit fails."""
+    results: list[_Done | ItemError] = []
+    failed = len(batch)
+    with db.transaction(pipeline.engine) as session:
+        locks = Locks(session)  # a batch holds locks, so it only ever tries for more
+        hops: set[HopKey] = set()
+        touched: set[bytes] = set()
+        for index, found in enumerate(batch):
+            if isinstance(found, CarrierError):
+                results.append(_Done(carrier_error_verdict(found)))
+                continue
+            obj, element = _parse(found.value)
+            if obj is None or element is None:
+                failed = index  # judged alone (``_store``), without the batch's transaction
+                break
+            item = _Item(pipeline, session, now, locks)
+            try:
+                with db.savepoint(session):
+                    locks.need(_lock_keys(obj, element))
+                    done = item.run(found, obj, element)
+                    if locks.active:
+                        hops |= item.hops()  # their locks, taken inside the item's savepoint
+            except (NeedLocks, SQLAlchemyError):
+                failed = index
+                break
+            results.append(done)
+            touched |= item.touched
+        if not locks.active:
+            # SQLite: one writer at a time and no locks to take, so the hops the batch
+            # touched are found once, for all its items together.
+            hops = affected_hops(session, touched, locks=locks)
+        derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
+    return results, failed
+
+
+def _alone(pipeline: Pipeline, found: Found, now: int) -> _Done | ItemError:
+    """One item in a transaction of its own, reported as an ItemError when it fails."""
+    if isinstance(found, CarrierError):
+        return _Done(carrier_error_verdict(found))
+    try:
+        done = _store(pipeline, found, now)
+    except SQLAlchemyError as exc:
+        first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        return ItemError(found.source, f"database error: {first_line}")
+    if done is None:
+        return ItemError(found.source, "busy: too many concurrent writers")
+    return done
+
+
+def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
+    """One item in one transaction, started again (with more locks from the start) while
+    it finds locks taken. None when it never got them. Raises SQLAlchemyError."""
+    obj, element = _parse(item.value)
+    if obj is None or element is None:
+        # Malformed, or a key inside the message: judged without any memory (the verdict
+        # depends on the octets alone); the octets are kept as evidence (app.store.rejected).
+        ctx = context_for(item, pipeline.options)
+        verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
+        verdict = verifier.verify_value(item.value, ctx, source=item.source)
+        keep = functools.partial(
+            keep_refused, item=item, ctx=ctx, verdict=verdict, now=now, timing=pipeline.timing
+        )
+        db.run(pipeline.engine, keep)
+        return _Done(verdict)
+    keys = frozenset(_lock_keys(obj, element))
+
+    def work(session: Session, keys: frozenset[str]) -> _Done:
+        locks = Locks(session, keys)
+        one = _Item(pipeline, session, now, locks)
+        done = one.run(item, obj, element)
+        derive_hops(session, one.hops(), now=now, timing=pipeline.timing, locks=locks)
+        return done
+
+    for _ in range(_RESTARTS):
+        try:
+            return db.run(pipeline.engine, functools.partial(work, keys=keys))
+        except NeedLocks as exc:
+            keys = exc.keys
+    return None
+
+
+@dataclass
+class _Done:
+    verdict: Verdict
+    observation: int | None = None
+    new: int = 0
+    judged_again: dict[int, Verdict] = field(default_factory=dict)
+
+
+Parsed = tuple[HandoffObject | StatusObject | None, Element | None]
+
+
+def _parse(value: object) -> Parsed:
+    """The object and its element, when both parse; the verifier reports what does not."""
+    try:
+        obj = parse_object(value)
+        octets = obj.status if isinstance(obj, StatusObject) else obj.offer
+        return obj, parse_element(octets, obj.form)
+    except HandoffError:
+        return None, None
+
+
+def _lock_keys(obj: HandoffObject | StatusObject, element: Element) -> set[str]:
+    """The locks an item takes before anything else: its hops, and the elements it stores
+    or names by digest (see ``app.store.db.Locks``)."""
+    elements = [element]
+    if isinstance(obj, HandoffObject):
+        for octets in obj.chain:
+            with contextlib.suppress(HandoffError):
+                elements.append(parse_element(octets, obj.form))
+    keys = set()
+    for e in elements:
+        p = e.payload
+        named = p.prev if isinstance(p, Offer) else p.offer
+        keys |= {hop_lock(p.hop), digest_lock(e.digest)}
+        if named is not None:
+            keys.add(digest_lock(named))
+    return keys
+
+
+_IS_STORED = select(ElementRow.digest).where(ElementRow.digest == bindparam("b_digest"))
+
+
+class _Item:
+    """One item's work in a transaction: verify, persist, judge again what it completes;
+    ``hops`` then says which hops to re-derive."""
+
+    def __init__(self, pipeline: Pipeline, session: Session, now: int, locks: Locks) -> None:
+        self.p = pipeline
+        self.session = session
+        self.now = now
+        self.locks = locks
+        self.verifier = self._verifier(fresh=False)
+        assert isinstance(self.verifier.offers, StoreMemory)
+        self.memory = self.verifier.offers
+        self.touched: set[bytes] = set()  # elements whose judgement changed
+        self.judged_again: dict[int, Verdict] = {}
+
+    def _verifier(self, *, fresh: bool) -> Verifier:
+        return store_verifier(
+            self.session,
+            trust=self.p.trust,
+            policy=self.p.options.policy,
+            objects=self.p.objects,
+            now=self.now,
+            fresh=fresh,
+        )
+
+    @property
+    def fresh(self) -> Verifier:
+        """A verifier for one judgement as if nothing had been seen before: a new one each
+        time, or judging one twin would make the next an equivocation."""
+        return self._verifier(fresh=True)
+
+    def run(self, item: Carried, obj: HandoffObject | StatusObject, element: Element) -> _Done:
+        ctx = context_for(item, self.p.options)
+        obj = self._with_stored_chain(obj, element)
+        new = self._is_new(element.digest)
+        verdict = self.verifier.verify_object(obj, ctx, source=item.source)
+        if verdict.reason is Reason.MALFORMED:  # e.g. a status where an offer belongs
+            return _Done(verdict)
+        if not self.memory.holds(element.digest):  # an offer that verified is stored already
+            store_element(self.session, element, now=self.now)
+        judged = verdict
+        if depends_on_replay(verdict):
+            judged = self.fresh.verify_object(obj, ctx, source=item.source)
+        observation = add_observation(
+            self.session,
+            digest=element.digest,
+            ctx=ctx,
+            source=item.source,
+            now=self.now,
+            item=item,
+        )
+        add_verdict(
+            self.session,
+            observation_id=observation,
+            verdict=verdict,
+            judgement=Judgement.of(judged),
+            trust=self.p.trust.fingerprint,
+            now=self.now,
+        )
+        self.touched.add(element.digest)
+        known = self._observe_chain(judged, element, ctx, item.source)
+        if element.is_offer and _passed(judged, "signature"):
+            known.add(element.digest)
+        self._complete(known)
+        return _Done(verdict, observation, int(new), self.judged_again)
+
+    def hops(self) -> set[HopKey]:
+        """The hops to derive again for what ``run`` changed, their locks held."""
+        keys = affected_hops(self.session, self.touched, locks=self.locks)
+        self.locks.need(hop_lock(hop) for _, hop in keys)
+        return keys
+
+    def _is_new(self, digest: bytes) -> bool:
+        return execute(self.session, _IS_STORED, {"b_digest": digest}).first() is None
+
+    def _with_stored_chain(
+        self, obj: HandoffObject | StatusObject, element: Element
+    ) -> HandoffObject | StatusObject:
+        """An offer naming ``prev`` without a carried chain is checked against the earlier
+        offers the store holds (SPEC 7); the report then says ``carried: false``."""
+        offer = element.payload
+        if not isinstance(obj, HandoffObject) or obj.chain or not isinstance(offer, Offer):
+            return obj
+        if offer.prev is None:
+            return obj
+        limit = self.p.options.max_chain - 1
+        ancestors = stored_ancestors(
+            self.session, offer.prev, form=obj.form, limit=limit, locks=self.locks
+        )
+        if not ancestors:
+            return obj
+        return HandoffObject(
+            offer=obj.offer, chain=tuple(ancestors), form=obj.form, chain_carried=False
+        )
+
+    def _observe_chain(
+        self, judged: Verdict, element: Element, ctx: Context, source: str
+    ) -> set[bytes]:
+        """The verified chain elements of this bundle: observed (they count for their
+        hops) when the chain check passed; known offers either way."""
+        if judged.chain is None:
+            return set()
+        known = {e.digest for e in judged.chain.elements if e.result is Result.PASS and e.digest}
+        if judged.chain.carried and _passed(judged, "chain"):
+            for e in judged.chain.elements:
+                assert e.digest is not None
+                add_observation(
+                    self.session,
+                    digest=e.digest,
+                    ctx=ctx,
+                    source=f"{source} chain[{e.index}]",
+                    now=self.now,
+                    via=element.digest,
+                )
+        self.touched.update(known)
+        return known
+
+    def _complete(self, known: set[bytes]) -> None:
+        """Judge again what the offers in ``known`` complete: pending statuses naming them,
+        and offers below them whose chain was built from stored elements."""
+        for observed in pending_statuses(self.session, known):
+            self._judge_status_again(observed)
+        frontier, seen = known, set(known)
+        for _ in range(self.p.options.max_chain):
+            # Offers below one we hold took its lock when they were stored.
+            self.locks.need(digest_lock(d) for d in frontier)
+            below = [d for d in children(self.session, frontier) if d not in seen]
+            if not below:
+                break
+            seen.update(below)
+            for observed in offers_judged_without_chain(self.session, below):
+                self._judge_offer_again(observed)
+            frontier = set(below)
+
+    def _judge_status_again(self, observed: Observed) -> None:
+        status = StatusObject(status=observed.octets, form=observed.form)
+        verdict = self.verifier.verify_object(status, observed.ctx, source=observed.source)
+        judged = verdict
+        if depends_on_replay(verdict):
+            judged = self.fresh.verify_object(status, observed.ctx, source=observed.source)
+        self._replace(observed, verdict, judged)
+
+    def _judge_offer_again(self, observed: Observed) -> None:
+        element = parse_element(observed.octets, observed.form)
+        bare = HandoffObject(observed.octets, (), observed.form, chain_carried=False)
+        obj = self._with_stored_chain(bare, element)
+        # Against an empty replay memory: the store's own memory already holds this offer.
+        judged = self.fresh.verify_object(obj, observed.ctx, source=observed.source)
+        if observed.outcome == Outcome.DUPLICATE.value or observed.reason == "equivocation":
+            # What was reported stays reported; only the judgement is completed.
+            update_judgement(
+                self.session,
+                observed.verdict_id,
+                judgement=Judgement.of(judged),
+                trust=self.p.trust.fingerprint,
+                now=self.now,
+            )
+            self.touched.add(element.digest)
+        else:
+            self._replace(observed, judged, judged)
+
+    def _replace(self, observed: Observed, verdict: Verdict, judged: Verdict) -> None:
+        update_verdict(
+            self.session,
+            observed.verdict_id,
+            verdict=verdict,
+            judgement=Judgement.of(judged),
+            trust=self.p.trust.fingerprint,
+            now=self.now,
+        )
+        self.judged_again[observed.observation_id] = verdict
+        if verdict.digest is not None:
+            self.touched.add(verdict.digest)
+
+
+def _passed(verdict: Verdict, check: str) -> bool:
+    return any(c.check == check and c.result is Result.PASS for c in verdict.checks)

@@ -1,0 +1,113 @@
+"""Verification of capture files without a database: carriers -> protocol core -> verdicts.
+
+The ``verify`` command and ``POST /api/v1/verify`` share this path; the ingest pipeline adds
+persistence around the same calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from handoff_context.encoding import MAX_ELEMENT_OCTETS
+from handoff_context.errors import Reason
+from handoff_context.refs import AvailableObject, ObjectIndex, RefPolicy
+from handoff_context.trust import TrustStore
+from handoff_context.verdict import Outcome, Verdict
+from handoff_context.verify import Context, Policy, Session, Verifier
+
+from app.capture.carriers import Carried, CarrierError, ExtractStats, read_capture
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """The SPEC 12 verify parameters, with the same names as the CLI and the HTTP API."""
+
+    at: int
+    receiver: str | None = None
+    dialog: str | None = None
+    skew: int = 60
+    max_lifetime: int = 300
+    max_chain: int = 16
+    ref_policy: RefPolicy = RefPolicy.NONE
+    max_element_bytes: int = MAX_ELEMENT_OCTETS
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(
+            skew=self.skew,
+            max_lifetime=self.max_lifetime,
+            max_chain=self.max_chain,
+            ref_policy=self.ref_policy,
+            max_element=self.max_element_bytes,
+        )
+
+
+@dataclass
+class Report:
+    verdicts: list[Verdict]
+    skipped: int
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Verdicts by outcome (every outcome present), plus totals (SPEC 12 ``counts``)."""
+        return outcome_counts(self.verdicts, skipped=self.skipped)
+
+
+def outcome_counts(verdicts: Iterable[Verdict], *, skipped: int) -> dict[str, int]:
+    counts = {o.value: 0 for o in Outcome}
+    total = 0
+    for v in verdicts:
+        counts[v.outcome.value] += 1
+        total += 1
+    return {**counts, "verdicts": total, "skipped": skipped}
+
+
+def load_objects(directory: Path) -> ObjectIndex:
+    """Every regular file in ``directory`` is an object; ``NAME.salt`` beside ``NAME`` is the
+    salt of a salted digest (and not an object of its own). Raises OSError."""
+    files = {p.name: p for p in sorted(directory.iterdir()) if p.is_file()}
+    index = ObjectIndex()
+    for name, path in files.items():
+        if name.endswith(".salt") and name[: -len(".salt")] in files:
+            continue
+        salt_path = files.get(name + ".salt")
+        salt = salt_path.read_bytes() if salt_path else None
+        index.add(AvailableObject(name=name, content=path.read_bytes(), salt=salt))
+    return index
+
+
+def context_for(item: Carried, options: VerifyOptions) -> Context:
+    """Per-item facts. The carrier's own dialog (A2A contextId) is what the host message
+    says, so it wins over a capture record's dialog, which wins over the option."""
+    return Context(
+        now=item.received_at if item.received_at is not None else options.at,
+        receiver=item.received_by if item.received_by is not None else options.receiver,
+        dialog=item.dialog or item.record_dialog or options.dialog,
+    )
+
+
+def carrier_error_verdict(error: CarrierError) -> Verdict:
+    return Verdict(source=error.source, element=None, reason=Reason.MALFORMED, detail=error.detail)
+
+
+def verify_inputs(
+    inputs: Iterable[tuple[str, bytes]],
+    *,
+    trust: TrustStore,
+    options: VerifyOptions,
+    objects: ObjectIndex | None = None,
+    content_type: str | None = None,
+) -> Report:
+    """Verify every element in every input, in order, against one memory (SPEC 11)."""
+    verifier = Verifier(trust=trust, policy=options.policy, objects=objects or ObjectIndex())
+    session = Session(verifier)
+    stats = ExtractStats()
+    for name, data in inputs:
+        for item in read_capture(data, name=name, content_type=content_type, stats=stats):
+            if isinstance(item, CarrierError):
+                session.add_verdict(carrier_error_verdict(item))
+            else:
+                session.add(item.value, context_for(item, options), source=item.source)
+    return Report(verdicts=session.verdicts, skipped=stats.without_handoff)

@@ -1,0 +1,142 @@
+"""Strict encodings shared by both forms: canonical base64url, digests, strict JSON.
+
+JOSE libraries are lenient about several of these (SPEC 2); the profile is not, so the
+checks live here and run before and after any library call.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from typing import Any
+
+from handoff_context.errors import MalformedError
+
+# SPEC 1.2 [profile]: every element is refused above 64 KiB before any decoding work, and
+# nesting deeper than 32 levels is malformed.
+MAX_ELEMENT_OCTETS = 64 * 1024
+MAX_DEPTH = 32
+
+DIGEST_OCTETS = 32
+_B64URL = re.compile(r"^[A-Za-z0-9_-]*\Z")  # \Z: $ would also match before a final \n
+_B64_VALUE = {
+    ch: i for i, ch in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+}
+# The largest integer JSON can carry without loss in every implementation (SPEC 1.1).
+MAX_SAFE_INT = 2**53 - 1
+
+
+def b64url_encode(data: bytes) -> str:
+    """Encode as base64url without padding (RFC 7515 section 2)."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str, *, what: str) -> bytes:
+    """Decode canonical base64url without padding.
+
+    Raises MalformedError for padding, characters outside the url-safe alphabet, an
+    impossible length, or unused trailing bits that are not zero (SPEC 2).
+    """
+    if not _B64URL.match(text):
+        raise MalformedError(f"{what} is not base64url without padding")
+    if len(text) % 4 == 1:
+        raise MalformedError(f"{what} has an impossible base64url length")
+    # Canonical form: the unused low bits of the last character are zero, so no second
+    # spelling of the same octets exists (RFC 4648 section 3.5).
+    rem = len(text) % 4
+    if rem and _B64_VALUE[text[-1]] & (0x0F if rem == 2 else 0x03):
+        raise MalformedError(f"{what} is not canonical base64url (unused bits set)")
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:  # pragma: no cover - alphabet checked above
+        raise MalformedError(f"{what} is not valid base64url") from exc
+    return data
+
+
+def handoff_digest(octets: bytes) -> bytes:
+    """SHA-256 over the element's octets exactly as received (SPEC 1.3, 2, 3)."""
+    return hashlib.sha256(octets).digest()
+
+
+def digest_text(digest: bytes) -> str:
+    """The JSON form of a digest: 43 characters of base64url (SPEC 1.3)."""
+    return b64url_encode(digest)
+
+
+def parse_digest_text(text: object, *, what: str) -> bytes:
+    """Parse the JSON form of a digest; raises MalformedError unless canonical 32 octets."""
+    if not isinstance(text, str):
+        raise MalformedError(f"{what} must be a base64url string")
+    if len(text) != 43:
+        raise MalformedError(f"{what} must be 43 base64url characters (a SHA-256 digest)")
+    return b64url_decode(text, what=what)
+
+
+def check_depth(data: bytes | str, *, what: str) -> None:
+    """Refuse JSON nested deeper than MAX_DEPTH before the parser sees it.
+
+    A linear scan that skips string contents; it bounds the parser's recursion so hostile
+    input cannot exhaust the stack.
+    """
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    if text.count("{") + text.count("[") <= MAX_DEPTH:
+        return  # cannot nest deeper than the brackets it has: skip the scan
+    depth = 0
+    in_string = False
+    escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise MalformedError(f"{what} nests deeper than {MAX_DEPTH} levels")
+        elif ch in "]}":
+            depth -= 1
+
+
+def _reject_constant(name: str) -> Any:
+    raise MalformedError(f"JSON constant {name} is not allowed")
+
+
+def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise MalformedError(f"duplicate member name {key!r}")
+        result[key] = value
+    return result
+
+
+_STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs_without_duplicates, parse_constant=_reject_constant
+)
+
+
+def strict_json_loads(data: bytes, *, what: str) -> Any:
+    """Parse strict UTF-8 JSON: no BOM, no UTF-16, no duplicate members, no NaN/Infinity,
+    bounded depth. Raises MalformedError with ``what`` named in the detail.
+    """
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise MalformedError(f"{what} starts with a byte order mark")
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise MalformedError(f"{what} is not strict UTF-8") from exc
+    check_depth(text, what=what)
+    try:
+        return _STRICT_DECODER.decode(text)
+    except MalformedError as exc:
+        raise MalformedError(f"{what}: {exc.detail}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise MalformedError(f"{what} is not valid JSON") from exc
