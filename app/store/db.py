@@ -42,10 +42,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from alembic import command
+from app import resources
 from app.settings import DEFAULT_DB_PATH, check_database_url
 
 T = TypeVar("T")
-MIGRATIONS = Path(__file__).resolve().parents[2] / "alembic"
+# The packaged copy of alembic/ (env.py and versions/), wherever the service is installed.
+MIGRATIONS = resources.migrations()
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Serialises concurrent `db upgrade` runs on one PostgreSQL (any constant will do).
 _UPGRADE_LOCK = 0x68616E646F6666  # "handoff"
@@ -241,6 +243,8 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def alembic_config() -> Config:
+    """Alembic configured in code, without alembic.ini (which only the ``alembic`` command
+    line in a checkout reads): the packaged script directory, nothing else."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     return cfg
