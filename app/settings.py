@@ -22,6 +22,7 @@ from handoff_context.refs import RefPolicy
 from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import DEFAULT_TYPES
 from app.envelope.ledger import CaseRules
+from app.errors import HandoffTraceError
 from app.ingest.verifying import VerifyOptions
 
 PREFIX = "HANDOFF_TRACE_"
@@ -37,8 +38,10 @@ _MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
 _MAX_SESSION = 30 * 24 * 3600
 
 
-class SettingsError(ValueError):
+class SettingsError(HandoffTraceError):
     """A setting is missing, malformed or unsafe; ``str(exc)`` is one line for people."""
+
+    reason = "invalid-setting"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from app.errors import ItemProblem
+
 
 class CaptureFormat(StrEnum):
     """The capture file formats of SPEC 10."""
@@ -21,12 +23,9 @@ class CaptureFormat(StrEnum):
     CBOR = "cbor"
 
 
-@dataclass(frozen=True)
-class CarrierError:
-    """An item of the capture that is malformed; ``detail`` says what and where."""
-
-    source: str
-    detail: str
+# An item of the capture that is malformed; ``detail`` says what and where. The service's
+# one record of a per-item problem, under the name the capture readers have always used.
+CarrierError = ItemProblem
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from app.ingest.rederive import Rederived, Replayed, rederive, replay
 from app.ingest.verifying import load_objects
 from app.store import db
 from app.store.derive import sweep
-from app.store.derived import ReplaceError
 from app.store.models import ElementRow
 from app.store.transfer import TransferError, export_records, header, read_jsonl, write_jsonl
 
@@ -119,8 +118,6 @@ def cmd_rederive(args: argparse.Namespace) -> int:
     engine = open_engine(args, load_settings())
     try:
         done = rederive(engine, pipeline_for, now=_now(args), dry_run=args.dry_run)
-    except (TransferError, ReplaceError) as exc:
-        raise UsageError(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
     finally:

@@ -15,14 +15,21 @@ from handoff_context.refs import RefPolicy
 from handoff_context.trust import TrustStore
 
 from app.demo.output import DemoPaths
+from app.errors import HandoffTraceError
 from app.ingest.verifying import load_objects
 
 
+class DemoLoadError(HandoffTraceError):
+    """The run cannot be loaded: a bad setting, an unusable trust file or database."""
+
+    reason = "demo-load"
+
+
 def load_run(paths: DemoPaths, *, now: int | None) -> int:
-    """Ingest the run's capture files; returns the exit status (0, or 2 for an error)."""
+    """Ingest the run's capture files; returns the exit status (0, or 2 for an item error).
+    Raises DemoLoadError when the settings, the trust file or the database cannot be used."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from app.cli.common import UsageError
     from app.ingest.pipeline import Pipeline, ingest
     from app.settings import Settings, SettingsError
     from app.store import db
@@ -33,9 +40,9 @@ def load_run(paths: DemoPaths, *, now: int | None) -> int:
         db.ensure_schema(engine)
         trust = TrustStore.load(paths.trust)
     except (SettingsError, TrustConfigError) as exc:
-        raise UsageError(str(exc)) from exc
+        raise DemoLoadError(str(exc)) from exc
     except SQLAlchemyError as exc:
-        raise UsageError(f"cannot use the database: {str(exc).splitlines()[0][:200]}") from exc
+        raise DemoLoadError(f"cannot use the database: {str(exc).splitlines()[0][:200]}") from exc
     clock = int(time.time())
     options = settings.verify_options(at=clock, ref_policy=RefPolicy.CHECK_AVAILABLE)
     pipeline = Pipeline(

@@ -42,6 +42,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from alembic import command
+from app.errors import HandoffTraceError
 from app.settings import DEFAULT_DB_PATH, check_database_url
 
 T = TypeVar("T")
@@ -113,8 +114,13 @@ def read_only(engine: Engine) -> Engine:
     return engine.execution_options(sqlite_begin="DEFERRED")
 
 
-class WriterBusy(Exception):
+class WriterBusy(HandoffTraceError):
     """Another transaction holds the SQLite write lock (``transaction(..., wait=False)``)."""
+
+    reason = "writer-busy"
+
+    def __init__(self, detail: str = "another transaction holds the SQLite write lock") -> None:
+        super().__init__(detail)
 
 
 @contextmanager
@@ -322,9 +328,11 @@ def upsert(session: Session, model: Any, values: Mapping[str, Any], keys: Sequen
 # --- advisory locks -----------------------------------------------------------------------
 
 
-class NeedLocks(Exception):
+class NeedLocks(HandoffTraceError):
     """A lock was taken by another transaction: start over holding ``keys`` from the start
     (taken in one global order, so waiting for them cannot deadlock)."""
+
+    reason = "need-locks"
 
     def __init__(self, keys: frozenset[str]) -> None:
         super().__init__(f"{len(keys)} locks needed")

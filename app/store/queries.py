@@ -16,6 +16,7 @@ from handoff_context.encoding import digest_text
 from sqlalchemy import and_, func, or_, select, tuple_, update
 from sqlmodel import Session
 
+from app.errors import HandoffTraceError
 from app.store.models import (
     ActionRow,
     ElementRow,
@@ -43,8 +44,10 @@ class FlagAction(StrEnum):
     NOTE = "note"
 
 
-class FlagActionError(ValueError):
+class FlagActionError(HandoffTraceError):
     """An operator action that cannot apply (unknown flag, snooze without a time...)."""
+
+    reason = "invalid-action"
 
 
 # --- hops -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
+from app.errors import HandoffTraceError
 from app.ingest.pipeline import Pipeline
 from app.ingest.verifying import VerifyOptions, load_objects
 from app.settings import Settings, SettingsError
@@ -38,8 +39,10 @@ def wall_clock() -> int:
     return int(time.time())
 
 
-class ServiceConfigError(RuntimeError):
+class ServiceConfigError(HandoffTraceError):
     """The service cannot start: ``str(exc)`` is one line saying what to fix."""
+
+    reason = "service-config"
 
 
 def load_trust(settings: Settings) -> TrustStore:
