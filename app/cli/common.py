@@ -11,7 +11,6 @@ from typing import NoReturn
 from handoff_context.errors import TrustConfigError
 from handoff_context.trust import TrustStore
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.errors import HandoffTraceError
@@ -88,13 +87,13 @@ def load_settings() -> Settings:
 
 
 def open_engine(args: argparse.Namespace, settings: Settings, *, migrate: bool = True) -> Engine:
-    url = args.db or settings.database_url or db.default_url()
+    url = settings.store_url(args.db)
     try:
         engine = db.make_engine(url)
         if migrate:
             db.ensure_schema(engine)
     except SQLAlchemyError as exc:
-        shown = make_url(db.normalise_url(url)).render_as_string(hide_password=True)
+        shown = db.shown_url(url)
         raise UsageError(f"cannot use the database {shown}: {first_line(exc)}") from exc
     return engine
 

@@ -130,7 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.web.service import load_trust
 
     settings = load_settings()
-    url = args.db or settings.database_url or db.default_url()
+    url = settings.store_url(args.db)
     trust_file = Path(args.trust) if args.trust else settings.trust_file
     # Fail closed here, once, with one line (ServiceConfigError, which ``main`` prints): the
     # workers would each fail less clearly.

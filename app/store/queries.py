@@ -396,6 +396,11 @@ class StoreCounts:
     flags: dict[tuple[str, str], int]  # by (kind, status as of now)
 
 
+def hop_count(session: Session) -> int:
+    """How many hops the store holds."""
+    return int(session.execute(select(func.count()).select_from(HopRow)).scalar_one())
+
+
 def store_counts(session: Session, *, now: int) -> StoreCounts:
     """Counts of elements, observations, verdicts, hops and flags (grouped queries only)."""
 

@@ -65,6 +65,11 @@ class TransferError(HandoffTraceError):
     reason = "invalid-export"
 
 
+def holds_elements(session: Session) -> bool:
+    """Whether the store holds any element (an import goes into an empty store only)."""
+    return session.execute(select(ElementRow.digest).limit(1)).first() is not None
+
+
 def to_json(model: type[SQLModel], row: Any, *, skip: Iterable[str] = ("id",)) -> dict[str, Any]:
     """A row's columns as JSON values: octets as base64url text."""
     out: dict[str, Any] = {}
