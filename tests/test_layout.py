@@ -251,3 +251,32 @@ def test_the_checks_see_what_they_look_for() -> None:
     env = ast.parse("import os\nx = os.environ.get('A')\ns = Settings.from_env()\n")
     assert speaks_sql(sql) and not speaks_sql(ast.parse("from sqlalchemy import Engine\n"))
     assert len(reads_environment(env)) == 2
+
+
+# --- the README's layout section matches the tree --------------------------------------
+
+
+def layout_entries() -> list[str]:
+    """The paths the README's "Layout" section names, one per unindented line of its block."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    return [line.split()[0] for line in block.splitlines()[1:] if line and not line[0].isspace()]
+
+
+def test_every_path_the_layout_names_exists() -> None:
+    entries = layout_entries()
+    assert "lib/handoff-context/" in entries and "tests/" in entries
+    missing = [entry for entry in entries if not (ROOT / entry).exists()]
+    assert missing == []
+    assert [e for e in entries if e.endswith("/") and not (ROOT / e).is_dir()] == []
+
+
+def test_the_layout_names_every_package_and_module_of_app() -> None:
+    named = set(layout_entries())
+    here = {
+        f"app/{p.name}/" if p.is_dir() else f"app/{p.name}"
+        for p in APP.iterdir()
+        if p.name not in ("__pycache__", "__init__.py")
+    }
+    assert here - named == set()
