@@ -280,3 +280,14 @@ def test_the_layout_names_every_package_and_module_of_app() -> None:
         if p.name not in ("__pycache__", "__init__.py")
     }
     assert here - named == set()
+
+
+def test_the_edges_are_imported_by_nothing_below_them() -> None:
+    graph = import_graph(in_functions=True)
+    below = ("app.capture", "app.ingest", "app.envelope", "app.store", "app.demo")
+    for name, targets in graph.items():
+        if not name.startswith("app.cli"):
+            # app/demo/load.py once raised the CLI's UsageError: the CLI sits on top.
+            assert {t for t in targets if t.startswith("app.cli")} == set(), name
+        if name.startswith(below) or name in ("app.settings", "app.errors"):
+            assert {t for t in targets if t.startswith("app.web")} == set(), name
