@@ -67,7 +67,7 @@ class TransferError(HandoffTraceError):
 
 def holds_elements(session: Session) -> bool:
     """Whether the store holds any element (an import goes into an empty store only)."""
-    return session.execute(select(ElementRow.digest).limit(1)).first() is not None
+    return session.execute(select(ElementRow).limit(1)).first() is not None
 
 
 def to_json(model: type[SQLModel], row: Any, *, skip: Iterable[str] = ("id",)) -> dict[str, Any]:

@@ -84,7 +84,8 @@ class ApiError(HandoffTraceError):
     ) -> None:
         super().__init__(message, reason=code or http_code(status))
         self.status = status
-        self.headers: dict[str, str] = dict(headers or {})
+        # Typed as Starlette types an HTTPException's headers (PayloadTooLarge is both).
+        self.headers: Mapping[str, str] | None = dict(headers or {})
 
     @property
     def code(self) -> str:
