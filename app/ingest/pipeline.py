@@ -58,7 +58,7 @@ from handoff_context.refs import ObjectIndex
 from handoff_context.trust import TrustStore
 from handoff_context.verdict import Outcome, Result, Verdict
 from handoff_context.verify import Context, Verifier, parse_element
-from sqlalchemy import Engine, bindparam, select
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
@@ -66,10 +66,9 @@ from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, rea
 from app.ingest.envelope import EnvelopeConfig, EnvelopeIngest, EnvelopeReport
 from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_for
 from app.store import db
-from app.store.db import Locks, NeedLocks, digest_lock, execute, hop_lock
+from app.store.db import Locks, NeedLocks, digest_lock, hop_lock
 from app.store.derive import HopKey, affected_hops, derive_hops
-from app.store.memory import StoreMemory, store_element, store_verifier
-from app.store.models import ElementRow
+from app.store.memory import StoreMemory, element_stored, store_element, store_verifier
 from app.store.records import (
     Judgement,
     Observed,
@@ -408,9 +407,6 @@ def _lock_keys(obj: HandoffObject | StatusObject, element: Element) -> set[str]:
     return keys
 
 
-_IS_STORED = select(ElementRow.digest).where(ElementRow.digest == bindparam("b_digest"))
-
-
 class _Item:
     """One item's work in a transaction: verify, persist, judge again what it completes;
     ``hops`` then says which hops to re-derive."""
@@ -484,7 +480,7 @@ class _Item:
         return keys
 
     def _is_new(self, digest: bytes) -> bool:
-        return execute(self.session, _IS_STORED, {"b_digest": digest}).first() is None
+        return not element_stored(self.session, digest=digest)
 
     def _with_stored_chain(
         self, obj: HandoffObject | StatusObject, element: Element

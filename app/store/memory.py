@@ -102,6 +102,14 @@ def store_element(session: Session, element: Element, *, now: int) -> bool:
     return inserted
 
 
+_IS_STORED = select(ElementRow.digest).where(ElementRow.digest == bindparam("b_digest"))
+
+
+def element_stored(session: Session, *, digest: bytes) -> bool:
+    """True when the element ``digest`` is stored."""
+    return execute(session, _IS_STORED, {"b_digest": digest}).first() is not None
+
+
 def load_element(session: Session, digest: bytes) -> Element | None:
     """Parse a stored element again from its octets (None when not stored)."""
     row = execute(session, _ELEMENT_OCTETS, {"b_digest": digest}).first()
