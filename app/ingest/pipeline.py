@@ -1,8 +1,10 @@
 """The ingest pipeline, one path for every entry point (HTTP, upload, CLI):
 payload -> carriers -> verify (SPEC 6, 7, 5) -> persist -> re-derive hops and flags.
 
-Items are committed in batches of up to ``BATCH_ITEMS``: one transaction holds a run of
-consecutive items, each inside its own SAVEPOINT, and the hops they touched are re-derived
+Items are committed in batches of up to ``app.ingest.batches.BATCH_ITEMS``, through the one
+batch runner the envelope stage uses too (``app.ingest.batches.run_batch``; envelope items
+are stored after each batch of signed items, ``app.ingest.envelope``): one transaction holds
+a run of consecutive items, each inside its own SAVEPOINT, and the hops they touched are re-derived
 once, at the end of the batch, instead of after every item (the derivation reads only stored
 facts, so deriving once gives what deriving after each item would have left). A per-item
 transaction cost ~40 statements and a commit per element; a batch shares the commit and the
@@ -42,11 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -63,7 +64,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
-from app.ingest.envelope import EnvelopeConfig, EnvelopeIngest, EnvelopeReport
+from app.envelope.config import EnvelopeConfig
+from app.ingest.batches import BUSY, batched, database_error, run_batch
+from app.ingest.envelope import EnvelopeIngest, EnvelopeReport
 from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_for
 from app.store import db
 from app.store.db import Locks, NeedLocks, digest_lock, hop_lock
@@ -86,9 +89,6 @@ from app.store.rejected import keep_refused
 
 # Restarts of one item that found a lock taken, before it is reported as an error.
 _RESTARTS = 50
-# Items per transaction (see the module docstring). Larger batches gain little once the
-# commit and the shared hops are amortised, and hold SQLite's write lock longer.
-BATCH_ITEMS = 64
 # With ``on_verdict``: verdicts kept for a later item to complete (a pending status whose
 # offer arrives later in the same run) before they are handed on as they are.
 VERDICT_WINDOW = 4096
@@ -201,21 +201,25 @@ def ingest(
     """
     clock = int(time.time()) if now is None else now
     report = IngestReport(sink=on_verdict)
-    envelopes = EnvelopeIngest(pipeline.engine, pipeline.envelope, pipeline.objects, clock)
+    envelopes = EnvelopeIngest(
+        pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
+    )
     for name, data in inputs:
         stats = ExtractStats()
         items = read_capture(
             data, name=name, content_type=content_type, stats=stats, on_item=envelopes.read
         )
         done = 0
-        for batch in _batches(items):
-            for outcome in _run_batch(pipeline, batch, clock):
-                _report(report, outcome)
+        for batch in batched(items):
+            _run(pipeline, batch, clock, report)
+            # The envelope items read with this batch: stored now, not at the end of the
+            # input (docs/envelopes.md).
+            envelopes.flush()
             done += len(batch)
             if progress is not None:
                 progress(name, done, _fraction_read(data))
+        envelopes.flush()  # read after the last batch of signed items
         report.skipped += stats.without_handoff
-        envelopes.flush(report.envelopes)  # docs/envelopes.md
     report.finish()
     return report
 
@@ -225,17 +229,21 @@ def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) ->
     ``now`` (``handoff-trace rederive`` and ``import`` replay stored receipts this way).
     Never raises for bad input or a failing item."""
     report = IngestReport()
-    for batch in _batches(items):
-        for outcome in _run_batch(pipeline, batch, now):
-            _report(report, outcome)
+    for batch in batched(items):
+        _run(pipeline, batch, now, report)
     report.finish()
     return report
 
 
-def _batches(items: Iterable[Found]) -> Iterator[list[Found]]:
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, BATCH_ITEMS)):
-        yield batch
+def _run(pipeline: Pipeline, batch: Sequence[Found], now: int, report: IngestReport) -> None:
+    """One batch of signed items through the batch runner, reported in input order."""
+    outcomes = run_batch(
+        batch,
+        attempt=functools.partial(_try_batch, pipeline, now=now),
+        alone=functools.partial(_alone, pipeline, now=now),
+    )
+    for outcome in outcomes:
+        _report(report, outcome)
 
 
 def _fraction_read(data: Capture) -> float | None:
@@ -262,28 +270,8 @@ def _report(report: IngestReport, outcome: _Done | ItemError) -> None:
 # --- one batch: consecutive items in one transaction ---------------------------------------
 
 
-def _run_batch(pipeline: Pipeline, batch: list[Found], now: int) -> list[_Done | ItemError]:
-    """What became of every item of the batch, in input order."""
-    results: list[_Done | ItemError] = []
-    rest = batch
-    while rest:
-        try:
-            done, failed = _try_batch(pipeline, rest, now)
-        except SQLAlchemyError:
-            # The batch as a whole could not commit: nothing of it was kept.
-            results.extend(_alone(pipeline, found, now) for found in rest)
-            break
-        results.extend(done)
-        if failed >= len(rest):
-            break
-        # The item that failed inside the batch, alone; then a new batch after it.
-        results.append(_alone(pipeline, rest[failed], now))
-        rest = rest[failed + 1 :]
-    return results
-
-
 def _try_batch(
-    pipeline: Pipeline, batch: list[Found], now: int
+    pipeline: Pipeline, batch: Sequence[Found], *, now: int
 ) -> tuple[list[_Done | ItemError], int]:
     """Run items in one transaction, each in a savepoint, until one fails; derive the hops
     of those that ran, and commit. Returns their results and the index of the failed item
@@ -322,17 +310,16 @@ def _try_batch(
     return results, failed
 
 
-def _alone(pipeline: Pipeline, found: Found, now: int) -> _Done | ItemError:
+def _alone(pipeline: Pipeline, found: Found, *, now: int) -> _Done | ItemError:
     """One item in a transaction of its own, reported as an ItemError when it fails."""
     if isinstance(found, CarrierError):
         return _Done(carrier_error_verdict(found))
     try:
         done = _store(pipeline, found, now)
     except SQLAlchemyError as exc:
-        first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
-        return ItemError(found.source, f"database error: {first_line}")
+        return ItemError(found.source, database_error(exc))
     if done is None:
-        return ItemError(found.source, "busy: too many concurrent writers")
+        return ItemError(found.source, BUSY)
     return done
 
 
