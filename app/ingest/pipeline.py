@@ -71,10 +71,11 @@ from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_f
 from app.store import db
 from app.store.db import Locks, NeedLocks, digest_lock, hop_lock
 from app.store.derive import HopKey, affected_hops, derive_hops
-from app.store.memory import StoreMemory, element_stored, store_element, store_verifier
+from app.store.memory import StoreMemory, fresh_verifier, store_verifier
 from app.store.records import (
     Judgement,
     Observed,
+    add_chain_observations,
     add_observation,
     add_verdict,
     children,
@@ -278,25 +279,27 @@ def _try_batch(
     (``len(batch)`` when none failed). Raises SQLAlchemyError when the commit fails."""
     results: list[_Done | ItemError] = []
     failed = len(batch)
+    parsed = [None if isinstance(f, CarrierError) else _parse(f.value, pipeline) for f in batch]
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
+        state = _Batch(pipeline, session, now, locks)
+        state.memory.load_batch({d for p in parsed if p is not None for d in p.digests})
         hops: set[HopKey] = set()
         touched: set[bytes] = set()
-        for index, found in enumerate(batch):
+        for index, (found, one) in enumerate(zip(batch, parsed, strict=True)):
             if isinstance(found, CarrierError):
                 results.append(_Done(carrier_error_verdict(found)))
                 continue
-            obj, element = _parse(found.value)
-            if obj is None or element is None:
-                failed = index  # judged alone (``_store``), without the batch's transaction
-                break
-            item = _Item(pipeline, session, now, locks)
+            item = _Item(state)
             try:
                 with db.savepoint(session):
-                    locks.need(_lock_keys(obj, element))
-                    done = item.run(found, obj, element)
-                    if locks.active:
-                        hops |= item.hops()  # their locks, taken inside the item's savepoint
+                    if one is None:  # malformed: kept as evidence, within the batch
+                        done = _refuse(pipeline, session, found, now, locks)
+                    else:
+                        locks.need(one.lock_keys)
+                        done = item.run(found, one)
+                        if locks.active:
+                            hops |= item.hops()  # their locks, taken inside the savepoint
             except (NeedLocks, SQLAlchemyError):
                 failed = index
                 break
@@ -307,6 +310,7 @@ def _try_batch(
             # touched are found once, for all its items together.
             hops = affected_hops(session, touched, locks=locks)
         derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
+        state.memory.flush()
     return results, failed
 
 
@@ -326,25 +330,19 @@ def _alone(pipeline: Pipeline, found: Found, *, now: int) -> _Done | ItemError:
 def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     """One item in one transaction, started again (with more locks from the start) while
     it finds locks taken. None when it never got them. Raises SQLAlchemyError."""
-    obj, element = _parse(item.value)
-    if obj is None or element is None:
-        # Malformed, or a key inside the message: judged without any memory (the verdict
-        # depends on the octets alone); the octets are kept as evidence (app.store.rejected).
-        ctx = context_for(item, pipeline.options)
-        verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
-        verdict = verifier.verify_value(item.value, ctx, source=item.source)
-        keep = functools.partial(
-            keep_refused, item=item, ctx=ctx, verdict=verdict, now=now, timing=pipeline.timing
-        )
-        db.run(pipeline.engine, keep)
-        return _Done(verdict)
-    keys = frozenset(_lock_keys(obj, element))
+    one = _parse(item.value, pipeline)
+    if one is None:
+        return db.run(pipeline.engine, lambda s: _refuse(pipeline, s, item, now, Locks(s)))
+    keys = frozenset(one.lock_keys)
 
     def work(session: Session, keys: frozenset[str]) -> _Done:
         locks = Locks(session, keys)
-        one = _Item(pipeline, session, now, locks)
-        done = one.run(item, obj, element)
-        derive_hops(session, one.hops(), now=now, timing=pipeline.timing, locks=locks)
+        state = _Batch(pipeline, session, now, locks)
+        state.memory.load_batch(one.digests)
+        item_work = _Item(state)
+        done = item_work.run(item, one)
+        derive_hops(session, item_work.hops(), now=now, timing=pipeline.timing, locks=locks)
+        state.memory.flush()
         return done
 
     for _ in range(_RESTARTS):
@@ -355,6 +353,19 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     return None
 
 
+def _refuse(pipeline: Pipeline, session: Session, item: Carried, now: int, locks: Locks) -> _Done:
+    """A malformed item, or one with a key inside the message: judged without any memory
+    (the verdict depends on the octets alone); the octets are kept as evidence
+    (app.store.rejected). Raises NeedLocks or SQLAlchemyError."""
+    ctx = context_for(item, pipeline.options)
+    verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
+    verdict = verifier.verify_value(item.value, ctx, source=item.source)
+    keep_refused(
+        session, item=item, ctx=ctx, verdict=verdict, now=now, timing=pipeline.timing, locks=locks
+    )
+    return _Done(verdict)
+
+
 @dataclass
 class _Done:
     verdict: Verdict
@@ -363,27 +374,39 @@ class _Done:
     judged_again: dict[int, Verdict] = field(default_factory=dict)
 
 
-Parsed = tuple[HandoffObject | StatusObject | None, Element | None]
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """An item's object and element, parsed once (the element size limit enforced here,
+    for every entry point), with what its locks and the batch's lookups need."""
+
+    obj: HandoffObject | StatusObject
+    element: Element
+    chain: tuple[Element, ...]  # the carried chain elements that parse
+    digests: frozenset[bytes]  # the element's and its carried chain's
+    lock_keys: frozenset[str]
 
 
-def _parse(value: object) -> Parsed:
-    """The object and its element, when both parse; the verifier reports what does not."""
+def _parse(value: object, pipeline: Pipeline) -> _Parsed | None:
+    """The object and its element, when both parse within the size limit; the verifier
+    reports what does not (``_refuse``)."""
     try:
-        obj = parse_object(value)
+        obj = parse_object(value, max_element=pipeline.options.max_element_bytes)
         octets = obj.status if isinstance(obj, StatusObject) else obj.offer
-        return obj, parse_element(octets, obj.form)
+        element = parse_element(octets, obj.form)
     except HandoffError:
-        return None, None
+        return None
+    chain: list[Element] = []
+    if isinstance(obj, HandoffObject):
+        for link in obj.chain:
+            with contextlib.suppress(HandoffError):
+                chain.append(parse_element(link, obj.form))
+    digests = frozenset(e.digest for e in (element, *chain))
+    return _Parsed(obj, element, tuple(chain), digests, _lock_keys([element, *chain]))
 
 
-def _lock_keys(obj: HandoffObject | StatusObject, element: Element) -> set[str]:
+def _lock_keys(elements: Iterable[Element]) -> frozenset[str]:
     """The locks an item takes before anything else: its hops, and the elements it stores
     or names by digest (see ``app.store.db.Locks``)."""
-    elements = [element]
-    if isinstance(obj, HandoffObject):
-        for octets in obj.chain:
-            with contextlib.suppress(HandoffError):
-                elements.append(parse_element(octets, obj.form))
     keys = set()
     for e in elements:
         p = e.payload
@@ -391,49 +414,59 @@ def _lock_keys(obj: HandoffObject | StatusObject, element: Element) -> set[str]:
         keys |= {hop_lock(p.hop), digest_lock(e.digest)}
         if named is not None:
             keys.add(digest_lock(named))
-    return keys
+    return frozenset(keys)
 
 
-class _Item:
-    """One item's work in a transaction: verify, persist, judge again what it completes;
-    ``hops`` then says which hops to re-derive."""
+class _Batch:
+    """What the items of one transaction share: one verifier over one memory of the store
+    (built once per batch, not per item), and the batch's known digests."""
 
     def __init__(self, pipeline: Pipeline, session: Session, now: int, locks: Locks) -> None:
         self.p = pipeline
         self.session = session
         self.now = now
         self.locks = locks
-        self.verifier = self._verifier(fresh=False)
+        self.verifier = store_verifier(
+            session,
+            trust=pipeline.trust,
+            policy=pipeline.options.policy,
+            objects=pipeline.objects,
+            now=now,
+        )
         assert isinstance(self.verifier.offers, StoreMemory)
-        self.memory = self.verifier.offers
+        self.memory: StoreMemory = self.verifier.offers
+
+
+class _Item:
+    """One item's work in a transaction: verify, persist, judge again what it completes;
+    ``hops`` then says which hops to re-derive."""
+
+    def __init__(self, batch: _Batch) -> None:
+        self.p = batch.p
+        self.session = batch.session
+        self.now = batch.now
+        self.locks = batch.locks
+        self.verifier = batch.verifier
+        self.memory = batch.memory
         self.touched: set[bytes] = set()  # elements whose judgement changed
         self.judged_again: dict[int, Verdict] = {}
-
-    def _verifier(self, *, fresh: bool) -> Verifier:
-        return store_verifier(
-            self.session,
-            trust=self.p.trust,
-            policy=self.p.options.policy,
-            objects=self.p.objects,
-            now=self.now,
-            fresh=fresh,
-        )
 
     @property
     def fresh(self) -> Verifier:
         """A verifier for one judgement as if nothing had been seen before: a new one each
         time, or judging one twin would make the next an equivocation."""
-        return self._verifier(fresh=True)
+        return fresh_verifier(self.memory, policy=self.p.options.policy, objects=self.p.objects)
 
-    def run(self, item: Carried, obj: HandoffObject | StatusObject, element: Element) -> _Done:
+    def run(self, item: Carried, parsed: _Parsed) -> _Done:
+        element = parsed.element
         ctx = context_for(item, self.p.options)
-        obj = self._with_stored_chain(obj, element)
-        new = self._is_new(element.digest)
+        obj = self._with_stored_chain(parsed.obj, element)
+        known_before = element.digest in self.memory.stored
         verdict = self.verifier.verify_object(obj, ctx, source=item.source)
         if verdict.reason is Reason.MALFORMED:  # e.g. a status where an offer belongs
             return _Done(verdict)
-        if not self.memory.holds(element.digest):  # an offer that verified is stored already
-            store_element(self.session, element, now=self.now)
+        self.memory.store(element)  # a no-op for an offer that verified (stored already)
+        new = not known_before and element.digest in self.memory.inserted
         judged = verdict
         if depends_on_replay(verdict):
             judged = self.fresh.verify_object(obj, ctx, source=item.source)
@@ -466,9 +499,6 @@ class _Item:
         self.locks.need(hop_lock(hop) for _, hop in keys)
         return keys
 
-    def _is_new(self, digest: bytes) -> bool:
-        return not element_stored(self.session, digest=digest)
-
     def _with_stored_chain(
         self, obj: HandoffObject | StatusObject, element: Element
     ) -> HandoffObject | StatusObject:
@@ -498,16 +528,15 @@ class _Item:
             return set()
         known = {e.digest for e in judged.chain.elements if e.result is Result.PASS and e.digest}
         if judged.chain.carried and _passed(judged, "chain"):
-            for e in judged.chain.elements:
-                assert e.digest is not None
-                add_observation(
-                    self.session,
-                    digest=e.digest,
-                    ctx=ctx,
-                    source=f"{source} chain[{e.index}]",
-                    now=self.now,
-                    via=element.digest,
-                )
+            carried = [(e.digest, f"{source} chain[{e.index}]") for e in judged.chain.elements]
+            assert all(digest is not None for digest, _ in carried)
+            add_chain_observations(
+                self.session,
+                chain=[(d, src) for d, src in carried if d is not None],
+                ctx=ctx,
+                now=self.now,
+                via=element.digest,
+            )
         self.touched.update(known)
         return known
 

@@ -8,7 +8,7 @@ memory, which is what hop states and flags are derived from.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,36 @@ def add_observation(
             task_state=item.task_state,
         )
     return int(execute(session, _ADD_OBSERVATION, values).scalar_one())
+
+
+_ADD_OBSERVATIONS = insert(ObservationRow)
+
+
+def add_chain_observations(
+    session: Session,
+    *,
+    chain: Sequence[tuple[bytes, str]],
+    ctx: Context,
+    now: int,
+    via: bytes,
+) -> None:
+    """Record the receipts of a bundle's carried chain elements, ``(digest, source)`` each,
+    received with the offer ``via``: one statement for the whole chain (executemany)."""
+    if not chain:
+        return
+    rows = [
+        {
+            "digest": digest,
+            "received_at": ctx.now,
+            "received_by": ctx.receiver,
+            "dialog": ctx.dialog,
+            "source": source,
+            "via": via,
+            "ingested_at": now,
+        }
+        for digest, source in chain
+    ]
+    session.connection().execute(_ADD_OBSERVATIONS, rows)
 
 
 def _verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int) -> dict[str, Any]:
