@@ -31,6 +31,16 @@ class BatchFailed(Exception):
     (on PostgreSQL: it never got the locks it needed)."""
 
 
+class ItemFailed(Exception):
+    """An attempt that kept nothing of its batch because the item at ``index`` failed (an
+    attempt without a savepoint per item, SQLite's): the items before it are tried again
+    as a batch, it is run alone, and a new batch starts after it."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"item {index} failed")
+        self.index = index
+
+
 def batched(items: Iterable[T], size: int = BATCH_ITEMS) -> Iterator[list[T]]:
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, size)):
@@ -46,14 +56,20 @@ def run_batch(
     """What became of every item of ``batch``, in input order.
 
     ``attempt(items)`` returns the results of the items it kept and the index of the item
-    that failed (``len(items)`` when none did), or raises SQLAlchemyError / BatchFailed
-    when it kept nothing. ``alone(item)`` runs one item in a transaction of its own and
+    that failed (``len(items)`` when none did), or raises ItemFailed, SQLAlchemyError or
+    BatchFailed when it kept nothing. ``alone(item)`` runs one item in a transaction of its own and
     never raises for a failing item (it returns the error as its result)."""
     results: list[R] = []
     rest = batch
     while rest:
         try:
             done, failed = attempt(rest)
+        except ItemFailed as exc:
+            if exc.index:
+                results.extend(run_batch(rest[: exc.index], attempt=attempt, alone=alone))
+            results.append(alone(rest[exc.index]))
+            rest = rest[exc.index + 1 :]
+            continue
         except (SQLAlchemyError, BatchFailed):
             results.extend(alone(item) for item in rest)
             break

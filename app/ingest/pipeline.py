@@ -4,15 +4,17 @@ payload -> carriers -> verify (SPEC 6, 7, 5) -> persist -> re-derive hops and fl
 Items are committed in batches of up to ``app.ingest.batches.BATCH_ITEMS``, through the one
 batch runner the envelope stage uses too (``app.ingest.batches.run_batch``; envelope items
 are stored after each batch of signed items, ``app.ingest.envelope``): one transaction holds
-a run of consecutive items, each inside its own SAVEPOINT, and the hops they touched are re-derived
-once, at the end of the batch, instead of after every item (the derivation reads only stored
-facts, so deriving once gives what deriving after each item would have left). A per-item
+a run of consecutive items (on PostgreSQL each inside its own SAVEPOINT, ``_item_scope``),
+and the hops they touched are re-derived once, at the end of the batch, instead of after
+every item (the derivation reads only stored facts, so deriving once gives what deriving
+after each item would have left). A per-item
 transaction cost ~40 statements and a commit per element; a batch shares the commit and the
 derivation of hops that several items touch (an offer, its statuses, its children). Each
 item still stands alone:
 
 - an item that fails (a database error, or on PostgreSQL a lock held by another writer)
-  rolls back to its savepoint, leaving nothing of itself; the items before it are committed,
+  rolls back to its savepoint, leaving nothing of itself (on SQLite the whole transaction
+  rolls back and the items before it run again as a batch); the items before it are kept,
   it is run again alone in its own transaction (the way every item ran before batching:
   restarted with its locks taken up front, retried on transient errors, and reported as an
   ``ItemError`` when it fails again), and the next batch starts after it. Input order, and
@@ -24,7 +26,10 @@ So a bad item never spoils the rest of a batch, and nothing is lost. On PostgreS
 never waits for a lock while holding others (``Locks.need`` only tries); the item that would
 have to wait is the one run alone. The same pieces as the database-less ``verify`` are used
 (``read_capture``, ``context_for``, ``carrier_error_verdict``, the ``Verifier``), with the
-verifier's memories in the database (``app.store.memory``).
+verifier's memories in the database (``app.store.memory``), one verifier per batch. What a
+batch asks of the store by digest (which elements are stored, which signatures verified)
+is loaded with one query per batch, and the batch's signatures are verified ahead on every
+core (``app.ingest.signatures``).
 
 Inputs stream: a capture given as a binary file is read item by item (``read_capture``), and
 with ``on_verdict`` the report keeps only counts and a bounded window of recent verdicts
@@ -47,7 +52,7 @@ import functools
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -65,8 +70,9 @@ from sqlmodel import Session
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
 from app.envelope.config import EnvelopeConfig
-from app.ingest.batches import BUSY, batched, database_error, run_batch
+from app.ingest.batches import BUSY, ItemFailed, batched, database_error, run_batch
 from app.ingest.envelope import EnvelopeIngest, EnvelopeReport
+from app.ingest.signatures import verify_ahead
 from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_for
 from app.store import db
 from app.store.db import Locks, NeedLocks, digest_lock, hop_lock
@@ -284,6 +290,8 @@ def _try_batch(
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
         state = _Batch(pipeline, session, now, locks)
         state.memory.load_batch({d for p in parsed if p is not None for d in p.digests})
+        signed = (e for p in parsed if p is not None for e in (p.element, *p.chain))
+        verify_ahead(signed, pipeline.trust, state.memory)
         hops: set[HopKey] = set()
         touched: set[bytes] = set()
         for index, (found, one) in enumerate(zip(batch, parsed, strict=True)):
@@ -292,7 +300,7 @@ def _try_batch(
                 continue
             item = _Item(state)
             try:
-                with db.savepoint(session):
+                with _item_scope(session, locks):
                     if one is None:  # malformed: kept as evidence, within the batch
                         done = _refuse(pipeline, session, found, now, locks)
                     else:
@@ -300,7 +308,9 @@ def _try_batch(
                         done = item.run(found, one)
                         if locks.active:
                             hops |= item.hops()  # their locks, taken inside the savepoint
-            except (NeedLocks, SQLAlchemyError):
+            except (NeedLocks, SQLAlchemyError) as exc:
+                if not locks.active:
+                    raise ItemFailed(index) from exc  # the whole transaction rolls back
                 failed = index
                 break
             results.append(done)
@@ -312,6 +322,20 @@ def _try_batch(
         derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
         state.memory.flush()
     return results, failed
+
+
+@contextlib.contextmanager
+def _item_scope(session: Session, locks: Locks) -> Iterator[None]:
+    """Each item of a batch in a SAVEPOINT on PostgreSQL, where an item that finds a lock
+    taken is common (concurrent writers) and the items before it are kept. SQLite has one
+    writer and no locks, so an item fails only on a database error, which is rare: no
+    savepoint (two statements an item saved), and a failing item rolls the whole
+    transaction back (``ItemFailed``; the runner tries the items before it again)."""
+    if not locks.active:
+        yield
+        return
+    with db.savepoint(session):
+        yield
 
 
 def _alone(pipeline: Pipeline, found: Found, *, now: int) -> _Done | ItemError:

@@ -18,6 +18,8 @@ from handoff_context.verdict import Outcome, Verdict
 from handoff_context.verify import Context, Policy, Session, Verifier
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, read_capture
+from app.ingest.batches import batched
+from app.ingest.signatures import elements_of, verify_ahead
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,22 @@ def verify_inputs(
 ) -> Report:
     """Verify every element in every input, in order, against one memory (SPEC 11)."""
     verifier = Verifier(trust=trust, policy=options.policy, objects=objects or ObjectIndex())
+    cache = verifier.signature_cache
+    assert cache is not None  # the verifier's own (SPEC 6.1)
     session = Session(verifier)
     stats = ExtractStats()
     for name, data in inputs:
-        for item in read_capture(data, name=name, content_type=content_type, stats=stats):
-            if isinstance(item, CarrierError):
-                session.add_verdict(carrier_error_verdict(item))
-            else:
-                session.add(item.value, context_for(item, options), source=item.source)
+        items = read_capture(data, name=name, content_type=content_type, stats=stats)
+        for batch in batched(items):
+            # Signatures first, on every core; then the checks, in input order.
+            found = (i for i in batch if not isinstance(i, CarrierError))
+            limit = options.max_element_bytes
+            verify_ahead(
+                (e for i in found for e in elements_of(i.value, max_element=limit)), trust, cache
+            )
+            for item in batch:
+                if isinstance(item, CarrierError):
+                    session.add_verdict(carrier_error_verdict(item))
+                else:
+                    session.add(item.value, context_for(item, options), source=item.source)
     return Report(verdicts=session.verdicts, skipped=stats.without_handoff)
