@@ -86,11 +86,13 @@ from app.store.records import (
     add_verdict,
     children,
     depends_on_replay,
+    named_by_pending,
     offers_judged_without_chain,
     pending_statuses,
     stored_ancestors,
     update_judgement,
     update_verdict,
+    with_children,
 )
 from app.store.rejected import keep_refused
 
@@ -289,7 +291,7 @@ def _try_batch(
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
         state = _Batch(pipeline, session, now, locks)
-        state.memory.load_batch({d for p in parsed if p is not None for d in p.digests})
+        state.load({d for p in parsed if p is not None for d in p.digests})
         signed = (e for p in parsed if p is not None for e in (p.element, *p.chain))
         verify_ahead(signed, pipeline.trust, state.memory)
         hops: set[HopKey] = set()
@@ -362,7 +364,7 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     def work(session: Session, keys: frozenset[str]) -> _Done:
         locks = Locks(session, keys)
         state = _Batch(pipeline, session, now, locks)
-        state.memory.load_batch(one.digests)
+        state.load(set(one.digests))
         item_work = _Item(state)
         done = item_work.run(item, one)
         derive_hops(session, item_work.hops(), now=now, timing=pipeline.timing, locks=locks)
@@ -459,6 +461,29 @@ class _Batch:
         )
         assert isinstance(self.verifier.offers, StoreMemory)
         self.memory: StoreMemory = self.verifier.offers
+        # On SQLite (one writer, no one else writes while the batch runs): which of the
+        # batch's digests a pending status names, and which have stored children, loaded
+        # once (``load``) and kept up to date, so an offer that completes nothing costs no
+        # query. On PostgreSQL another writer may add either at any time: asked each time.
+        self.loaded: frozenset[bytes] = frozenset()
+        self.pending: set[bytes] = set()
+        self.parents: set[bytes] = set()
+
+    def load(self, digests: set[bytes]) -> None:
+        self.memory.load_batch(digests)
+        if not self.locks.active:
+            self.loaded = frozenset(digests)
+            self.pending = named_by_pending(self.session, offers=digests)
+            self.parents = with_children(self.session, offers=digests)
+
+    def may_complete(self, digests: set[bytes]) -> set[bytes]:
+        """Those of ``digests`` that a pending status may name."""
+        return {d for d in digests if d in self.pending or d not in self.loaded}
+
+    def may_have_children(self, digests: set[bytes]) -> set[bytes]:
+        """Those of ``digests`` that a stored offer may name as its ``prev``."""
+        linked = self.memory.linked
+        return {d for d in digests if d in self.parents or d in linked or d not in self.loaded}
 
 
 class _Item:
@@ -466,6 +491,7 @@ class _Item:
     ``hops`` then says which hops to re-derive."""
 
     def __init__(self, batch: _Batch) -> None:
+        self.batch = batch
         self.p = batch.p
         self.session = batch.session
         self.now = batch.now
@@ -511,6 +537,7 @@ class _Item:
             now=self.now,
         )
         self.touched.add(element.digest)
+        self._note_pending(verdict)
         known = self._observe_chain(judged, element, ctx, item.source)
         if element.is_offer and _passed(judged, "signature"):
             known.add(element.digest)
@@ -522,6 +549,10 @@ class _Item:
         keys = affected_hops(self.session, self.touched, locks=self.locks)
         self.locks.need(hop_lock(hop) for _, hop in keys)
         return keys
+
+    def _note_pending(self, verdict: Verdict) -> None:
+        if verdict.outcome is Outcome.PENDING and verdict.offer is not None:
+            self.batch.pending.add(verdict.offer)
 
     def _with_stored_chain(
         self, obj: HandoffObject | StatusObject, element: Element
@@ -567,13 +598,14 @@ class _Item:
     def _complete(self, known: set[bytes]) -> None:
         """Judge again what the offers in ``known`` complete: pending statuses naming them,
         and offers below them whose chain was built from stored elements."""
-        for observed in pending_statuses(self.session, known):
+        for observed in pending_statuses(self.session, self.batch.may_complete(known)):
             self._judge_status_again(observed)
         frontier, seen = known, set(known)
         for _ in range(self.p.options.max_chain):
             # Offers below one we hold took its lock when they were stored.
             self.locks.need(digest_lock(d) for d in frontier)
-            below = [d for d in children(self.session, frontier) if d not in seen]
+            asked = self.batch.may_have_children(frontier)
+            below = [d for d in children(self.session, asked) if d not in seen]
             if not below:
                 break
             seen.update(below)
@@ -618,6 +650,7 @@ class _Item:
             now=self.now,
         )
         self.judged_again[observed.observation_id] = verdict
+        self._note_pending(verdict)
         if verdict.digest is not None:
             self.touched.add(verdict.digest)
 

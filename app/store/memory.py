@@ -149,6 +149,7 @@ class StoreMemory:
         # miss one, never name one that is not there.
         self.stored: set[bytes] = set() if stored is None else stored
         self.inserted: set[bytes] = set()  # digests this memory stored for the first time
+        self.linked: set[bytes] = set()  # the prev of each offer it stored
         # Digests whose signature cache rows were loaded (``load_batch``): a miss among
         # them needs no lookup. Rows to add are written once, by ``flush``.
         self._cache_loaded: set[bytes] = set()
@@ -224,6 +225,9 @@ class StoreMemory:
             return
         if store_element(self.session, element, now=self.now):
             self.inserted.add(element.digest)
+            p = element.payload
+            if isinstance(p, Offer) and p.prev is not None:
+                self.linked.add(p.prev)
         self.stored.add(element.digest)
 
     def holds(self, digest: bytes) -> bool:

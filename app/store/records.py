@@ -273,6 +273,33 @@ _ANCESTOR = (
 )
 
 
+_NAMED_BY_PENDING = (
+    select(ElementRow.offer)
+    .join(VerdictRow, VerdictRow.digest == ElementRow.digest)
+    .where(
+        VerdictRow.outcome == Outcome.PENDING.value,
+        ElementRow.type == "status",
+        ElementRow.offer.in_(bindparam("b_offers", expanding=True)),
+    )
+    .distinct()
+)
+_LINKED = select(LinkRow.prev).where(LinkRow.prev.in_(bindparam("b_offers", expanding=True)))
+
+
+def named_by_pending(session: Session, *, offers: Collection[bytes]) -> set[bytes]:
+    """Which of ``offers`` a pending status names: one query for a whole batch."""
+    if not offers:
+        return set()
+    return set(execute(session, _NAMED_BY_PENDING, {"b_offers": list(offers)}).scalars())
+
+
+def with_children(session: Session, *, offers: Collection[bytes]) -> set[bytes]:
+    """Which of ``offers`` a stored offer names as its ``prev``: one query for a batch."""
+    if not offers:
+        return set()
+    return set(execute(session, _LINKED, {"b_offers": list(offers)}).scalars())
+
+
 def pending_statuses(session: Session, offers: Collection[bytes]) -> list[Observed]:
     """Observations of statuses naming one of ``offers`` that are still pending."""
     if not offers:
