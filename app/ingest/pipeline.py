@@ -291,7 +291,10 @@ def _try_batch(
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
         state = _Batch(pipeline, session, now, locks)
-        state.load({d for p in parsed if p is not None for d in p.digests})
+        state.load(
+            {d for p in parsed if p is not None for d in p.digests},
+            {p.hop for p in parsed if p is not None},
+        )
         signed = (e for p in parsed if p is not None for e in (p.element, *p.chain))
         verify_ahead(signed, pipeline.trust, state.memory)
         hops: set[HopKey] = set()
@@ -364,7 +367,7 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     def work(session: Session, keys: frozenset[str]) -> _Done:
         locks = Locks(session, keys)
         state = _Batch(pipeline, session, now, locks)
-        state.load(set(one.digests))
+        state.load(set(one.digests), {one.hop})
         item_work = _Item(state)
         done = item_work.run(item, one)
         derive_hops(session, item_work.hops(), now=now, timing=pipeline.timing, locks=locks)
@@ -410,6 +413,11 @@ class _Parsed:
     chain: tuple[Element, ...]  # the carried chain elements that parse
     digests: frozenset[bytes]  # the element's and its carried chain's
     lock_keys: frozenset[str]
+
+    @property
+    def hop(self) -> tuple[str, str]:
+        """(iss, hop) of the element, as the replay memory keys it (SPEC 6.4)."""
+        return self.element.payload.iss, self.element.payload.hop
 
 
 def _parse(value: object, pipeline: Pipeline) -> _Parsed | None:
@@ -469,8 +477,8 @@ class _Batch:
         self.pending: set[bytes] = set()
         self.parents: set[bytes] = set()
 
-    def load(self, digests: set[bytes]) -> None:
-        self.memory.load_batch(digests)
+    def load(self, digests: set[bytes], hops: set[tuple[str, str]]) -> None:
+        self.memory.load_batch(digests, hops=hops, exact=not self.locks.active)
         if not self.locks.active:
             self.loaded = frozenset(digests)
             self.pending = named_by_pending(self.session, offers=digests)

@@ -55,9 +55,9 @@ from sqlalchemy import (
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules
-from app.store.db import Locks, digest_lock, execute, hop_lock, upsert
+from app.store.db import Locks, digest_lock, execute, hop_lock, upsert_many
 from app.store.envelopes import case_due_conditions, sweep_cases
-from app.store.flags import sync_flags
+from app.store.flags import hop_flags, sync_flags
 from app.store.models import (
     ElementRow,
     HopRow,
@@ -224,8 +224,12 @@ def derive_hops(
     for start in range(0, len(keys), _HOPS_PER_QUERY):
         chunk = keys[start : start + _HOPS_PER_QUERY]
         facts = _Facts.load(session, chunk)
-        for iss, hop in chunk:
-            _derive_one(session, iss, hop, facts, now=now, timing=timing)
+        flags = hop_flags(session, hops=chunk)
+        hops = [
+            _derive_one(session, iss, hop, facts, flags[(iss, hop)], now=now, timing=timing)
+            for iss, hop in chunk
+        ]
+        upsert_many(session, HopRow, [h for h in hops if h is not None], ["iss", "hop"])
 
 
 # Hops whose facts one query reads: bounded, so a sweep of many hops stays within the
@@ -385,14 +389,23 @@ _DELETE_HOP = delete(HopRow).where(
 
 
 def _derive_one(
-    session: Session, iss: str, hop: str, facts: _Facts, *, now: int, timing: Timing
-) -> None:
+    session: Session,
+    iss: str,
+    hop: str,
+    facts: _Facts,
+    stored_flags: dict[str, Any],
+    *,
+    now: int,
+    timing: Timing,
+) -> dict[str, Any] | None:
+    """Derive one hop and sync its flags; returns its hop row to store (None: the hop has
+    no offer any more, and its row was deleted)."""
     offers = facts.offers.get((iss, hop), [])
     flags = _rejection_flags(facts.rejections.get((iss, hop), []))
     if not offers:
         execute(session, _DELETE_HOP, {"b_iss": iss, "b_hop": hop})
-        sync_flags(session, iss, hop, flags, offer=None, now=now)
-        return
+        sync_flags(session, iss, hop, flags, offer=None, now=now, existing=stored_flags)
+        return None
     element = offers[0].element
     fact = OfferFact(
         digest=element.digest,
@@ -432,11 +445,11 @@ def _derive_one(
         "deadline": view.deadline,
         "derived_at": now,
     }
-    upsert(session, HopRow, values, ["iss", "hop"])
     flags.extend(view.flags)
     if len(offers) > 1:
         flags.append(_equivocation(offers))
-    sync_flags(session, iss, hop, flags, offer=fact.digest, now=now)
+    sync_flags(session, iss, hop, flags, offer=fact.digest, now=now, existing=stored_flags)
+    return values
 
 
 def sweep(session: Session, *, now: int, timing: Timing, cases: CaseRules | None = None) -> int:

@@ -18,7 +18,7 @@ from handoff_context.model import Element, Form, Offer, StatusState
 from handoff_context.refs import ObjectIndex
 from handoff_context.trust import TrustStore
 from handoff_context.verify import Policy, Verifier, parse_element
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, select, tuple_
 from sqlmodel import Session
 
 from app.store.db import execute, insert_ignore, insert_ignore_many
@@ -126,6 +126,31 @@ def stored_among(session: Session, *, digests: Collection[bytes]) -> set[bytes]:
     return set(execute(session, _STORED_AMONG, {"b_digests": list(digests)}).scalars())
 
 
+_SEEN_AMONG = select(SeenStatusRow.digest).where(
+    SeenStatusRow.digest.in_(bindparam("b_digests", expanding=True))
+)
+_REPLAY_AMONG = select(ReplayRow.iss, ReplayRow.hop, ReplayRow.digest, ReplayRow.content).where(
+    tuple_(ReplayRow.iss, ReplayRow.hop).in_(bindparam("b_hops", expanding=True))
+)
+
+
+def seen_among(session: Session, *, digests: Collection[bytes]) -> set[bytes]:
+    """Which of ``digests`` are seen statuses (SPEC 6, last paragraph): one query."""
+    if not digests:
+        return set()
+    return set(execute(session, _SEEN_AMONG, {"b_digests": list(digests)}).scalars())
+
+
+def replay_among(
+    session: Session, *, hops: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], Remembered]:
+    """What the replay memory holds for each of ``hops`` ((iss, hop)): one query."""
+    if not hops:
+        return {}
+    rows = execute(session, _REPLAY_AMONG, {"b_hops": [tuple(h) for h in hops]})
+    return {(r.iss, r.hop): Remembered(r.digest, r.content) for r in rows}
+
+
 def load_element(session: Session, digest: bytes) -> Element | None:
     """Parse a stored element again from its octets (None when not stored)."""
     row = execute(session, _ELEMENT_OCTETS, {"b_digest": digest}).first()
@@ -154,13 +179,38 @@ class StoreMemory:
         # them needs no lookup. Rows to add are written once, by ``flush``.
         self._cache_loaded: set[bytes] = set()
         self._to_mark: list[dict[str, object]] = []
+        # Seen statuses and replay memory held for the batch (``load_batch(exact=True)``).
+        self._seen_loaded: set[bytes] = set()
+        self._seen: set[bytes] = set()
+        self._seen_rows: list[dict[str, object]] = []
+        self._replay_loaded: set[tuple[str, str]] = set()
+        self._replay: dict[tuple[str, str], Remembered] = {}
+        self._replay_rows: list[dict[str, object]] = []
         # Set by ``store_verifier``: the verifier's cached signature check (SPEC 6.1).
         self.check_signature: Callable[[Element], None] | None = None
         self._offers: dict[bytes, Element | None] = {}
 
-    def load_batch(self, digests: Collection[bytes]) -> None:
+    def load_batch(
+        self,
+        digests: Collection[bytes],
+        *,
+        hops: Collection[tuple[str, str]] = (),
+        exact: bool = False,
+    ) -> None:
         """Load what a batch will ask about ``digests`` with one query each: which are
-        stored, and which verified under this trust store."""
+        stored, and which verified under this trust store.
+
+        ``exact`` (SQLite: one writer, so nothing changes under the batch but the batch
+        itself): also which of ``digests`` are seen statuses, and what the replay memory
+        holds for ``hops`` ((iss, hop) pairs); the batch then asks and updates both in
+        memory, and ``flush`` writes what it added. Without ``exact`` (PostgreSQL, where
+        another writer may record either at any time) every question goes to the database,
+        whose ``INSERT .. ON CONFLICT`` is what makes the answer right."""
+        if exact:
+            self._seen_loaded = set(digests)
+            self._seen = seen_among(self.session, digests=digests)
+            self._replay_loaded = set(hops)
+            self._replay = replay_among(self.session, hops=hops)
         wanted = [d for d in digests if d not in self.stored]
         self.stored |= stored_among(self.session, digests=wanted)
         fingerprint = self.trust.fingerprint
@@ -177,6 +227,10 @@ class StoreMemory:
         was kept, so it may outlive a savepoint rolled back."""
         rows, self._to_mark = self._to_mark, []
         insert_ignore_many(self.session, SignatureCacheRow, rows, ["digest", "trust"])
+        replay, self._replay_rows = self._replay_rows, []
+        insert_ignore_many(self.session, ReplayRow, replay, ["iss", "hop"])
+        seen, self._seen_rows = self._seen_rows, []
+        insert_ignore_many(self.session, SeenStatusRow, seen, ["digest"])
 
     # -- ReplayMemory ------------------------------------------------------------------
 
@@ -190,6 +244,14 @@ class StoreMemory:
             "content": mine.content,
             "recorded_at": self.now,
         }
+        key = (p.iss, p.hop)
+        if key in self._replay_loaded:
+            first = self._replay.get(key)
+            if first is not None:
+                return first, False
+            self._replay[key] = mine
+            self._replay_rows.append(row)
+            return mine, True
         if insert_ignore(self.session, ReplayRow, row, ["iss", "hop"]):
             return mine, True
         first = execute(self.session, _REPLAY_FIRST, {"b_iss": p.iss, "b_hop": p.hop}).one()
@@ -237,12 +299,18 @@ class StoreMemory:
     # -- SeenStatuses ------------------------------------------------------------------
 
     def has_status(self, digest: bytes) -> bool:
+        if digest in self._seen_loaded:
+            return digest in self._seen
         return execute(self.session, _SEEN_STATUS, {"b_digest": digest}).first() is not None
 
     def add_status(self, digest: bytes) -> None:
-        insert_ignore(
-            self.session, SeenStatusRow, {"digest": digest, "seen_at": self.now}, ["digest"]
-        )
+        row = {"digest": digest, "seen_at": self.now}
+        if digest in self._seen_loaded:
+            if digest not in self._seen:
+                self._seen.add(digest)
+                self._seen_rows.append(row)
+            return
+        insert_ignore(self.session, SeenStatusRow, row, ["digest"])
 
     # -- SignatureCache ----------------------------------------------------------------
 
