@@ -114,45 +114,41 @@ class EnvelopeIngest:
         return capture, rows
 
     def _attempt(self, batch: Sequence[_Prepared]) -> tuple[list[int | EnvelopeError], int]:
-        """The whole batch in one transaction: how many items of each capture item were
-        new. Raises SQLAlchemyError or BatchFailed when nothing of it was kept."""
+        """The whole batch in one transaction and one INSERT; the items it stored for the
+        first time are counted on its first capture item (the report keeps only their
+        sum). Raises SQLAlchemyError or BatchFailed when nothing of it was kept."""
         if len(batch) < 2:
             raise BatchFailed  # one capture item is simply run alone
-        new = self._store([rows for _, rows in batch])
+        new = self._store([row for _, rows in batch for row in rows])
         if new is None:
             raise BatchFailed
-        return list(new), len(batch)
+        return [new, *[0] * (len(batch) - 1)], len(batch)
 
     def _alone(self, prepared: _Prepared) -> int | EnvelopeError:
         capture, rows = prepared
         try:
-            new = self._store([rows])
+            new = self._store(rows)
         except SQLAlchemyError as exc:
             return EnvelopeError(capture.source, database_error(exc))
         if new is None:
             return EnvelopeError(capture.source, BUSY)
-        return new[0]
+        return new
 
-    def _store(self, groups: list[list[EnvelopeItemRow]]) -> list[int] | None:
-        rows = [row for group in groups for row in group]
+    def _store(self, rows: list[EnvelopeItemRow]) -> int | None:
         keys = frozenset(
             [case_lock(r.case_id) for r in rows]
             + [context_lock(r.context_id) for r in rows if r.context_id and r.to_agent]
         )
         for _ in range(_RESTARTS):
             try:
-                work = functools.partial(self._work, groups=groups, keys=keys)
-                return db.run(self.engine, work)
+                return db.run(self.engine, functools.partial(self._work, rows=rows, keys=keys))
             except NeedLocks as exc:
                 keys = exc.keys
         return None
 
-    def _work(
-        self, session: Session, *, groups: list[list[EnvelopeItemRow]], keys: frozenset[str]
-    ) -> list[int]:
+    def _work(self, session: Session, *, rows: list[EnvelopeItemRow], keys: frozenset[str]) -> int:
         locks = Locks(session, keys)
-        new = [store_items(session, rows) for rows in groups]
-        rows = [row for group in groups for row in group]
+        new = store_items(session, rows)
         cases = affected_cases(session, rows, locks=locks)
         derive_cases(session, cases, now=self.now, rules=self.config.rules, locks=locks)
         return new
