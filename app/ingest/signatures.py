@@ -20,7 +20,8 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from handoff_context.errors import HandoffError
 from handoff_context.handoff import HandoffObject, StatusObject, parse_object
@@ -97,21 +98,50 @@ def _verifies(elements: Sequence[Element], trust: TrustStore) -> list[bytes]:
     return ok
 
 
-def verify_ahead(elements: Iterable[Element], trust: TrustStore, cache: SignatureCache) -> int:
-    """Verify, in threads, the signatures of ``elements`` the cache does not hold, and mark
-    those that verify. Returns how many were verified here (0 when left to the checks)."""
+@dataclass
+class Ahead:
+    """Signatures being verified in the pool; ``collect`` marks those that verified."""
+
+    futures: list[Future[list[bytes]]] = field(default_factory=list)
+    fingerprint: str = ""
+
+    def collect(self, cache: SignatureCache) -> int:
+        """Wait for the pool; mark what verified (in the calling thread, in order).
+        Returns how many signatures the pool checked."""
+        checked = 0
+        for future, size in zip(self.futures, self._sizes, strict=True):
+            for digest in future.result():
+                cache.mark_verified(digest, self.fingerprint)
+            checked += size
+        return checked
+
+    _sizes: list[int] = field(default_factory=list)
+
+
+def submit_ahead(elements: Iterable[Element], trust: TrustStore, cache: SignatureCache) -> Ahead:
+    """Start verifying, in the pool, the signatures of ``elements`` the cache does not hold
+    (nothing when there are too few to be worth it, or one core); ``collect`` the result
+    before judging them. The caller may judge earlier items meanwhile: OpenSSL runs
+    outside the GIL, so the pool's work overlaps the in-order checks."""
     fingerprint = trust.fingerprint
     todo: dict[bytes, Element] = {}
     for element in elements:
         if element.digest not in todo and not cache.verified(element.digest, fingerprint):
             todo[element.digest] = element
+    ahead = Ahead(fingerprint=fingerprint)
     pool = _pool()
     if pool is None or len(todo) < MIN_PARALLEL:
-        return 0
+        return ahead
     pending = list(todo.values())
-    chunks = [pending[i : i + _CHUNK] for i in range(0, len(pending), _CHUNK)]
-    # The cache is only touched here, in the calling thread, in input order.
-    for verified in pool.map(_verifies, chunks, [trust] * len(chunks)):
-        for digest in verified:
-            cache.mark_verified(digest, fingerprint)
-    return len(pending)
+    for i in range(0, len(pending), _CHUNK):
+        chunk = pending[i : i + _CHUNK]
+        ahead.futures.append(pool.submit(_verifies, chunk, trust))
+        ahead._sizes.append(len(chunk))
+    return ahead
+
+
+def verify_ahead(elements: Iterable[Element], trust: TrustStore, cache: SignatureCache) -> int:
+    """``submit_ahead`` and ``collect`` at once: the signatures of ``elements`` verified on
+    every core before the in-order checks ask for them. Returns how many the pool checked
+    (0 when left to the checks)."""
+    return submit_ahead(elements, trust, cache).collect(cache)
