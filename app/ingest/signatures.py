@@ -104,18 +104,17 @@ class Ahead:
 
     futures: list[Future[list[bytes]]] = field(default_factory=list)
     fingerprint: str = ""
+    sizes: list[int] = field(default_factory=list)  # signatures each future checks
 
     def collect(self, cache: SignatureCache) -> int:
         """Wait for the pool; mark what verified (in the calling thread, in order).
         Returns how many signatures the pool checked."""
         checked = 0
-        for future, size in zip(self.futures, self._sizes, strict=True):
+        for future, size in zip(self.futures, self.sizes, strict=True):
             for digest in future.result():
                 cache.mark_verified(digest, self.fingerprint)
             checked += size
         return checked
-
-    _sizes: list[int] = field(default_factory=list)
 
 
 def submit_ahead(elements: Iterable[Element], trust: TrustStore, cache: SignatureCache) -> Ahead:
@@ -136,7 +135,7 @@ def submit_ahead(elements: Iterable[Element], trust: TrustStore, cache: Signatur
     for i in range(0, len(pending), _CHUNK):
         chunk = pending[i : i + _CHUNK]
         ahead.futures.append(pool.submit(_verifies, chunk, trust))
-        ahead._sizes.append(len(chunk))
+        ahead.sizes.append(len(chunk))
     return ahead
 
 
