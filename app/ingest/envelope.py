@@ -1,22 +1,24 @@
-"""Storing envelope items: the envelope side of the ingest pipeline (docs/envelopes.md).
+"""Storing envelope items: the envelope stage of the ingest pipeline (docs/envelopes.md).
 
-``app.ingest.pipeline`` hands every capture item to ``EnvelopeIngest.read`` as the capture is read
-and calls ``flush`` after each input. Up to ``BATCH_ITEMS`` capture items holding envelope
-items share one transaction: their items are stored (valid or not, as evidence), then the
-ledger of every case they touch is derived again, once for the batch (a ledger depends on
-the set of stored items only, so deriving once leaves what deriving after each capture item
-would have; per capture item, deriving a case's ledger from all its items made the flush
-cost more than the signed ingest itself, BENCHMARKS.md). When the batch cannot be stored,
-nothing of it was kept and each of its capture items is stored again alone, in a
-transaction of its own: a failing item is reported and the rest goes on.
+``app.ingest.pipeline`` hands every capture item to ``EnvelopeIngest.read`` as the capture is
+read, and calls ``flush`` after each batch of signed items it ran; ``read`` flushes by itself
+once ``BATCH_ITEMS`` capture items with envelope items are waiting, so they never wait for
+the end of an input. A batch of capture items goes through the pipeline's one batch runner
+(``app.ingest.batches``) in one transaction: their items are stored (valid or not, as
+evidence), then the ledger of every case they touch is derived again, once for the batch (a
+ledger depends on the set of stored items only, so deriving once leaves what deriving after
+each capture item would have; per capture item, deriving a case's ledger from all its items
+made the flush cost more than the signed ingest itself, BENCHMARKS.md). When the batch
+cannot be stored, nothing of it was kept and each of its capture items is stored again
+alone, in a transaction of its own: a failing item is reported and the rest goes on.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,7 @@ from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import EnvelopeItem, find_items
 from app.envelope.references import check_reference
 from app.errors import ItemProblem as EnvelopeError  # an invalid or unstorable envelope item
+from app.ingest.batches import BATCH_ITEMS, BUSY, BatchFailed, batched, database_error, run_batch
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
@@ -43,9 +46,6 @@ from app.store.envelopes import (
 from app.store.models import EnvelopeItemRow
 
 _RESTARTS = 50  # as for signed items: restarts after finding a lock taken
-# Capture items per transaction in ``flush`` (as ``app.ingest.pipeline.BATCH_ITEMS`` for signed
-# ones).
-BATCH_ITEMS = 64
 
 
 @dataclass
@@ -59,6 +59,10 @@ class EnvelopeReport:
         return {"envelopes": self.items, "envelope_errors": len(self.errors)}
 
 
+# One capture item's envelope rows, ready to store.
+_Prepared = tuple[CaptureItem, list[EnvelopeItemRow]]
+
+
 @dataclass
 class EnvelopeIngest:
     """Collects a capture's envelope items while it is read; ``flush`` stores them."""
@@ -67,59 +71,60 @@ class EnvelopeIngest:
     config: EnvelopeConfig
     objects: ObjectIndex
     now: int
+    report: EnvelopeReport = field(default_factory=EnvelopeReport)
     pending: list[tuple[CaptureItem, list[EnvelopeItem]]] = field(default_factory=list)
 
     def read(self, item: CaptureItem) -> bool:
         """Keep the item's envelope items for ``flush``; whether it had any (an envelope,
-        acceptance, rejection or case event, valid or not)."""
+        acceptance, rejection or case event, valid or not). A full batch is stored at
+        once (reading happens outside any transaction)."""
         found = find_items(
             item.value, source=item.source, received_at=item.received_at, accepted=self.config.types
         )
         if found:
             self.pending.append((item, found))
+            if len(self.pending) >= BATCH_ITEMS:
+                self.flush()
         return bool(found)
 
-    def flush(self, report: EnvelopeReport) -> None:
+    def flush(self) -> None:
         """Store what was read since the last flush, in batches of capture items. Never
         raises for bad input or a failing item."""
         pending, self.pending = self.pending, []
-        for start in range(0, len(pending), BATCH_ITEMS):
-            self._flush_batch(pending[start : start + BATCH_ITEMS], report)
+        for found in batched(pending):
+            batch = [self._prepare(capture, items) for capture, items in found]
+            for outcome in run_batch(batch, attempt=self._attempt, alone=self._alone):
+                if isinstance(outcome, EnvelopeError):
+                    self.report.errors.append(outcome)
+                else:
+                    self.report.stored += outcome
 
-    def _flush_batch(
-        self, batch: list[tuple[CaptureItem, list[EnvelopeItem]]], report: EnvelopeReport
-    ) -> None:
-        """One transaction for the batch; when it fails (nothing of it was kept), one per
-        capture item."""
-        prepared = []
-        for capture, found in batch:
-            report.items += len(found)
-            rows = item_rows(capture, found, objects=self.objects, now=self.now)
-            report.errors.extend(_problems(rows))
-            prepared.append((capture, rows))
-        if len(prepared) > 1:
-            with contextlib.suppress(SQLAlchemyError):
-                new = self._store([row for _, rows in prepared for row in rows])
-                if new is not None:
-                    report.stored += new
-                    return
-        for capture, rows in prepared:
-            self._store_alone(capture, rows, report)
+    def _prepare(self, capture: CaptureItem, found: list[EnvelopeItem]) -> _Prepared:
+        self.report.items += len(found)
+        rows = item_rows(capture, found, objects=self.objects, now=self.now)
+        self.report.errors.extend(_problems(rows))
+        return capture, rows
 
-    def _store_alone(
-        self, capture: CaptureItem, rows: list[EnvelopeItemRow], report: EnvelopeReport
-    ) -> None:
+    def _attempt(self, batch: Sequence[_Prepared]) -> tuple[list[int | EnvelopeError], int]:
+        """The whole batch in one transaction and one INSERT; the items it stored for the
+        first time are counted on its first capture item (the report keeps only their
+        sum). Raises SQLAlchemyError or BatchFailed when nothing of it was kept."""
+        if len(batch) < 2:
+            raise BatchFailed  # one capture item is simply run alone
+        new = self._store([row for _, rows in batch for row in rows])
+        if new is None:
+            raise BatchFailed
+        return [new, *[0] * (len(batch) - 1)], len(batch)
+
+    def _alone(self, prepared: _Prepared) -> int | EnvelopeError:
+        capture, rows = prepared
         try:
             new = self._store(rows)
         except SQLAlchemyError as exc:
-            first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
-            report.errors.append(EnvelopeError(capture.source, f"database error: {first}"))
-            return
+            return EnvelopeError(capture.source, database_error(exc))
         if new is None:
-            busy = "busy: too many concurrent writers"
-            report.errors.append(EnvelopeError(capture.source, busy))
-            return
-        report.stored += new
+            return EnvelopeError(capture.source, BUSY)
+        return new
 
     def _store(self, rows: list[EnvelopeItemRow]) -> int | None:
         keys = frozenset(

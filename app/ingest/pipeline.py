@@ -1,16 +1,20 @@
 """The ingest pipeline, one path for every entry point (HTTP, upload, CLI):
 payload -> carriers -> verify (SPEC 6, 7, 5) -> persist -> re-derive hops and flags.
 
-Items are committed in batches of up to ``BATCH_ITEMS``: one transaction holds a run of
-consecutive items, each inside its own SAVEPOINT, and the hops they touched are re-derived
-once, at the end of the batch, instead of after every item (the derivation reads only stored
-facts, so deriving once gives what deriving after each item would have left). A per-item
+Items are committed in batches of up to ``app.ingest.batches.BATCH_ITEMS``, through the one
+batch runner the envelope stage uses too (``app.ingest.batches.run_batch``; envelope items
+are stored after each batch of signed items, ``app.ingest.envelope``): one transaction holds
+a run of consecutive items (on PostgreSQL each inside its own SAVEPOINT, ``_item_scope``),
+and the hops they touched are re-derived once, at the end of the batch, instead of after
+every item (the derivation reads only stored facts, so deriving once gives what deriving
+after each item would have left). A per-item
 transaction cost ~40 statements and a commit per element; a batch shares the commit and the
 derivation of hops that several items touch (an offer, its statuses, its children). Each
 item still stands alone:
 
 - an item that fails (a database error, or on PostgreSQL a lock held by another writer)
-  rolls back to its savepoint, leaving nothing of itself; the items before it are committed,
+  rolls back to its savepoint, leaving nothing of itself (on SQLite the whole transaction
+  rolls back and the items before it run again as a batch); the items before it are kept,
   it is run again alone in its own transaction (the way every item ran before batching:
   restarted with its locks taken up front, retried on transient errors, and reported as an
   ``ItemError`` when it fails again), and the next batch starts after it. Input order, and
@@ -22,7 +26,10 @@ So a bad item never spoils the rest of a batch, and nothing is lost. On PostgreS
 never waits for a lock while holding others (``Locks.need`` only tries); the item that would
 have to wait is the one run alone. The same pieces as the database-less ``verify`` are used
 (``read_capture``, ``context_for``, ``carrier_error_verdict``, the ``Verifier``), with the
-verifier's memories in the database (``app.store.memory``).
+verifier's memories in the database (``app.store.memory``), one verifier per batch. What a
+batch asks of the store by digest (which elements are stored, which signatures verified)
+is loaded with one query per batch, and the batch's signatures are verified ahead on every
+core (``app.ingest.signatures``).
 
 Inputs stream: a capture given as a binary file is read item by item (``read_capture``), and
 with ``on_verdict`` the report keeps only counts and a bounded window of recent verdicts
@@ -42,11 +49,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -58,39 +64,41 @@ from handoff_context.refs import ObjectIndex
 from handoff_context.trust import TrustStore
 from handoff_context.verdict import Outcome, Result, Verdict
 from handoff_context.verify import Context, Verifier, parse_element
-from sqlalchemy import Engine, bindparam, select
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
+from app.envelope.config import EnvelopeConfig
 from app.errors import ItemProblem as ItemError  # an item that could not be stored
-from app.ingest.envelope import EnvelopeConfig, EnvelopeIngest, EnvelopeReport
+from app.ingest.batches import BUSY, ItemFailed, batched, database_error, run_batch
+from app.ingest.envelope import EnvelopeIngest, EnvelopeReport
+from app.ingest.signatures import verify_ahead
 from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_for
 from app.store import db
-from app.store.db import Locks, NeedLocks, digest_lock, execute, hop_lock
+from app.store.db import Locks, NeedLocks, digest_lock, hop_lock
 from app.store.derive import HopKey, affected_hops, derive_hops
-from app.store.memory import StoreMemory, store_element, store_verifier
-from app.store.models import ElementRow
+from app.store.memory import StoreMemory, fresh_verifier, store_verifier
 from app.store.records import (
     Judgement,
     Observed,
+    add_chain_observations,
     add_observation,
     add_verdict,
     children,
     depends_on_replay,
+    named_by_pending,
     offers_judged_without_chain,
     pending_statuses,
     stored_ancestors,
     update_judgement,
     update_verdict,
+    with_children,
 )
 from app.store.rejected import keep_refused
 
 # Restarts of one item that found a lock taken, before it is reported as an error.
 _RESTARTS = 50
-# Items per transaction (see the module docstring). Larger batches gain little once the
-# commit and the shared hops are amortised, and hold SQLite's write lock longer.
-BATCH_ITEMS = 64
 # With ``on_verdict``: verdicts kept for a later item to complete (a pending status whose
 # offer arrives later in the same run) before they are handed on as they are.
 VERDICT_WINDOW = 4096
@@ -195,21 +203,25 @@ def ingest(
     """
     clock = int(time.time()) if now is None else now
     report = IngestReport(sink=on_verdict)
-    envelopes = EnvelopeIngest(pipeline.engine, pipeline.envelope, pipeline.objects, clock)
+    envelopes = EnvelopeIngest(
+        pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
+    )
     for name, data in inputs:
         stats = ExtractStats()
         items = read_capture(
             data, name=name, content_type=content_type, stats=stats, on_item=envelopes.read
         )
         done = 0
-        for batch in _batches(items):
-            for outcome in _run_batch(pipeline, batch, clock):
-                _report(report, outcome)
+        for batch in batched(items):
+            _run(pipeline, batch, clock, report)
+            # The envelope items read with this batch: stored now, not at the end of the
+            # input (docs/envelopes.md).
+            envelopes.flush()
             done += len(batch)
             if progress is not None:
                 progress(name, done, _fraction_read(data))
+        envelopes.flush()  # read after the last batch of signed items
         report.skipped += stats.without_handoff
-        envelopes.flush(report.envelopes)  # docs/envelopes.md
     report.finish()
     return report
 
@@ -219,17 +231,21 @@ def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) ->
     ``now`` (``handoff-trace rederive`` and ``import`` replay stored receipts this way).
     Never raises for bad input or a failing item."""
     report = IngestReport()
-    for batch in _batches(items):
-        for outcome in _run_batch(pipeline, batch, now):
-            _report(report, outcome)
+    for batch in batched(items):
+        _run(pipeline, batch, now, report)
     report.finish()
     return report
 
 
-def _batches(items: Iterable[Found]) -> Iterator[list[Found]]:
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, BATCH_ITEMS)):
-        yield batch
+def _run(pipeline: Pipeline, batch: Sequence[Found], now: int, report: IngestReport) -> None:
+    """One batch of signed items through the batch runner, reported in input order."""
+    outcomes = run_batch(
+        batch,
+        attempt=functools.partial(_try_batch, pipeline, now=now),
+        alone=functools.partial(_alone, pipeline, now=now),
+    )
+    for outcome in outcomes:
+        _report(report, outcome)
 
 
 def _fraction_read(data: Capture) -> float | None:
@@ -256,54 +272,43 @@ def _report(report: IngestReport, outcome: _Done | ItemError) -> None:
 # --- one batch: consecutive items in one transaction ---------------------------------------
 
 
-def _run_batch(pipeline: Pipeline, batch: list[Found], now: int) -> list[_Done | ItemError]:
-    """What became of every item of the batch, in input order."""
-    results: list[_Done | ItemError] = []
-    rest = batch
-    while rest:
-        try:
-            done, failed = _try_batch(pipeline, rest, now)
-        except SQLAlchemyError:
-            # The batch as a whole could not commit: nothing of it was kept.
-            results.extend(_alone(pipeline, found, now) for found in rest)
-            break
-        results.extend(done)
-        if failed >= len(rest):
-            break
-        # The item that failed inside the batch, alone; then a new batch after it.
-        results.append(_alone(pipeline, rest[failed], now))
-        rest = rest[failed + 1 :]
-    return results
-
-
 def _try_batch(
-    pipeline: Pipeline, batch: list[Found], now: int
+    pipeline: Pipeline, batch: Sequence[Found], *, now: int
 ) -> tuple[list[_Done | ItemError], int]:
     """Run items in one transaction, each in a savepoint, until one fails; derive the hops
     of those that ran, and commit. Returns their results and the index of the failed item
     (``len(batch)`` when none failed). Raises SQLAlchemyError when the commit fails."""
     results: list[_Done | ItemError] = []
     failed = len(batch)
+    parsed = [None if isinstance(f, CarrierError) else _parse(f.value, pipeline) for f in batch]
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
+        state = _Batch(pipeline, session, now, locks)
+        state.load(
+            {d for p in parsed if p is not None for d in p.digests},
+            {p.hop for p in parsed if p is not None},
+        )
+        signed = (e for p in parsed if p is not None for e in (p.element, *p.chain))
+        verify_ahead(signed, pipeline.trust, state.memory)
         hops: set[HopKey] = set()
         touched: set[bytes] = set()
-        for index, found in enumerate(batch):
+        for index, (found, one) in enumerate(zip(batch, parsed, strict=True)):
             if isinstance(found, CarrierError):
                 results.append(_Done(carrier_error_verdict(found)))
                 continue
-            obj, element = _parse(found.value)
-            if obj is None or element is None:
-                failed = index  # judged alone (``_store``), without the batch's transaction
-                break
-            item = _Item(pipeline, session, now, locks)
+            item = _Item(state)
             try:
-                with db.savepoint(session):
-                    locks.need(_lock_keys(obj, element))
-                    done = item.run(found, obj, element)
-                    if locks.active:
-                        hops |= item.hops()  # their locks, taken inside the item's savepoint
-            except (NeedLocks, SQLAlchemyError):
+                with _item_scope(session, locks):
+                    if one is None:  # malformed: kept as evidence, within the batch
+                        done = _refuse(pipeline, session, found, now, locks)
+                    else:
+                        locks.need(one.lock_keys)
+                        done = item.run(found, one)
+                        if locks.active:
+                            hops |= item.hops()  # their locks, taken inside the savepoint
+            except (NeedLocks, SQLAlchemyError) as exc:
+                if not locks.active:
+                    raise ItemFailed(index) from exc  # the whole transaction rolls back
                 failed = index
                 break
             results.append(done)
@@ -313,45 +318,53 @@ def _try_batch(
             # touched are found once, for all its items together.
             hops = affected_hops(session, touched, locks=locks)
         derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
+        state.memory.flush()
     return results, failed
 
 
-def _alone(pipeline: Pipeline, found: Found, now: int) -> _Done | ItemError:
+@contextlib.contextmanager
+def _item_scope(session: Session, locks: Locks) -> Iterator[None]:
+    """Each item of a batch in a SAVEPOINT on PostgreSQL, where an item that finds a lock
+    taken is common (concurrent writers) and the items before it are kept. SQLite has one
+    writer and no locks, so an item fails only on a database error, which is rare: no
+    savepoint (two statements an item saved), and a failing item rolls the whole
+    transaction back (``ItemFailed``; the runner tries the items before it again)."""
+    if not locks.active:
+        yield
+        return
+    with db.savepoint(session):
+        yield
+
+
+def _alone(pipeline: Pipeline, found: Found, *, now: int) -> _Done | ItemError:
     """One item in a transaction of its own, reported as an ItemError when it fails."""
     if isinstance(found, CarrierError):
         return _Done(carrier_error_verdict(found))
     try:
         done = _store(pipeline, found, now)
     except SQLAlchemyError as exc:
-        first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
-        return ItemError(found.source, f"database error: {first_line}")
+        return ItemError(found.source, database_error(exc))
     if done is None:
-        return ItemError(found.source, "busy: too many concurrent writers")
+        return ItemError(found.source, BUSY)
     return done
 
 
 def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     """One item in one transaction, started again (with more locks from the start) while
     it finds locks taken. None when it never got them. Raises SQLAlchemyError."""
-    obj, element = _parse(item.value)
-    if obj is None or element is None:
-        # Malformed, or a key inside the message: judged without any memory (the verdict
-        # depends on the octets alone); the octets are kept as evidence (app.store.rejected).
-        ctx = context_for(item, pipeline.options)
-        verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
-        verdict = verifier.verify_value(item.value, ctx, source=item.source)
-        keep = functools.partial(
-            keep_refused, item=item, ctx=ctx, verdict=verdict, now=now, timing=pipeline.timing
-        )
-        db.run(pipeline.engine, keep)
-        return _Done(verdict)
-    keys = frozenset(_lock_keys(obj, element))
+    one = _parse(item.value, pipeline)
+    if one is None:
+        return db.run(pipeline.engine, lambda s: _refuse(pipeline, s, item, now, Locks(s)))
+    keys = frozenset(one.lock_keys)
 
     def work(session: Session, keys: frozenset[str]) -> _Done:
         locks = Locks(session, keys)
-        one = _Item(pipeline, session, now, locks)
-        done = one.run(item, obj, element)
-        derive_hops(session, one.hops(), now=now, timing=pipeline.timing, locks=locks)
+        state = _Batch(pipeline, session, now, locks)
+        state.load(set(one.digests), {one.hop})
+        item_work = _Item(state)
+        done = item_work.run(item, one)
+        derive_hops(session, item_work.hops(), now=now, timing=pipeline.timing, locks=locks)
+        state.memory.flush()
         return done
 
     for _ in range(_RESTARTS):
@@ -362,6 +375,19 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     return None
 
 
+def _refuse(pipeline: Pipeline, session: Session, item: Carried, now: int, locks: Locks) -> _Done:
+    """A malformed item, or one with a key inside the message: judged without any memory
+    (the verdict depends on the octets alone); the octets are kept as evidence
+    (app.store.rejected). Raises NeedLocks or SQLAlchemyError."""
+    ctx = context_for(item, pipeline.options)
+    verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
+    verdict = verifier.verify_value(item.value, ctx, source=item.source)
+    keep_refused(
+        session, item=item, ctx=ctx, verdict=verdict, now=now, timing=pipeline.timing, locks=locks
+    )
+    return _Done(verdict)
+
+
 @dataclass
 class _Done:
     verdict: Verdict
@@ -370,27 +396,44 @@ class _Done:
     judged_again: dict[int, Verdict] = field(default_factory=dict)
 
 
-Parsed = tuple[HandoffObject | StatusObject | None, Element | None]
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """An item's object and element, parsed once (the element size limit enforced here,
+    for every entry point), with what its locks and the batch's lookups need."""
+
+    obj: HandoffObject | StatusObject
+    element: Element
+    chain: tuple[Element, ...]  # the carried chain elements that parse
+    digests: frozenset[bytes]  # the element's and its carried chain's
+    lock_keys: frozenset[str]
+
+    @property
+    def hop(self) -> tuple[str, str]:
+        """(iss, hop) of the element, as the replay memory keys it (SPEC 6.4)."""
+        return self.element.payload.iss, self.element.payload.hop
 
 
-def _parse(value: object) -> Parsed:
-    """The object and its element, when both parse; the verifier reports what does not."""
+def _parse(value: object, pipeline: Pipeline) -> _Parsed | None:
+    """The object and its element, when both parse within the size limit; the verifier
+    reports what does not (``_refuse``)."""
     try:
-        obj = parse_object(value)
+        obj = parse_object(value, max_element=pipeline.options.max_element_bytes)
         octets = obj.status if isinstance(obj, StatusObject) else obj.offer
-        return obj, parse_element(octets, obj.form)
+        element = parse_element(octets, obj.form)
     except HandoffError:
-        return None, None
+        return None
+    chain: list[Element] = []
+    if isinstance(obj, HandoffObject):
+        for link in obj.chain:
+            with contextlib.suppress(HandoffError):
+                chain.append(parse_element(link, obj.form))
+    digests = frozenset(e.digest for e in (element, *chain))
+    return _Parsed(obj, element, tuple(chain), digests, _lock_keys([element, *chain]))
 
 
-def _lock_keys(obj: HandoffObject | StatusObject, element: Element) -> set[str]:
+def _lock_keys(elements: Iterable[Element]) -> frozenset[str]:
     """The locks an item takes before anything else: its hops, and the elements it stores
     or names by digest (see ``app.store.db.Locks``)."""
-    elements = [element]
-    if isinstance(obj, HandoffObject):
-        for octets in obj.chain:
-            with contextlib.suppress(HandoffError):
-                elements.append(parse_element(octets, obj.form))
     keys = set()
     for e in elements:
         p = e.payload
@@ -398,52 +441,83 @@ def _lock_keys(obj: HandoffObject | StatusObject, element: Element) -> set[str]:
         keys |= {hop_lock(p.hop), digest_lock(e.digest)}
         if named is not None:
             keys.add(digest_lock(named))
-    return keys
+    return frozenset(keys)
 
 
-_IS_STORED = select(ElementRow.digest).where(ElementRow.digest == bindparam("b_digest"))
-
-
-class _Item:
-    """One item's work in a transaction: verify, persist, judge again what it completes;
-    ``hops`` then says which hops to re-derive."""
+class _Batch:
+    """What the items of one transaction share: one verifier over one memory of the store
+    (built once per batch, not per item), and the batch's known digests."""
 
     def __init__(self, pipeline: Pipeline, session: Session, now: int, locks: Locks) -> None:
         self.p = pipeline
         self.session = session
         self.now = now
         self.locks = locks
-        self.verifier = self._verifier(fresh=False)
+        self.verifier = store_verifier(
+            session,
+            trust=pipeline.trust,
+            policy=pipeline.options.policy,
+            objects=pipeline.objects,
+            now=now,
+        )
         assert isinstance(self.verifier.offers, StoreMemory)
-        self.memory = self.verifier.offers
+        self.memory: StoreMemory = self.verifier.offers
+        # On SQLite (one writer, no one else writes while the batch runs): which of the
+        # batch's digests a pending status names, and which have stored children, loaded
+        # once (``load``) and kept up to date, so an offer that completes nothing costs no
+        # query. On PostgreSQL another writer may add either at any time: asked each time.
+        self.loaded: frozenset[bytes] = frozenset()
+        self.pending: set[bytes] = set()
+        self.parents: set[bytes] = set()
+
+    def load(self, digests: set[bytes], hops: set[tuple[str, str]]) -> None:
+        self.memory.load_batch(digests, hops=hops, exact=not self.locks.active)
+        if not self.locks.active:
+            self.loaded = frozenset(digests)
+            self.pending = named_by_pending(self.session, offers=digests)
+            self.parents = with_children(self.session, offers=digests)
+
+    def may_complete(self, digests: set[bytes]) -> set[bytes]:
+        """Those of ``digests`` that a pending status may name."""
+        return {d for d in digests if d in self.pending or d not in self.loaded}
+
+    def may_have_children(self, digests: set[bytes]) -> set[bytes]:
+        """Those of ``digests`` that a stored offer may name as its ``prev``."""
+        linked = self.memory.linked
+        return {d for d in digests if d in self.parents or d in linked or d not in self.loaded}
+
+
+class _Item:
+    """One item's work in a transaction: verify, persist, judge again what it completes;
+    ``hops`` then says which hops to re-derive."""
+
+    def __init__(self, batch: _Batch) -> None:
+        self.batch = batch
+        self.p = batch.p
+        self.session = batch.session
+        self.now = batch.now
+        self.locks = batch.locks
+        self.verifier = batch.verifier
+        self.memory = batch.memory
         self.touched: set[bytes] = set()  # elements whose judgement changed
         self.judged_again: dict[int, Verdict] = {}
-
-    def _verifier(self, *, fresh: bool) -> Verifier:
-        return store_verifier(
-            self.session,
-            trust=self.p.trust,
-            policy=self.p.options.policy,
-            objects=self.p.objects,
-            now=self.now,
-            fresh=fresh,
-        )
 
     @property
     def fresh(self) -> Verifier:
         """A verifier for one judgement as if nothing had been seen before: a new one each
         time, or judging one twin would make the next an equivocation."""
-        return self._verifier(fresh=True)
+        return fresh_verifier(self.memory, policy=self.p.options.policy, objects=self.p.objects)
 
-    def run(self, item: Carried, obj: HandoffObject | StatusObject, element: Element) -> _Done:
+    def run(self, item: Carried, parsed: _Parsed) -> _Done:
+        element = parsed.element
         ctx = context_for(item, self.p.options)
-        obj = self._with_stored_chain(obj, element)
-        new = self._is_new(element.digest)
+        obj = self._with_stored_chain(parsed.obj, element)
+        known_before = element.digest in self.memory.stored
         verdict = self.verifier.verify_object(obj, ctx, source=item.source)
         if verdict.reason is Reason.MALFORMED:  # e.g. a status where an offer belongs
             return _Done(verdict)
-        if not self.memory.holds(element.digest):  # an offer that verified is stored already
-            store_element(self.session, element, now=self.now)
+        self.memory.store(element)  # a no-op for an offer that verified (stored already)
+        new = not known_before and element.digest in self.memory.inserted
         judged = verdict
         if depends_on_replay(verdict):
             judged = self.fresh.verify_object(obj, ctx, source=item.source)
@@ -464,6 +538,7 @@ class _Item:
             now=self.now,
         )
         self.touched.add(element.digest)
+        self._note_pending(verdict)
         known = self._observe_chain(judged, element, ctx, item.source)
         if element.is_offer and _passed(judged, "signature"):
             known.add(element.digest)
@@ -476,8 +551,9 @@ class _Item:
         self.locks.need(hop_lock(hop) for _, hop in keys)
         return keys
 
-    def _is_new(self, digest: bytes) -> bool:
-        return execute(self.session, _IS_STORED, {"b_digest": digest}).first() is None
+    def _note_pending(self, verdict: Verdict) -> None:
+        if verdict.outcome is Outcome.PENDING and verdict.offer is not None:
+            self.batch.pending.add(verdict.offer)
 
     def _with_stored_chain(
         self, obj: HandoffObject | StatusObject, element: Element
@@ -508,29 +584,29 @@ class _Item:
             return set()
         known = {e.digest for e in judged.chain.elements if e.result is Result.PASS and e.digest}
         if judged.chain.carried and _passed(judged, "chain"):
-            for e in judged.chain.elements:
-                assert e.digest is not None
-                add_observation(
-                    self.session,
-                    digest=e.digest,
-                    ctx=ctx,
-                    source=f"{source} chain[{e.index}]",
-                    now=self.now,
-                    via=element.digest,
-                )
+            carried = [(e.digest, f"{source} chain[{e.index}]") for e in judged.chain.elements]
+            assert all(digest is not None for digest, _ in carried)
+            add_chain_observations(
+                self.session,
+                chain=[(d, src) for d, src in carried if d is not None],
+                ctx=ctx,
+                now=self.now,
+                via=element.digest,
+            )
         self.touched.update(known)
         return known
 
     def _complete(self, known: set[bytes]) -> None:
         """Judge again what the offers in ``known`` complete: pending statuses naming them,
         and offers below them whose chain was built from stored elements."""
-        for observed in pending_statuses(self.session, known):
+        for observed in pending_statuses(self.session, self.batch.may_complete(known)):
             self._judge_status_again(observed)
         frontier, seen = known, set(known)
         for _ in range(self.p.options.max_chain):
             # Offers below one we hold took its lock when they were stored.
             self.locks.need(digest_lock(d) for d in frontier)
-            below = [d for d in children(self.session, frontier) if d not in seen]
+            asked = self.batch.may_have_children(frontier)
+            below = [d for d in children(self.session, asked) if d not in seen]
             if not below:
                 break
             seen.update(below)
@@ -575,6 +651,7 @@ class _Item:
             now=self.now,
         )
         self.judged_again[observed.observation_id] = verdict
+        self._note_pending(verdict)
         if verdict.digest is not None:
             self.touched.add(verdict.digest)
 

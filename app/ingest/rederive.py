@@ -27,21 +27,23 @@ from typing import Any
 
 import cbor2
 from handoff_context.encoding import b64url_decode
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, Carrier, Role
 from app.ingest.pipeline import Pipeline, ingest_carried
 from app.store import db
 from app.store.derive import sweep
-from app.store.derived import TableDiff, compare, replace, snapshot
-from app.store.models import ElementRow, RejectedOctetsRow
+from app.store.derived import TableDiff, compare, replace, snapshot, swept_snapshot
+from app.store.models import RejectedOctetsRow
+from app.store.rejected import get_refused
 from app.store.transfer import (
     PLAIN,
     TransferError,
     export_records,
     insert_rows,
     restore_workflow,
+    stored_elements,
 )
 
 _BATCH = 500
@@ -118,12 +120,7 @@ def _rebuild(engine: Engine, record: Mapping[str, Any]) -> tuple[Carried, bool]:
     chain = record.get("chain")
     wanted = [digest, *(b64url_decode(d, what="chain digest") for d in chain or [])]
     with db.transaction(db.read_only(engine)) as session:
-        found = {
-            r.digest: r
-            for r in session.execute(select(ElementRow).where(ElementRow.digest.in_(wanted)))
-            .scalars()
-            .all()
-        }
+        found = stored_elements(session, digests=wanted)
     if digest not in found:
         raise TransferError(f"a receipt names an element that is not stored ({record['digest']})")
     element = found[digest]
@@ -158,7 +155,7 @@ def _refused(pipeline: Pipeline, records: Iterable[Mapping[str, Any]], done: Rep
     for record in records:
         digest = b64url_decode(record["digest"], what="digest")
         with db.transaction(db.read_only(pipeline.engine)) as session:
-            row = session.get(RejectedOctetsRow, digest)
+            row = get_refused(session, digest=digest)
         if row is None:
             raise TransferError(f"a receipt names refused octets not stored ({record['digest']})")
         report = ingest_carried(
@@ -213,7 +210,7 @@ def rederive(
             with db.transaction(scratch) as session:
                 sweep(session, now=now, timing=pipeline.timing)
                 after = snapshot(session)
-            before = _stored(engine, now=now, pipeline=pipeline)
+            before = swept_snapshot(engine, now=now, timing=pipeline.timing)
             diffs = compare(before, after)
             # A replay that could not rebuild every carried chain may judge those items
             # more leniently than ingest did: report, never overwrite with that.
@@ -230,15 +227,3 @@ def rederive(
         finally:
             scratch.dispose()
     return Rederived(diffs, replayed, applied)
-
-
-def _stored(engine: Engine, *, now: int, pipeline: Pipeline) -> dict[str, Any]:
-    """The stored derived state at clock ``now``: swept in a transaction that is rolled
-    back, so a dry run changes nothing."""
-    with Session(engine) as session:
-        session.begin()
-        try:
-            sweep(session, now=now, timing=pipeline.timing)
-            return snapshot(session)
-        finally:
-            session.rollback()

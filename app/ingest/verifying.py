@@ -18,6 +18,8 @@ from handoff_context.verdict import Outcome, Verdict
 from handoff_context.verify import Context, Policy, Session, Verifier
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, read_capture
+from app.ingest.batches import batched
+from app.ingest.signatures import Ahead, elements_of, submit_ahead
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,32 @@ def verify_inputs(
 ) -> Report:
     """Verify every element in every input, in order, against one memory (SPEC 11)."""
     verifier = Verifier(trust=trust, policy=options.policy, objects=objects or ObjectIndex())
+    cache = verifier.signature_cache
+    assert cache is not None  # the verifier's own (SPEC 6.1)
     session = Session(verifier)
     stats = ExtractStats()
-    for name, data in inputs:
-        for item in read_capture(data, name=name, content_type=content_type, stats=stats):
+    limit = options.max_element_bytes
+
+    def judge(batch: list[Carried | CarrierError], ahead: Ahead) -> None:
+        ahead.collect(cache)
+        for item in batch:
             if isinstance(item, CarrierError):
                 session.add_verdict(carrier_error_verdict(item))
             else:
                 session.add(item.value, context_for(item, options), source=item.source)
+
+    for name, data in inputs:
+        items = read_capture(data, name=name, content_type=content_type, stats=stats)
+        # The signatures of the next batch are verified on every core while this one is
+        # judged in input order (``app.ingest.signatures``).
+        previous: tuple[list[Carried | CarrierError], Ahead] | None = None
+        for batch in batched(items):
+            found = (i for i in batch if not isinstance(i, CarrierError))
+            elements = (e for i in found for e in elements_of(i.value, max_element=limit))
+            ahead = submit_ahead(elements, trust, cache)
+            if previous is not None:
+                judge(*previous)
+            previous = (batch, ahead)
+        if previous is not None:
+            judge(*previous)
     return Report(verdicts=session.verdicts, skipped=stats.without_handoff)

@@ -349,6 +349,43 @@ def insert_ignore(
     return execute(session, stmt, values).first() is not None
 
 
+@functools.cache
+def _insert_ignore_many_statement(dialect: str, table: Any, keys: tuple[str, ...]) -> Any:
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    return insert(table).on_conflict_do_nothing(index_elements=keys)
+
+
+def insert_ignore_many(
+    session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> None:
+    """INSERT .. ON CONFLICT (keys) DO NOTHING for many rows in one statement
+    (executemany), when which of them were new does not matter."""
+    if rows:
+        stmt = _insert_ignore_many_statement(_dialect(session), model.__table__, tuple(keys))
+        session.connection().execute(stmt, [dict(row) for row in rows])
+
+
+def insert_ignore_many_new(
+    session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> int:
+    """``insert_ignore`` for many rows in one statement; how many of them were new (the
+    rows RETURNING gives back are the ones inserted)."""
+    if not rows:
+        return 0
+    stmt = _insert_ignore_statement(_dialect(session), model.__table__, tuple(keys))
+    return len(session.connection().execute(stmt, [dict(row) for row in rows]).all())
+
+
+def upsert_many(
+    session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> None:
+    """``upsert`` for many rows with the same columns, in one statement (executemany)."""
+    if rows:
+        columns = tuple(rows[0])
+        stmt = _upsert_statement(_dialect(session), model.__table__, tuple(keys), columns)
+        session.connection().execute(stmt, [dict(row) for row in rows])
+
+
 def upsert(session: Session, model: Any, values: Mapping[str, Any], keys: Sequence[str]) -> None:
     """INSERT .. ON CONFLICT (keys) DO UPDATE every other column of ``values``."""
     columns = tuple(values)

@@ -40,13 +40,24 @@ from handoff_context.lifecycle import (
 )
 from handoff_context.model import StatusState
 from handoff_context.verdict import Variant
-from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, exists, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    tuple_,
+)
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules
-from app.store.db import Locks, digest_lock, execute, hop_lock, upsert
+from app.store.db import Locks, digest_lock, execute, hop_lock, upsert_many
 from app.store.envelopes import case_due_conditions, sweep_cases
-from app.store.flags import sync_flags
+from app.store.flags import hop_flags, sync_flags
 from app.store.models import (
     ElementRow,
     HopRow,
@@ -99,7 +110,6 @@ def affected_hops(session: Session, digests: Iterable[bytes], *, locks: Locks) -
 
 _COUNTING = or_(ObservationRow.via.is_not(None), VerdictRow.remembered.is_(True))
 _IN_OFFERS = bindparam("b_offers", expanding=True)
-_HOP = (ElementRow.hop_iss == bindparam("b_iss"), ElementRow.hop == bindparam("b_hop"))
 
 
 def _counts(digest_column: Any) -> Any:
@@ -125,13 +135,6 @@ class _Offer:
 
 
 # Built once: see app.store.db, "dialect-specific statements".
-_OFFER_FIRSTS = (
-    select(ElementRow.digest, func.min(ObservationRow.received_at))
-    .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
-    .outerjoin(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
-    .where(ElementRow.type == "offer", *_HOP, _COUNTING)
-    .group_by(ElementRow.digest)
-)
 _OFFER_ROWS = (
     select(
         ElementRow.digest,
@@ -148,17 +151,6 @@ _OFFER_ROWS = (
     .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
     .where(ElementRow.digest.in_(_IN_OFFERS))
 )
-
-
-def _offers(session: Session, iss: str, hop: str) -> list[_Offer]:
-    """The offers that count for the hop, the hop's offer first (the canonical rule)."""
-    params = {"b_iss": iss, "b_hop": hop}
-    firsts: dict[bytes, int] = dict(execute(session, _OFFER_FIRSTS, params).all())
-    if not firsts:
-        return []
-    rows = execute(session, _OFFER_ROWS, {"b_offers": list(firsts)})
-    found = [_Offer(row, row.prev, firsts[row.digest]) for row in rows]
-    return sorted(found, key=lambda o: o.order)
 
 
 def _valid_status_observations(where: Any) -> Select[Any]:
@@ -191,26 +183,6 @@ def _valid_status_observations(where: Any) -> Select[Any]:
 _STATUSES = _valid_status_observations(ElementRow.offer.in_(_IN_OFFERS))
 
 
-def _statuses(session: Session, offers: Sequence[bytes]) -> list[StatusFact]:
-    return [
-        StatusFact(
-            digest=r.digest,
-            state=StatusState(r.state),
-            iss=r.iss,
-            iat=r.iat,
-            received_at=r.received_at,
-            reason=r.reason,
-            refs=r.ref_count,
-        )
-        for r in execute(session, _STATUSES, {"b_offers": list(offers)})
-    ]
-
-
-_DOWNSTREAM = (
-    select(ElementRow.digest, ElementRow.iss, ElementRow.hop)
-    .join(LinkRow, LinkRow.offer == ElementRow.digest)
-    .where(LinkRow.prev.in_(_IN_OFFERS), _counts(ElementRow.digest))
-)
 _CANCELS = _valid_status_observations(
     and_(
         ElementRow.offer.in_(bindparam("b_downstream", expanding=True)),
@@ -220,74 +192,6 @@ _CANCELS = _valid_status_observations(
 _FIRST_CANCELS = select(_CANCELS.c.offer, func.min(_CANCELS.c.received_at)).group_by(
     _CANCELS.c.offer
 )
-
-
-def _downstream(session: Session, offers: Sequence[bytes]) -> list[DownstreamFact]:
-    rows = execute(session, _DOWNSTREAM, {"b_offers": list(offers)}).all()
-    canceled: dict[bytes, int] = {}
-    if rows:
-        params = {"b_downstream": [r.digest for r in rows]}
-        canceled = dict(execute(session, _FIRST_CANCELS, params).all())
-    return [DownstreamFact(r.digest, r.iss, r.hop, canceled.get(r.digest)) for r in rows]
-
-
-_HOST = select(ObservationRow.task_state, ObservationRow.received_at).where(
-    ObservationRow.digest.in_(bindparam("b_digests", expanding=True)),
-    ObservationRow.task_state.is_not(None),
-)
-
-
-def _host(session: Session, digests: Sequence[bytes]) -> list[HostObservation]:
-    rows = execute(session, _HOST, {"b_digests": list(digests)})
-    return [HostObservation(r.task_state, r.received_at) for r in rows]
-
-
-_REJECTIONS = (
-    select(VerdictRow.fault, ElementRow.digest, func.min(ObservationRow.received_at))
-    .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
-    .join(ElementRow, ElementRow.digest == VerdictRow.digest)
-    .where(*_HOP, VerdictRow.valid.is_(False), VerdictRow.fault.is_not(None))
-    .group_by(VerdictRow.fault, ElementRow.digest)
-)
-
-
-def _rejections(session: Session, iss: str, hop: str) -> list[Flag]:
-    rows = execute(session, _REJECTIONS, {"b_iss": iss, "b_hop": hop})
-    by_fault: dict[str, list[tuple[bytes, int]]] = {}
-    for fault, digest, first in [*rows, *_refused(session, iss, hop)]:
-        by_fault.setdefault(fault, []).append((digest, first))
-    kind = FlagKind.REJECTED_ELEMENT
-    return [
-        Flag(
-            kind=kind,
-            severity=SEVERITY[kind],
-            evidence=tuple(sorted(d for d, _ in found)),
-            opened_at=min(at for _, at in found),
-            variant=fault,
-            detail=f"{len(found)} element(s) rejected: {fault}",
-        )
-        for fault, found in sorted(by_fault.items())
-    ]
-
-
-_REFUSED = (
-    select(
-        RejectedObservationRow.reason,
-        RejectedOctetsRow.digest,
-        func.min(RejectedObservationRow.received_at),
-    )
-    .join(RejectedOctetsRow, RejectedOctetsRow.digest == RejectedObservationRow.digest)
-    .where(
-        RejectedOctetsRow.hop_iss == bindparam("b_iss"), RejectedOctetsRow.hop == bindparam("b_hop")
-    )
-    .group_by(RejectedObservationRow.reason, RejectedOctetsRow.digest)
-)
-
-
-def _refused(session: Session, iss: str, hop: str) -> Sequence[Any]:
-    """Octets refused before they became an element (``app.store.rejected``), filed under
-    the hop their payload names: (reason, digest, first received_at)."""
-    return execute(session, _REFUSED, {"b_iss": iss, "b_hop": hop}).all()
 
 
 def _equivocation(offers: Sequence[_Offer]) -> Flag:
@@ -311,11 +215,172 @@ def derive_hops(
     session: Session, keys: Iterable[HopKey], *, now: int, timing: Timing, locks: Locks
 ) -> None:
     """Re-derive each hop's state and flags at clock ``now`` and store them. Raises
-    NeedLocks when another transaction holds one of the hops."""
+    NeedLocks when another transaction holds one of the hops.
+
+    The facts of many hops are read together, a few set-based queries for a chunk of hops
+    instead of about nine for each (``_Facts``); each hop is then derived from its own."""
     keys = sorted(set(keys))
     locks.need(hop_lock(hop) for _, hop in keys)
-    for iss, hop in keys:
-        _derive_one(session, iss, hop, now=now, timing=timing)
+    for start in range(0, len(keys), _HOPS_PER_QUERY):
+        chunk = keys[start : start + _HOPS_PER_QUERY]
+        facts = _Facts.load(session, chunk)
+        flags = hop_flags(session, hops=chunk)
+        hops = [
+            _derive_one(session, iss, hop, facts, flags[(iss, hop)], now=now, timing=timing)
+            for iss, hop in chunk
+        ]
+        upsert_many(session, HopRow, [h for h in hops if h is not None], ["iss", "hop"])
+
+
+# Hops whose facts one query reads: bounded, so a sweep of many hops stays within the
+# databases' limits on bound parameters.
+_HOPS_PER_QUERY = 256
+_IN_HOPS = bindparam("b_hops", expanding=True)
+_OFFER_FIRSTS_MANY = (
+    select(
+        ElementRow.hop_iss,
+        ElementRow.hop,
+        ElementRow.digest,
+        func.min(ObservationRow.received_at).label("first"),
+    )
+    .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
+    .outerjoin(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
+    .where(ElementRow.type == "offer", tuple_(ElementRow.hop_iss, ElementRow.hop).in_(_IN_HOPS))
+    .where(_COUNTING)
+    .group_by(ElementRow.hop_iss, ElementRow.hop, ElementRow.digest)
+)
+_REJECTIONS_MANY = (
+    select(
+        ElementRow.hop_iss,
+        ElementRow.hop,
+        VerdictRow.fault,
+        ElementRow.digest,
+        func.min(ObservationRow.received_at).label("first"),
+    )
+    .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
+    .join(ElementRow, ElementRow.digest == VerdictRow.digest)
+    .where(tuple_(ElementRow.hop_iss, ElementRow.hop).in_(_IN_HOPS))
+    .where(VerdictRow.valid.is_(False), VerdictRow.fault.is_not(None))
+    .group_by(ElementRow.hop_iss, ElementRow.hop, VerdictRow.fault, ElementRow.digest)
+)
+_REFUSED_MANY = (
+    select(
+        RejectedOctetsRow.hop_iss,
+        RejectedOctetsRow.hop,
+        RejectedObservationRow.reason,
+        RejectedOctetsRow.digest,
+        func.min(RejectedObservationRow.received_at).label("first"),
+    )
+    .join(RejectedOctetsRow, RejectedOctetsRow.digest == RejectedObservationRow.digest)
+    .where(tuple_(RejectedOctetsRow.hop_iss, RejectedOctetsRow.hop).in_(_IN_HOPS))
+    .group_by(
+        RejectedOctetsRow.hop_iss,
+        RejectedOctetsRow.hop,
+        RejectedObservationRow.reason,
+        RejectedOctetsRow.digest,
+    )
+)
+_DOWNSTREAM_MANY = (
+    select(ElementRow.digest, ElementRow.iss, ElementRow.hop, LinkRow.prev)
+    .join(LinkRow, LinkRow.offer == ElementRow.digest)
+    .where(LinkRow.prev.in_(_IN_OFFERS), _counts(ElementRow.digest))
+)
+_HOST_MANY = select(
+    ObservationRow.digest, ObservationRow.task_state, ObservationRow.received_at
+).where(
+    ObservationRow.digest.in_(bindparam("b_digests", expanding=True)),
+    ObservationRow.task_state.is_not(None),
+)
+
+
+@dataclass
+class _Facts:
+    """The stored facts of a set of hops, read with one query per kind of fact."""
+
+    offers: dict[HopKey, list[_Offer]]
+    rejections: dict[HopKey, list[tuple[str, bytes, int]]]
+    statuses: dict[bytes, list[StatusFact]]  # by the offer they name
+    downstream: dict[bytes, list[DownstreamFact]]  # by their prev
+    host: dict[bytes, list[HostObservation]]  # by the element observed
+
+    @classmethod
+    def load(cls, session: Session, keys: Sequence[HopKey]) -> _Facts:
+        hops = {"b_hops": [tuple(k) for k in keys]}
+        firsts: dict[HopKey, dict[bytes, int]] = {}
+        for r in execute(session, _OFFER_FIRSTS_MANY, hops):
+            firsts.setdefault((r.hop_iss, r.hop), {})[r.digest] = r.first
+        every = [d for by_digest in firsts.values() for d in by_digest]
+        rows = {r.digest: r for r in _rows(session, _OFFER_ROWS, "b_offers", every)}
+        offers = {
+            key: sorted(
+                (_Offer(rows[d], rows[d].prev, first) for d, first in by_digest.items()),
+                key=lambda o: o.order,
+            )
+            for key, by_digest in firsts.items()
+        }
+        rejections: dict[HopKey, list[tuple[str, bytes, int]]] = {}
+        for statement in (_REJECTIONS_MANY, _REFUSED_MANY):
+            for r in execute(session, statement, hops):
+                key = (r.hop_iss, r.hop)
+                rejections.setdefault(key, []).append((r[2], r.digest, r.first))
+        statuses: dict[bytes, list[StatusFact]] = {}
+        for r in _rows(session, _STATUSES, "b_offers", every):
+            statuses.setdefault(r.offer, []).append(_status_fact(r))
+        downstream = _downstream_many(session, every)
+        observed = every + [s.digest for found in statuses.values() for s in found]
+        host: dict[bytes, list[HostObservation]] = {}
+        for r in _rows(session, _HOST_MANY, "b_digests", observed):
+            host.setdefault(r.digest, []).append(HostObservation(r.task_state, r.received_at))
+        return cls(offers, rejections, statuses, downstream, host)
+
+
+def _rows(session: Session, statement: Any, name: str, values: Sequence[bytes]) -> list[Any]:
+    return list(execute(session, statement, {name: list(values)})) if values else []
+
+
+def _status_fact(r: Any) -> StatusFact:
+    return StatusFact(
+        digest=r.digest,
+        state=StatusState(r.state),
+        iss=r.iss,
+        iat=r.iat,
+        received_at=r.received_at,
+        reason=r.reason,
+        refs=r.ref_count,
+    )
+
+
+def _downstream_many(
+    session: Session, offers: Sequence[bytes]
+) -> dict[bytes, list[DownstreamFact]]:
+    rows = _rows(session, _DOWNSTREAM_MANY, "b_offers", offers)
+    canceled: dict[bytes, int] = {}
+    if rows:
+        params = {"b_downstream": [r.digest for r in rows]}
+        canceled = dict(execute(session, _FIRST_CANCELS, params).all())
+    found: dict[bytes, list[DownstreamFact]] = {}
+    for r in rows:
+        fact = DownstreamFact(r.digest, r.iss, r.hop, canceled.get(r.digest))
+        found.setdefault(r.prev, []).append(fact)
+    return found
+
+
+def _rejection_flags(found_rows: Sequence[tuple[str, bytes, int]]) -> list[Flag]:
+    by_fault: dict[str, list[tuple[bytes, int]]] = {}
+    for fault, digest, first in found_rows:
+        by_fault.setdefault(fault, []).append((digest, first))
+    kind = FlagKind.REJECTED_ELEMENT
+    return [
+        Flag(
+            kind=kind,
+            severity=SEVERITY[kind],
+            evidence=tuple(sorted(d for d, _ in found)),
+            opened_at=min(at for _, at in found),
+            variant=fault,
+            detail=f"{len(found)} element(s) rejected: {fault}",
+        )
+        for fault, found in sorted(by_fault.items())
+    ]
 
 
 _DELETE_HOP = delete(HopRow).where(
@@ -323,13 +388,24 @@ _DELETE_HOP = delete(HopRow).where(
 )
 
 
-def _derive_one(session: Session, iss: str, hop: str, *, now: int, timing: Timing) -> None:
-    offers = _offers(session, iss, hop)
-    flags = _rejections(session, iss, hop)
+def _derive_one(
+    session: Session,
+    iss: str,
+    hop: str,
+    facts: _Facts,
+    stored_flags: dict[str, Any],
+    *,
+    now: int,
+    timing: Timing,
+) -> dict[str, Any] | None:
+    """Derive one hop and sync its flags; returns its hop row to store (None: the hop has
+    no offer any more, and its row was deleted)."""
+    offers = facts.offers.get((iss, hop), [])
+    flags = _rejection_flags(facts.rejections.get((iss, hop), []))
     if not offers:
         execute(session, _DELETE_HOP, {"b_iss": iss, "b_hop": hop})
-        sync_flags(session, iss, hop, flags, offer=None, now=now)
-        return
+        sync_flags(session, iss, hop, flags, offer=None, now=now, existing=stored_flags)
+        return None
     element = offers[0].element
     fact = OfferFact(
         digest=element.digest,
@@ -343,14 +419,15 @@ def _derive_one(session: Session, iss: str, hop: str, *, now: int, timing: Timin
         prev=offers[0].prev,
     )
     digests = [o.element.digest for o in offers]
-    statuses = _statuses(session, digests)
+    statuses = [s for d in digests for s in facts.statuses.get(d, [])]
+    observed = [*digests, *(s.digest for s in statuses)]
     view = derive_hop(
         fact,
         statuses,
         now=now,
         timing=timing,
-        downstream=_downstream(session, digests),
-        host=_host(session, [*digests, *(s.digest for s in statuses)]),
+        downstream=[f for d in digests for f in facts.downstream.get(d, [])],
+        host=[h for d in observed for h in facts.host.get(d, [])],
     )
     values = {
         "iss": iss,
@@ -368,11 +445,11 @@ def _derive_one(session: Session, iss: str, hop: str, *, now: int, timing: Timin
         "deadline": view.deadline,
         "derived_at": now,
     }
-    upsert(session, HopRow, values, ["iss", "hop"])
     flags.extend(view.flags)
     if len(offers) > 1:
         flags.append(_equivocation(offers))
-    sync_flags(session, iss, hop, flags, offer=fact.digest, now=now)
+    sync_flags(session, iss, hop, flags, offer=fact.digest, now=now, existing=stored_flags)
+    return values
 
 
 def sweep(session: Session, *, now: int, timing: Timing, cases: CaseRules | None = None) -> int:

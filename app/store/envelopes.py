@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, or_, select
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules, Item, Ledger, derive_ledger, first_receivers
-from app.store.db import Locks, insert_ignore, upsert
+from app.store.db import Locks, insert_ignore_many_new, upsert
 from app.store.flags import sync_case_flags
 from app.store.models import CaseRow, EnvelopeItemRow
 
@@ -36,10 +36,7 @@ def context_lock(context_id: str) -> str:
 def store_items(session: Session, rows: Sequence[EnvelopeItemRow]) -> int:
     """Insert the items not stored yet (a repeated receipt is a no-op). Returns how many
     were new."""
-    new = 0
-    for row in rows:
-        new += insert_ignore(session, EnvelopeItemRow, row.model_dump(), ["key"])
-    return new
+    return insert_ignore_many_new(session, EnvelopeItemRow, [r.model_dump() for r in rows], ["key"])
 
 
 def affected_cases(session: Session, rows: Sequence[EnvelopeItemRow], *, locks: Locks) -> set[str]:

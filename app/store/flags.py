@@ -16,7 +16,7 @@ from typing import Any
 
 from handoff_context.encoding import digest_text
 from handoff_context.lifecycle import Flag, FlagKind
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, tuple_, update
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
@@ -44,6 +44,10 @@ _FLAG_COLUMNS = (
 _HOP_FLAGS = select(*_FLAG_COLUMNS).where(
     FlagRow.iss == bindparam("b_iss"), FlagRow.hop == bindparam("b_hop"), FlagRow.case_id.is_(None)
 )
+_HOPS_FLAGS = select(FlagRow.iss, FlagRow.hop, *_FLAG_COLUMNS).where(
+    tuple_(FlagRow.iss, FlagRow.hop).in_(bindparam("b_hops", expanding=True)),
+    FlagRow.case_id.is_(None),
+)
 _CASE_FLAGS = select(*_FLAG_COLUMNS).where(FlagRow.case_id == bindparam("b_case"))
 _UPDATE_FLAG = update(FlagRow).where(FlagRow.id == bindparam("b_id"))
 _DELETE_FLAG = delete(FlagRow).where(FlagRow.id == bindparam("b_id"))
@@ -59,10 +63,28 @@ def flag_key(iss: str, hop: str, flag: Flag) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
+def hop_flags(session: Session, *, hops: Sequence[tuple[str, str]]) -> dict[Any, dict[str, Any]]:
+    """The stored flags of many hops, by hop and key: one query (``sync_flags``'s
+    ``existing``)."""
+    found: dict[Any, dict[str, Any]] = {hop: {} for hop in hops}
+    if hops:
+        for row in execute(session, _HOPS_FLAGS, {"b_hops": [tuple(h) for h in hops]}):
+            found.setdefault((row.iss, row.hop), {})[row.key] = row
+    return found
+
+
 def sync_flags(
-    session: Session, iss: str, hop: str, flags: Sequence[Flag], *, offer: bytes | None, now: int
+    session: Session,
+    iss: str,
+    hop: str,
+    flags: Sequence[Flag],
+    *,
+    offer: bytes | None,
+    now: int,
+    existing: dict[str, Any] | None = None,
 ) -> None:
-    """Make the stored flags of one hop match the derived ones.
+    """Make the stored flags of one hop match the derived ones (``existing``: its stored
+    flags by key, when read already with ``hop_flags``).
 
     A new condition is inserted open. A continuing one gets its derived columns refreshed;
     one an operator resolved is reopened when its evidence grew. A condition that no longer
@@ -70,8 +92,10 @@ def sync_flags(
     resolved automatically with an audit entry.
     """
     wanted = {flag_key(iss, hop, flag): (iss, hop, flag) for flag in flags}
-    params = {"b_iss": iss, "b_hop": hop}
-    _sync(session, _HOP_FLAGS, params, wanted, offer=offer, case_id=None, now=now)
+    if existing is None:
+        params = {"b_iss": iss, "b_hop": hop}
+        existing = {row.key: row for row in execute(session, _HOP_FLAGS, params)}
+    _sync(session, existing, wanted, offer=offer, case_id=None, now=now)
 
 
 def case_flag_key(case_id: str, flag: CaseFlag) -> str:
@@ -86,21 +110,20 @@ def sync_case_flags(session: Session, case_id: str, flags: Sequence[CaseFlag], *
     """Make the stored flags of one envelope case match its ledger's, as ``sync_flags``
     does for a hop. ``case_id`` "" holds the flags of items whose case could not be read."""
     wanted = {case_flag_key(case_id, f): (f.agent, f.handoff_id, f.flag) for f in flags}
-    params = {"b_case": case_id}
-    _sync(session, _CASE_FLAGS, params, wanted, offer=None, case_id=case_id, now=now)
+    existing = {row.key: row for row in execute(session, _CASE_FLAGS, {"b_case": case_id})}
+    _sync(session, existing, wanted, offer=None, case_id=case_id, now=now)
 
 
 def _sync(
     session: Session,
-    query: Any,
-    params: dict[str, Any],
+    existing: dict[str, Any],
     wanted: dict[str, tuple[str, str, Flag]],
     *,
     offer: bytes | None,
     case_id: str | None,
     now: int,
 ) -> None:
-    existing = {row.key: row for row in execute(session, query, params)}
+    existing = dict(existing)
     for key, (iss, hop, flag) in wanted.items():
         derived = {
             "kind": flag.kind.value,

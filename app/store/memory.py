@@ -10,7 +10,7 @@ primary key and ``INSERT .. ON CONFLICT DO NOTHING``: of two workers remembering
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from handoff_context.errors import HandoffError
 from handoff_context.memory import InMemoryState, Remembered, content_fingerprint
@@ -18,10 +18,10 @@ from handoff_context.model import Element, Form, Offer, StatusState
 from handoff_context.refs import ObjectIndex
 from handoff_context.trust import TrustStore
 from handoff_context.verify import Policy, Verifier, parse_element
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, select, tuple_
 from sqlmodel import Session
 
-from app.store.db import execute, insert_ignore
+from app.store.db import execute, insert_ignore, insert_ignore_many
 from app.store.models import ElementRow, LinkRow, ReplayRow, SeenStatusRow, SignatureCacheRow
 
 # Built once: see app.store.db, "dialect-specific statements".
@@ -33,6 +33,10 @@ _REPLAY_FIRST = select(ReplayRow.digest, ReplayRow.content).where(
     ReplayRow.iss == bindparam("b_iss"), ReplayRow.hop == bindparam("b_hop")
 )
 _SEEN_STATUS = select(SeenStatusRow.digest).where(SeenStatusRow.digest == bindparam("b_digest"))
+_SIGNATURES_CACHED = select(SignatureCacheRow.digest).where(
+    SignatureCacheRow.digest.in_(bindparam("b_digests", expanding=True)),
+    SignatureCacheRow.trust == bindparam("b_trust"),
+)
 _SIGNATURE_CACHED = select(SignatureCacheRow.digest).where(
     SignatureCacheRow.digest == bindparam("b_digest"),
     SignatureCacheRow.trust == bindparam("b_trust"),
@@ -102,6 +106,51 @@ def store_element(session: Session, element: Element, *, now: int) -> bool:
     return inserted
 
 
+_IS_STORED = select(ElementRow.digest).where(ElementRow.digest == bindparam("b_digest"))
+
+
+def element_stored(session: Session, *, digest: bytes) -> bool:
+    """True when the element ``digest`` is stored."""
+    return execute(session, _IS_STORED, {"b_digest": digest}).first() is not None
+
+
+_STORED_AMONG = select(ElementRow.digest).where(
+    ElementRow.digest.in_(bindparam("b_digests", expanding=True))
+)
+
+
+def stored_among(session: Session, *, digests: Collection[bytes]) -> set[bytes]:
+    """Which of ``digests`` are stored elements: one query for a whole batch."""
+    if not digests:
+        return set()
+    return set(execute(session, _STORED_AMONG, {"b_digests": list(digests)}).scalars())
+
+
+_SEEN_AMONG = select(SeenStatusRow.digest).where(
+    SeenStatusRow.digest.in_(bindparam("b_digests", expanding=True))
+)
+_REPLAY_AMONG = select(ReplayRow.iss, ReplayRow.hop, ReplayRow.digest, ReplayRow.content).where(
+    tuple_(ReplayRow.iss, ReplayRow.hop).in_(bindparam("b_hops", expanding=True))
+)
+
+
+def seen_among(session: Session, *, digests: Collection[bytes]) -> set[bytes]:
+    """Which of ``digests`` are seen statuses (SPEC 6, last paragraph): one query."""
+    if not digests:
+        return set()
+    return set(execute(session, _SEEN_AMONG, {"b_digests": list(digests)}).scalars())
+
+
+def replay_among(
+    session: Session, *, hops: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], Remembered]:
+    """What the replay memory holds for each of ``hops`` ((iss, hop)): one query."""
+    if not hops:
+        return {}
+    rows = execute(session, _REPLAY_AMONG, {"b_hops": [tuple(h) for h in hops]})
+    return {(r.iss, r.hop): Remembered(r.digest, r.content) for r in rows}
+
+
 def load_element(session: Session, digest: bytes) -> Element | None:
     """Parse a stored element again from its octets (None when not stored)."""
     row = execute(session, _ELEMENT_OCTETS, {"b_digest": digest}).first()
@@ -113,13 +162,75 @@ def load_element(session: Session, digest: bytes) -> Element | None:
 class StoreMemory:
     """Replay memory, offer index, seen statuses and signature cache over one session."""
 
-    def __init__(self, session: Session, *, trust: TrustStore, now: int) -> None:
+    def __init__(
+        self, session: Session, *, trust: TrustStore, now: int, stored: set[bytes] | None = None
+    ) -> None:
         self.session = session
         self.trust = trust
         self.now = now
+        # Digests known to be stored in this transaction (loaded for a whole batch with one
+        # query, ``stored_among``, and kept up to date): an element among them is not
+        # inserted again. An element once stored stays stored, so the set can only ever
+        # miss one, never name one that is not there.
+        self.stored: set[bytes] = set() if stored is None else stored
+        self.inserted: set[bytes] = set()  # digests this memory stored for the first time
+        self.linked: set[bytes] = set()  # the prev of each offer it stored
+        # Digests whose signature cache rows were loaded (``load_batch``): a miss among
+        # them needs no lookup. Rows to add are written once, by ``flush``.
+        self._cache_loaded: set[bytes] = set()
+        self._to_mark: list[dict[str, object]] = []
+        # Seen statuses and replay memory held for the batch (``load_batch(exact=True)``).
+        self._seen_loaded: set[bytes] = set()
+        self._seen: set[bytes] = set()
+        self._seen_rows: list[dict[str, object]] = []
+        self._replay_loaded: set[tuple[str, str]] = set()
+        self._replay: dict[tuple[str, str], Remembered] = {}
+        self._replay_rows: list[dict[str, object]] = []
         # Set by ``store_verifier``: the verifier's cached signature check (SPEC 6.1).
         self.check_signature: Callable[[Element], None] | None = None
         self._offers: dict[bytes, Element | None] = {}
+
+    def load_batch(
+        self,
+        digests: Collection[bytes],
+        *,
+        hops: Collection[tuple[str, str]] = (),
+        exact: bool = False,
+    ) -> None:
+        """Load what a batch will ask about ``digests`` with one query each: which are
+        stored, and which verified under this trust store.
+
+        ``exact`` (SQLite: one writer, so nothing changes under the batch but the batch
+        itself): also which of ``digests`` are seen statuses, and what the replay memory
+        holds for ``hops`` ((iss, hop) pairs); the batch then asks and updates both in
+        memory, and ``flush`` writes what it added. Without ``exact`` (PostgreSQL, where
+        another writer may record either at any time) every question goes to the database,
+        whose ``INSERT .. ON CONFLICT`` is what makes the answer right."""
+        if exact:
+            self._seen_loaded = set(digests)
+            self._seen = seen_among(self.session, digests=digests)
+            self._replay_loaded = set(hops)
+            self._replay = replay_among(self.session, hops=hops)
+        wanted = [d for d in digests if d not in self.stored]
+        self.stored |= stored_among(self.session, digests=wanted)
+        fingerprint = self.trust.fingerprint
+        unknown = [d for d in digests if (d, fingerprint) not in _VERIFIED]
+        if unknown:
+            params = {"b_digests": unknown, "b_trust": fingerprint}
+            for digest in execute(self.session, _SIGNATURES_CACHED, params).scalars():
+                _VERIFIED.add((digest, fingerprint))
+        self._cache_loaded.update(unknown)
+
+    def flush(self) -> None:
+        """Write the signature cache rows gathered since the last flush (one statement).
+        A row is a fact about octets and keys, true whether or not the item that found it
+        was kept, so it may outlive a savepoint rolled back."""
+        rows, self._to_mark = self._to_mark, []
+        insert_ignore_many(self.session, SignatureCacheRow, rows, ["digest", "trust"])
+        replay, self._replay_rows = self._replay_rows, []
+        insert_ignore_many(self.session, ReplayRow, replay, ["iss", "hop"])
+        seen, self._seen_rows = self._seen_rows, []
+        insert_ignore_many(self.session, SeenStatusRow, seen, ["digest"])
 
     # -- ReplayMemory ------------------------------------------------------------------
 
@@ -133,6 +244,14 @@ class StoreMemory:
             "content": mine.content,
             "recorded_at": self.now,
         }
+        key = (p.iss, p.hop)
+        if key in self._replay_loaded:
+            first = self._replay.get(key)
+            if first is not None:
+                return first, False
+            self._replay[key] = mine
+            self._replay_rows.append(row)
+            return mine, True
         if insert_ignore(self.session, ReplayRow, row, ["iss", "hop"]):
             return mine, True
         first = execute(self.session, _REPLAY_FIRST, {"b_iss": p.iss, "b_hop": p.hop}).one()
@@ -159,8 +278,19 @@ class StoreMemory:
         return element
 
     def add_offer(self, element: Element) -> None:
-        store_element(self.session, element, now=self.now)
+        self.store(element)
         self._offers[element.digest] = element
+
+    def store(self, element: Element) -> None:
+        """Store the element unless it is known to be stored already."""
+        if element.digest in self.stored:
+            return
+        if store_element(self.session, element, now=self.now):
+            self.inserted.add(element.digest)
+            p = element.payload
+            if isinstance(p, Offer) and p.prev is not None:
+                self.linked.add(p.prev)
+        self.stored.add(element.digest)
 
     def holds(self, digest: bytes) -> bool:
         """True when this memory has seen the offer stored (it stored or read it)."""
@@ -169,18 +299,26 @@ class StoreMemory:
     # -- SeenStatuses ------------------------------------------------------------------
 
     def has_status(self, digest: bytes) -> bool:
+        if digest in self._seen_loaded:
+            return digest in self._seen
         return execute(self.session, _SEEN_STATUS, {"b_digest": digest}).first() is not None
 
     def add_status(self, digest: bytes) -> None:
-        insert_ignore(
-            self.session, SeenStatusRow, {"digest": digest, "seen_at": self.now}, ["digest"]
-        )
+        row = {"digest": digest, "seen_at": self.now}
+        if digest in self._seen_loaded:
+            if digest not in self._seen:
+                self._seen.add(digest)
+                self._seen_rows.append(row)
+            return
+        insert_ignore(self.session, SeenStatusRow, row, ["digest"])
 
     # -- SignatureCache ----------------------------------------------------------------
 
     def verified(self, digest: bytes, trust_fingerprint: str) -> bool:
         if (digest, trust_fingerprint) in _VERIFIED:
             return True
+        if digest in self._cache_loaded and trust_fingerprint == self.trust.fingerprint:
+            return False
         params = {"b_digest": digest, "b_trust": trust_fingerprint}
         found = execute(self.session, _SIGNATURE_CACHED, params).first() is not None
         if found:
@@ -189,7 +327,7 @@ class StoreMemory:
 
     def mark_verified(self, digest: bytes, trust_fingerprint: str) -> None:
         row = {"digest": digest, "trust": trust_fingerprint, "verified_at": self.now}
-        insert_ignore(self.session, SignatureCacheRow, row, ["digest", "trust"])
+        self._to_mark.append(row)
         _VERIFIED.add((digest, trust_fingerprint))
 
 
@@ -201,11 +339,13 @@ def store_verifier(
     objects: ObjectIndex,
     now: int,
     fresh: bool = False,
+    stored: set[bytes] | None = None,
 ) -> Verifier:
     """A verifier whose memories are the database. ``fresh``: known offers and the
     signature cache still come from the database, but replay memory and seen statuses start
-    empty, which judges an element as if it were the first ever seen (ignoring replay)."""
-    memory = StoreMemory(session, trust=trust, now=now)
+    empty, which judges an element as if it were the first ever seen (ignoring replay).
+    ``stored``: see ``StoreMemory.stored``."""
+    memory = StoreMemory(session, trust=trust, now=now, stored=stored)
     empty = InMemoryState()
     verifier = Verifier(
         trust=trust,
@@ -218,3 +358,20 @@ def store_verifier(
     )
     memory.check_signature = verifier.check_signature
     return verifier
+
+
+def fresh_verifier(memory: StoreMemory, *, policy: Policy, objects: ObjectIndex) -> Verifier:
+    """A verifier over ``memory``'s known offers and signature cache whose replay memory and
+    seen statuses start empty: one judgement as if nothing had been seen before. Cheap, so
+    one is made for each such judgement (reusing one would make the next twin an
+    equivocation)."""
+    empty = InMemoryState()
+    return Verifier(
+        trust=memory.trust,
+        policy=policy,
+        objects=objects,
+        replay=empty,
+        offers=memory,
+        statuses=empty,
+        signature_cache=memory,
+    )

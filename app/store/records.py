@@ -8,7 +8,7 @@ memory, which is what hop states and flags are derived from.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,36 @@ def add_observation(
             task_state=item.task_state,
         )
     return int(execute(session, _ADD_OBSERVATION, values).scalar_one())
+
+
+_ADD_OBSERVATIONS = insert(ObservationRow)
+
+
+def add_chain_observations(
+    session: Session,
+    *,
+    chain: Sequence[tuple[bytes, str]],
+    ctx: Context,
+    now: int,
+    via: bytes,
+) -> None:
+    """Record the receipts of a bundle's carried chain elements, ``(digest, source)`` each,
+    received with the offer ``via``: one statement for the whole chain (executemany)."""
+    if not chain:
+        return
+    rows = [
+        {
+            "digest": digest,
+            "received_at": ctx.now,
+            "received_by": ctx.receiver,
+            "dialog": ctx.dialog,
+            "source": source,
+            "via": via,
+            "ingested_at": now,
+        }
+        for digest, source in chain
+    ]
+    session.connection().execute(_ADD_OBSERVATIONS, rows)
 
 
 def _verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int) -> dict[str, Any]:
@@ -241,6 +271,33 @@ _ANCESTOR = (
     .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
     .where(ElementRow.digest == bindparam("b_digest"), ElementRow.type == "offer")
 )
+
+
+_NAMED_BY_PENDING = (
+    select(ElementRow.offer)
+    .join(VerdictRow, VerdictRow.digest == ElementRow.digest)
+    .where(
+        VerdictRow.outcome == Outcome.PENDING.value,
+        ElementRow.type == "status",
+        ElementRow.offer.in_(bindparam("b_offers", expanding=True)),
+    )
+    .distinct()
+)
+_LINKED = select(LinkRow.prev).where(LinkRow.prev.in_(bindparam("b_offers", expanding=True)))
+
+
+def named_by_pending(session: Session, *, offers: Collection[bytes]) -> set[bytes]:
+    """Which of ``offers`` a pending status names: one query for a whole batch."""
+    if not offers:
+        return set()
+    return set(execute(session, _NAMED_BY_PENDING, {"b_offers": list(offers)}).scalars())
+
+
+def with_children(session: Session, *, offers: Collection[bytes]) -> set[bytes]:
+    """Which of ``offers`` a stored offer names as its ``prev``: one query for a batch."""
+    if not offers:
+        return set()
+    return set(execute(session, _LINKED, {"b_offers": list(offers)}).scalars())
 
 
 def pending_statuses(session: Session, offers: Collection[bytes]) -> list[Observed]:

@@ -117,13 +117,20 @@ def keep_refused(
     verdict: Verdict,
     now: int,
     timing: Timing,
+    locks: Locks | None = None,
 ) -> bytes:
     """Store a refused item's octets (once) and this receipt of them, and re-derive the
-    flags of the hop they claim. Returns the digest. Run it in its own transaction
-    (``app.store.db.run``); raises SQLAlchemyError."""
+    flags of the hop they claim. Returns the digest. Without ``locks``, run it in its own
+    transaction (``app.store.db.run``); with the ``locks`` of a transaction that holds
+    others (a batch), the hop's lock is only tried for (raises NeedLocks when taken).
+    Raises SQLAlchemyError."""
     evidence = refused(item.value)
     hop = evidence.hop_key
-    locks = Locks(session, [] if hop is None else [hop_lock(hop[1])])
+    wanted = [] if hop is None else [hop_lock(hop[1])]
+    if locks is None:
+        locks = Locks(session, wanted)
+    else:
+        locks.need(wanted)
     p = evidence.payload
     row: dict[str, Any] = {
         "digest": evidence.digest,

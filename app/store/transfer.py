@@ -284,3 +284,9 @@ def restore_workflow(
     if rows:
         session.execute(ActionRow.__table__.insert(), rows)  # type: ignore[attr-defined]
     return len(ids)
+
+
+def stored_elements(session: Session, *, digests: Iterable[bytes]) -> dict[bytes, Any]:
+    """The stored element rows among ``digests``, by digest (absent ones left out)."""
+    query = select(ElementRow).where(ElementRow.digest.in_(list(digests)))
+    return {row.digest: row for row in session.execute(query).scalars()}

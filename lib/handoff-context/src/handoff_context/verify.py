@@ -7,6 +7,7 @@ failure ends processing and the checks after it are reported ``not-run``.
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from handoff_context import cose, jws
@@ -68,6 +69,30 @@ def parse_element(octets: bytes, form: Form) -> Element:
     return jws.parse(octets) if form is Form.JWS else cose.parse(octets)
 
 
+class _VerifiedCache:
+    """The default signature cache (SPEC 6.1): the (digest, trust fingerprint) pairs whose
+    signature verified, most recent ``size`` of them. Whether a signature verifies under a
+    trust store is a fact of the octets alone, so a hit can never change a verdict; it only
+    spares the work. Without it a capture of k bundles, each carrying the chain before it,
+    cost k(k+1)/2 verifications instead of k."""
+
+    def __init__(self, size: int = 65_536) -> None:
+        self.size = size
+        self._pairs: OrderedDict[tuple[bytes, str], None] = OrderedDict()
+
+    def verified(self, digest: bytes, trust_fingerprint: str) -> bool:
+        pair = (digest, trust_fingerprint)
+        if pair in self._pairs:
+            self._pairs.move_to_end(pair)
+            return True
+        return False
+
+    def mark_verified(self, digest: bytes, trust_fingerprint: str) -> None:
+        self._pairs[(digest, trust_fingerprint)] = None
+        if len(self._pairs) > self.size:
+            self._pairs.popitem(last=False)
+
+
 class _Stop(Exception):
     """Ends the pipeline after the failing check has been recorded."""
 
@@ -120,6 +145,8 @@ class Verifier:
             self.statuses = (
                 self.replay if isinstance(self.replay, InMemoryState) else InMemoryState()
             )
+        if self.signature_cache is None:
+            self.signature_cache = _VerifiedCache()
 
     def check_signature(self, element: Element) -> None:
         """SPEC 6.1, through the cache when one is configured. Raises CheckFailed."""

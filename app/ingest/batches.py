@@ -1,0 +1,87 @@
+"""The one batch runner of ingest, for signed elements and envelope items alike.
+
+Items are taken in batches of up to ``BATCH_ITEMS``, and a batch is first tried in one
+transaction (``attempt``). An attempt either keeps a prefix of the batch and names the item
+that failed inside it (the items before it are committed; the failed one is then run alone
+and a new batch starts after it), or fails as a whole (``SQLAlchemyError`` or
+``BatchFailed``: nothing of it was kept) and each of its items is run alone. An item run
+alone is reported on its own when it fails again, so a bad item never spoils the rest of
+its batch and nothing is lost; input order is kept throughout.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Items per transaction. Larger batches gain little once the commit and the shared
+# derivation are amortised, and hold SQLite's write lock longer.
+BATCH_ITEMS = 64
+BUSY = "busy: too many concurrent writers"
+
+
+class BatchFailed(Exception):
+    """An attempt that kept nothing of its batch for a reason other than a database error
+    (on PostgreSQL: it never got the locks it needed)."""
+
+
+class ItemFailed(Exception):
+    """An attempt that kept nothing of its batch because the item at ``index`` failed (an
+    attempt without a savepoint per item, SQLite's): the items before it are tried again
+    as a batch, it is run alone, and a new batch starts after it."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"item {index} failed")
+        self.index = index
+
+
+def batched(items: Iterable[T], size: int = BATCH_ITEMS) -> Iterator[list[T]]:
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def run_batch(
+    batch: Sequence[T],
+    *,
+    attempt: Callable[[Sequence[T]], tuple[list[R], int]],
+    alone: Callable[[T], R],
+) -> list[R]:
+    """What became of every item of ``batch``, in input order.
+
+    ``attempt(items)`` returns the results of the items it kept and the index of the item
+    that failed (``len(items)`` when none did), or raises ItemFailed, SQLAlchemyError or
+    BatchFailed when it kept nothing. ``alone(item)`` runs one item in a transaction of its own and
+    never raises for a failing item (it returns the error as its result)."""
+    results: list[R] = []
+    rest = batch
+    while rest:
+        try:
+            done, failed = attempt(rest)
+        except ItemFailed as exc:
+            if exc.index:
+                results.extend(run_batch(rest[: exc.index], attempt=attempt, alone=alone))
+            results.append(alone(rest[exc.index]))
+            rest = rest[exc.index + 1 :]
+            continue
+        except (SQLAlchemyError, BatchFailed):
+            results.extend(alone(item) for item in rest)
+            break
+        results.extend(done)
+        if failed >= len(rest):
+            break
+        results.append(alone(rest[failed]))
+        rest = rest[failed + 1 :]
+    return results
+
+
+def database_error(exc: SQLAlchemyError) -> str:
+    """The detail an item error reports for a database error: its first line."""
+    first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+    return f"database error: {first_line}"

@@ -1,0 +1,71 @@
+"""The signature step on every core (app.ingest.signatures): verifying ahead in threads
+changes no verdict, byte for byte, and a signature that fails is still reported by the
+in-order check exactly as a serial run reports it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from handoff_context.model import Form
+from handoff_context.sign import Signer, handoff_object, make_offer, trust_document
+from handoff_context.trust import TrustStore
+from handoff_context.verify import Verifier, parse_element
+
+from app.ingest import signatures
+from app.ingest.verifying import VerifyOptions, verify_inputs
+
+T0 = 1_793_000_000
+
+
+def capture() -> tuple[TrustStore, bytes]:
+    """40 offers: most good, some forged (signed with a key the trust file does not hold
+    for that issuer), some from an issuer the trust file does not know at all."""
+    signers = [Signer.generate(f"spiffe://t.example/a{i}", "ES256") for i in range(4)]
+    mallory = Signer.generate(signers[0].iss, "ES256")  # the same iss, another key
+    stranger = Signer.generate("spiffe://t.example/stranger", "ES256")
+    lines = []
+    for i in range(40):
+        by = mallory if i % 7 == 3 else stranger if i % 11 == 5 else signers[i % 4]
+        offer = make_offer(by, aud=signers[(i + 1) % 4].iss, dialog=f"d{i}", iat=T0)
+        lines.append(json.dumps({"received_at": T0 + 1, "payload": handoff_object(offer)}))
+    return TrustStore.from_mapping(trust_document(signers)), "\n".join(lines).encode()
+
+
+def verdicts(trust: TrustStore, data: bytes) -> list[dict[str, object]]:
+    report = verify_inputs([("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0))
+    return [v.to_json() for v in report.verdicts]
+
+
+def test_verifying_ahead_changes_no_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    trust, data = capture()
+    monkeypatch.setattr(signatures, "workers", lambda: 2)
+    ahead = verdicts(trust, data)
+    monkeypatch.setattr(signatures, "MIN_PARALLEL", 10**9)  # the serial path only
+    serial = verdicts(trust, data)
+    assert json.dumps(ahead) == json.dumps(serial)
+    reasons = {v["reason"] for v in serial}
+    assert reasons == {None, "bad-signature", "untrusted-key"}
+
+
+def test_only_what_verifies_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
+    trust, data = capture()
+    monkeypatch.setattr(signatures, "workers", lambda: 2)
+    elements = [
+        e
+        for line in data.splitlines()
+        for e in signatures.elements_of(json.loads(line)["payload"], max_element=65536)
+    ]
+    cache = Verifier(trust=trust).signature_cache
+    assert cache is not None
+    assert signatures.verify_ahead(elements, trust, cache) == len(elements)
+    marked = [e for e in elements if cache.verified(e.digest, trust.fingerprint)]
+    serial_ok = []
+    for e in elements:
+        try:
+            Verifier(trust=trust).check_signature(parse_element(e.octets, Form.JWS))
+        except Exception:
+            continue
+        serial_ok.append(e)
+    assert marked == serial_ok
+    assert 0 < len(marked) < len(elements)
