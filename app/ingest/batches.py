@@ -17,6 +17,8 @@ from typing import TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.errors import HandoffTraceError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -26,15 +28,19 @@ BATCH_ITEMS = 64
 BUSY = "busy: too many concurrent writers"
 
 
-class BatchFailed(Exception):
+class BatchFailed(HandoffTraceError):
     """An attempt that kept nothing of its batch for a reason other than a database error
     (on PostgreSQL: it never got the locks it needed)."""
 
+    reason = "batch-failed"
 
-class ItemFailed(Exception):
+
+class ItemFailed(HandoffTraceError):
     """An attempt that kept nothing of its batch because the item at ``index`` failed (an
     attempt without a savepoint per item, SQLite's): the items before it are tried again
     as a batch, it is run alone, and a new batch starts after it."""
+
+    reason = "item-failed"
 
     def __init__(self, index: int) -> None:
         super().__init__(f"item {index} failed")
