@@ -34,6 +34,9 @@ class BatchFailed(HandoffTraceError):
 
     reason = "batch-failed"
 
+    def __init__(self, detail: str = "the batch kept nothing") -> None:
+        super().__init__(detail)
+
 
 class ItemFailed(HandoffTraceError):
     """An attempt that kept nothing of its batch because the item at ``index`` failed (an
