@@ -49,11 +49,11 @@ typecheck: install
 	$(BIN)/mypy
 
 test: system-deps browser-deps lint typecheck
-	$(BIN)/python tests/vectors/generate.py --check
+	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py --check
 	$(BIN)/pytest -q
 
 vectors: install
-	$(BIN)/python tests/vectors/generate.py
+	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py
 
 # Benchmarks of issue 5 (see BENCHMARKS.md); the ingest and query ones start a throwaway
 # PostgreSQL too, and every one cleans up what it started, even when interrupted.
@@ -74,7 +74,7 @@ soak: install
 	$(BIN)/python bench/soak.py
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of every target in fuzz/ for FUZZ_SECONDS each,
-# seeded from tests/vectors; the corpus grows in var/fuzz/corpus/TARGET, and a crashing input
+# seeded from the library's vectors; the corpus grows in var/fuzz/corpus/TARGET, and a crashing input
 # is written to var/fuzz/crashes/TARGET/ (make it a vector in tests/vectors/fuzz once fixed).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= jws cose handoff capture carriers verify http

@@ -21,9 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from joserfc.jwk import ECKey, OKPKey
 
-# The COSE WG examples, vendored with their provenance (tests/vectors/public/README.md).
-_REPO = Path(__file__).resolve().parents[3]
-COSE_VECTORS = _REPO / "tests" / "vectors" / "public" / "cose"
+# The COSE WG examples, vendored with their provenance (vectors/public/README.md beside this).
+COSE_VECTORS = Path(__file__).resolve().parent / "vectors" / "public" / "cose"
 
 EC_KEY = ECKey.generate_key("P-256", private=True)
 OKP_KEY = OKPKey.generate_key("Ed25519", private=True)

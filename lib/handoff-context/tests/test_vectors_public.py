@@ -1,9 +1,9 @@
 """Third-party vectors (Wycheproof) through our signature layer, JWS codec and trust store.
 
-The vectors are read in place from the ``shared`` folder beside the repository (provenance,
-commits and what each must produce: ``shared/vectors/README.md``). They are required: when
-the folder is missing the module fails to collect with a message saying where it looked,
-instead of skipping. The COSE WG examples are covered by test_cose.py.
+The vectors are vendored in ``vectors/public/`` beside this file (provenance, commits and
+what each must produce: ``vectors/public/README.md``). They are required: when a file is
+missing the module fails to collect with a message saying where it looked, instead of
+skipping. The COSE WG examples are covered by test_cose.py.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from handoff_context.signature import verify_element, verify_raw
 from handoff_context.trust import TrustStore, ed25519_key_problem
 from joserfc.jwk import ECKey, OKPKey
 
-SHARED = Path(__file__).resolve().parents[3] / "tests" / "vectors" / "public"
+SHARED = Path(__file__).resolve().parent / "vectors" / "public"
 WYCHEPROOF = SHARED / "wycheproof"
 
-# shared/vectors/README.md: the Wycheproof files at commit dac1dd47 (C2SP/wycheproof).
+# vectors/public/README.md: the Wycheproof files at commit dac1dd47 (C2SP/wycheproof).
 SHA256 = {
     "ecdsa_secp256r1_sha256_p1363_test.json": (
         "c60de693930e386c3a5472d08081623ef8504decc54b38ac01ec6b2a2575c986"
@@ -44,9 +44,8 @@ def _load(name: str) -> dict[str, Any]:
     if not path.is_file():
         # Collection fails (not a skip): these vectors are part of the test suite.
         pytest.fail(
-            f"public test vector {path} is missing. The vectors are read in place from the "
-            "'shared' folder beside the repository (shared/vectors/wycheproof/); check out "
-            "or copy it there.",
+            f"public test vector {path} is missing. The vectors are vendored in "
+            "lib/handoff-context/tests/vectors/public/wycheproof/; restore them from git.",
             pytrace=False,
         )
     doc: dict[str, Any] = json.loads(path.read_bytes())
@@ -266,7 +265,7 @@ JWS = _load("json_web_signature_test.json")
 JWS_CASES = _cases(JWS)
 RELEVANT_GROUPS = ("es256", "SpecialCaseEs256")
 WYCHEPROOF_ISS = "urn:example:wycheproof"
-# Upstream quirks in the HS256 "base64" group (shared/vectors/README.md): 367 and 370 are
+# Upstream quirks in the HS256 "base64" group (vectors/public/README.md): 367 and 370 are
 # byte-identical to the valid tcId 357 yet marked invalid; 372 and 373 contain a "?" yet are
 # marked valid. This profile refuses HS256 whatever the token, so they test nothing here.
 QUIRKS = {
