@@ -26,15 +26,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from handoff_context import cose, jws
+from handoff_context import Context, Element, TrustStore, Verdict, Verifier, parse_object
+from handoff_context import _cose as cose
+from handoff_context import _jws as jws
+from handoff_context._signature import verify_element
 from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError
-from handoff_context.handoff import parse_object
-from handoff_context.model import Element
-from handoff_context.signature import verify_element
-from handoff_context.trust import TrustStore
 from handoff_context.vectors import DIRECTORY
-from handoff_context.verdict import Verdict
-from handoff_context.verify import Context, Verifier
 
 from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY, Carried, extract, read_capture
 from app.capture.formats import CaptureFormat, CaptureItem, CarrierError, detect_format, read_items

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from handoff_context.sign import handoff_object, make_offer
+from handoff_context import handoff_object, make_offer
 
 from app.ingest.verifying import verify_inputs
 from app.settings import Settings

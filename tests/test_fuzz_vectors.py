@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from handoff_context import jws
+from handoff_context import _jws as jws
 from handoff_context.errors import MalformedError
 
 from fuzz import targets

@@ -11,7 +11,7 @@ import pytest
 from a2a.compat.v0_3 import conversions
 from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
-from handoff_context.sign import (
+from handoff_context import (
     Signer,
     handoff_object,
     make_chain,

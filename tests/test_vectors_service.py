@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from handoff_context import RefPolicy, TrustStore
 from handoff_context.conformance import (
     Answer,
     Refused,
@@ -19,8 +20,6 @@ from handoff_context.conformance import (
     trust_of,
 )
 from handoff_context.errors import TrustConfigError
-from handoff_context.refs import RefPolicy
-from handoff_context.trust import TrustStore
 from handoff_context.vectors import stored_vectors
 
 from app.ingest.verifying import VerifyOptions, verify_inputs

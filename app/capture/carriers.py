@@ -41,10 +41,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, BinaryIO
 
-from handoff_context.encoding import MAX_SAFE_INT
+from handoff_context import MAX_SAFE_INT, check_identifier
+from handoff_context._handoff import is_handoff_like
 from handoff_context.errors import MalformedError
-from handoff_context.handoff import is_handoff_like
-from handoff_context.model import check_identifier
 
 from app.capture.formats import (
     CaptureFormat,

@@ -20,7 +20,8 @@ from enum import StrEnum
 from typing import Any, BinaryIO
 
 import cbor2
-from handoff_context.encoding import MAX_DEPTH, MAX_SAFE_INT, strict_json_loads
+from handoff_context import MAX_SAFE_INT, strict_json_loads
+from handoff_context._encoding import MAX_DEPTH
 from handoff_context.errors import MalformedError
 
 

@@ -13,24 +13,30 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
-from handoff_context.encoding import digest_text, handoff_digest, strict_json_loads
-from handoff_context.errors import HandoffError, MalformedError, TrustConfigError
-from handoff_context.handoff import HandoffObject, parse_object
-from handoff_context.model import Form, Offer, StatusState, check_identifier
-from handoff_context.sign import (
+from handoff_context import (
+    Form,
+    HandoffObject,
+    Offer,
     Signer,
+    StatusState,
+    TrustStore,
     alg_for_key,
+    check_identifier,
+    digest_text,
+    handoff_digest,
     handoff_object,
     import_private_key,
     make_status,
     new_key,
     offer_payload,
+    parse_element,
+    parse_object,
     public_jwk,
     sign_payload,
     status_object,
+    strict_json_loads,
 )
-from handoff_context.trust import TrustStore
-from handoff_context.verify import parse_element
+from handoff_context.errors import HandoffError, MalformedError, TrustConfigError
 
 
 def _usage_error(message: str) -> Exception:

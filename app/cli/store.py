@@ -19,9 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from handoff_context.lifecycle import FlagKind, HopState
-from handoff_context.refs import ObjectIndex
-from handoff_context.verdict import Verdict
+from handoff_context import FlagKind, HopState, ObjectIndex, Verdict
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import sys
 import time
 
+from handoff_context import RefPolicy, TrustStore
 from handoff_context.errors import TrustConfigError
-from handoff_context.refs import RefPolicy
-from handoff_context.trust import TrustStore
 
 from app.demo.output import DemoPaths
 from app.ingest.verifying import load_objects

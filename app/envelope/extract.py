@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from handoff_context.encoding import MAX_SAFE_INT
+from handoff_context import MAX_SAFE_INT
 
 from app.capture.carriers import _TASK_STATES_0_3, _field
 from app.envelope.references import UrlPart

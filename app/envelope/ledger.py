@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_context.lifecycle import SEVERITY, Flag, FlagKind
+from handoff_context import SEVERITY, Flag, FlagKind
 
 from app.envelope.extract import COUNT_ERROR, ItemKind
 

@@ -1,6 +1,6 @@
 """The receiver's memories backed by the database (SPEC 6.4: they survive a restart).
 
-``StoreMemory`` implements the Protocols of ``handoff_context.memory`` (replay memory, known
+``StoreMemory`` implements the memory Protocols of ``handoff_context`` (replay memory, known
 offers, seen statuses, signature cache) over one session, so a ``Verifier`` built by
 ``store_verifier`` judges against everything any worker ever stored. Each memory rests on a
 primary key and ``INSERT .. ON CONFLICT DO NOTHING``: of two workers remembering the same
@@ -12,12 +12,21 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
+from handoff_context import (
+    Element,
+    Form,
+    InMemoryState,
+    ObjectIndex,
+    Offer,
+    Policy,
+    Remembered,
+    StatusState,
+    TrustStore,
+    Verifier,
+    content_fingerprint,
+    parse_element,
+)
 from handoff_context.errors import HandoffError
-from handoff_context.memory import InMemoryState, Remembered, content_fingerprint
-from handoff_context.model import Element, Form, Offer, StatusState
-from handoff_context.refs import ObjectIndex
-from handoff_context.trust import TrustStore
-from handoff_context.verify import Policy, Verifier, parse_element
 from sqlalchemy import bindparam, select
 from sqlmodel import Session
 

@@ -20,14 +20,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import cbor2
-from handoff_context.cose import decode_sign1
-from handoff_context.encoding import b64url_decode, strict_json_loads
+from handoff_context import (
+    Context,
+    Form,
+    Offer,
+    Status,
+    StatusObject,
+    StatusState,
+    Timing,
+    Verdict,
+    b64url_decode,
+    parse_element,
+    parse_object,
+    strict_json_loads,
+)
+from handoff_context._cose import decode_sign1
+from handoff_context._model import try_read_payload
 from handoff_context.errors import EmbeddedKeyError, HandoffError, Reason
-from handoff_context.handoff import StatusObject, parse_object
-from handoff_context.lifecycle import Timing
-from handoff_context.model import Form, Offer, Status, StatusState, try_read_payload
-from handoff_context.verdict import Verdict
-from handoff_context.verify import Context, parse_element
 from sqlalchemy import select
 from sqlmodel import Session
 

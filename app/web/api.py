@@ -12,8 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from handoff_context.encoding import MAX_SAFE_INT
-from handoff_context.lifecycle import FlagKind, HopState
+from handoff_context import MAX_SAFE_INT, FlagKind, HopState
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 

@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_context.encoding import digest_text
-from handoff_context.lifecycle import HopState
+from handoff_context import HopState, digest_text
 
 from app.store.cases import CaseDetail, CaseEvent, Epoch
 from app.store.dashboard import Activity

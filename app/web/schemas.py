@@ -10,9 +10,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from handoff_context.encoding import MAX_SAFE_INT, digest_text
-from handoff_context.lifecycle import FlagKind, HopState
-from handoff_context.verdict import Outcome, RefOutcome, Result, Variant
+from handoff_context import (
+    MAX_SAFE_INT,
+    FlagKind,
+    HopState,
+    Outcome,
+    RefOutcome,
+    Result,
+    Variant,
+    digest_text,
+)
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlmodel import SQLModel
 

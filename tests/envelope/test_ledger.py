@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from handoff_context.refs import AvailableObject, ObjectIndex
+from handoff_context import AvailableObject, ObjectIndex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

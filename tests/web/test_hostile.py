@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from handoff_context.encoding import b64url_encode
+from handoff_context import b64url_encode
 
 from app.capture.carriers import A2A_EXTENSION_URI
 from app.store import db

@@ -13,10 +13,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
-from handoff_context import cose
-from handoff_context.encoding import b64url_decode
+from handoff_context import Form, Offer, Status, b64url_decode
+from handoff_context import _cose as cose
 from handoff_context.errors import CheckFailed, MalformedError, Reason
-from handoff_context.model import Form, Offer, Status
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from joserfc.jwk import ECKey, OKPKey

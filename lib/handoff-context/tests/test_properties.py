@@ -15,26 +15,33 @@ from typing import Any
 
 import cbor2
 import pytest
-from handoff_context import cose, handoff, jws
-from handoff_context.encoding import b64url_encode, strict_json_loads
-from handoff_context.errors import CheckFailed, MalformedError, Reason
-from handoff_context.handoff import parse_object
-from handoff_context.model import Form
-from handoff_context.sign import (
+from handoff_context import (
+    Context,
+    Form,
+    Outcome,
+    Session,
     Signer,
+    TrustStore,
+    Verdict,
+    Verifier,
+    b64url_encode,
     handoff_object,
     make_chain,
     make_offer,
     make_status,
     new_key,
+    parse_element,
+    parse_object,
     sign_payload,
     status_object,
+    strict_json_loads,
     trust_document,
 )
-from handoff_context.signature import verify_element
-from handoff_context.trust import TrustStore
-from handoff_context.verdict import Outcome, Verdict
-from handoff_context.verify import Context, Session, Verifier, parse_element
+from handoff_context import _cose as cose
+from handoff_context import _handoff as handoff
+from handoff_context import _jws as jws
+from handoff_context._signature import verify_element
+from handoff_context.errors import CheckFailed, MalformedError, Reason
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from parties import T0, make_world
@@ -562,7 +569,7 @@ def test_any_ingest_order_gives_the_same_results(order: list[int]) -> None:
 def test_signed_payloads_with_changed_members_get_a_verdict(
     status: bool, changes: dict[str, Any], form: Form
 ) -> None:
-    """Structure-aware: a payload with odd members, correctly signed (handoff_context.sign), so
+    """Structure-aware: a payload with odd members, correctly signed (handoff_context), so
     the whole check pipeline sees it: it always ends in a verdict, never an exception."""
     payload = changed(VALID_STATUS if status else VALID_OFFER, changes)
     signer = WORLD.coder if status else WORLD.planner

@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from handoff_context import TrustStore, b64url_decode
 from handoff_context.conformance import check_vector
-from handoff_context.encoding import b64url_decode
-from handoff_context.trust import TrustStore
 from handoff_context.vectors import DIRECTORY, stored_vectors
 
 VECTORS = stored_vectors()

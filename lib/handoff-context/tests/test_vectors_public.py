@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from handoff_context import jws
-from handoff_context.encoding import b64url_decode
+from handoff_context import TrustStore, b64url_decode
+from handoff_context import _jws as jws
+from handoff_context._signature import verify_element, verify_raw
+from handoff_context._trust import ed25519_key_problem
 from handoff_context.errors import CheckFailed, MalformedError, TrustConfigError
-from handoff_context.signature import verify_element, verify_raw
-from handoff_context.trust import TrustStore, ed25519_key_problem
 from joserfc.jwk import ECKey, OKPKey
 
 SHARED = Path(__file__).resolve().parent / "vectors" / "public"

@@ -12,11 +12,22 @@ import json
 from typing import Any
 
 import pytest
-from handoff_context.encoding import b64url_decode, b64url_encode
-from handoff_context.model import Form
-from handoff_context.refs import AvailableObject, ObjectIndex, RefPolicy
-from handoff_context.sign import (
+from handoff_context import (
+    OFFER_CHECKS,
+    STATUS_CHECKS,
+    AvailableObject,
+    Context,
+    Form,
+    ObjectIndex,
+    Outcome,
+    Policy,
+    RefPolicy,
+    Session,
     Signer,
+    Verdict,
+    Verifier,
+    b64url_decode,
+    b64url_encode,
     handoff_object,
     make_chain,
     make_offer,
@@ -26,9 +37,7 @@ from handoff_context.sign import (
     status_object,
     status_payload,
 )
-from handoff_context.signature import sign_raw
-from handoff_context.verdict import OFFER_CHECKS, STATUS_CHECKS, Outcome, Verdict
-from handoff_context.verify import Context, Policy, Session, Verifier
+from handoff_context._signature import sign_raw
 from parties import T0, World
 
 NOW = T0 + 30

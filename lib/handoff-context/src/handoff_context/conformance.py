@@ -19,12 +19,12 @@ from typing import Any
 
 import cbor2
 
-from handoff_context.encoding import MAX_DEPTH, b64url_decode
+from handoff_context._encoding import MAX_DEPTH, b64url_decode
+from handoff_context._refs import AvailableObject, ObjectIndex, RefPolicy
+from handoff_context._trust import TrustStore
+from handoff_context._verify import Context, Policy, Session, Verifier
 from handoff_context.errors import TrustConfigError
-from handoff_context.refs import AvailableObject, ObjectIndex, RefPolicy
-from handoff_context.trust import TrustStore
 from handoff_context.vectors import DIRECTORY, stored_vectors
-from handoff_context.verify import Context, Policy, Session, Verifier
 
 __all__ = [
     "DIRECTORY",

@@ -9,7 +9,8 @@ Nothing here is random: keys come from fixed seeds, times are constants, hop ide
 derived from each vector's name, Ed25519 is deterministic (RFC 8032) and ES256 uses
 deterministic ECDSA (RFC 6979, cryptography's ``deterministic_signing``), so regenerating
 gives the same octets. The elements are built here with cryptography and cbor2 directly, not
-with ``handoff_context.sign``: the vectors check the implementation instead of mirroring it. Only
+with the library's signing toolkit: the vectors check the implementation instead of mirroring
+it. Only
 the re-verification (``--check``, ``handoff_context.conformance``) uses the library.
 """
 
@@ -1712,7 +1713,7 @@ fuzzing the service are in `tests/vectors/fuzz/` (see its README).
   unchanged. The ES256 signature variants (DER, r = 0, s = 0, r = n, high S, truncated,
   (r, n-s) twin) are derived from those deterministic signatures.
 - Elements are built by the generator with `cryptography` and `cbor2` directly, not with
-  `handoff_context.sign`, so the vectors check the implementation instead of mirroring it.
+  the library's signing toolkit, so the vectors check the implementation instead of mirroring it.
 
 ## Format
 One JSON file per rule, named after the attack it stops or the rule it shows: `valid/` holds

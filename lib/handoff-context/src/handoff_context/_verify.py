@@ -9,12 +9,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from handoff_context import cose, jws
-from handoff_context.chain import check_chain, check_too_deep
-from handoff_context.encoding import MAX_ELEMENT_OCTETS, handoff_digest
-from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError, Reason
-from handoff_context.handoff import HandoffObject, StatusObject, parse_object
-from handoff_context.memory import (
+from handoff_context import _cose as cose
+from handoff_context import _jws as jws
+from handoff_context._chain import check_chain, check_too_deep
+from handoff_context._encoding import MAX_ELEMENT_OCTETS, handoff_digest
+from handoff_context._handoff import HandoffObject, StatusObject, parse_object
+from handoff_context._memory import (
     InMemoryState,
     OfferIndex,
     ReplayMemory,
@@ -22,11 +22,11 @@ from handoff_context.memory import (
     SignatureCache,
     replay_result,
 )
-from handoff_context.model import Element, Form, Offer, Status, StatusState
-from handoff_context.refs import ObjectIndex, RefPolicy, check_refs
-from handoff_context.signature import verify_element
-from handoff_context.trust import TrustStore
-from handoff_context.verdict import (
+from handoff_context._model import Element, Form, Offer, Status, StatusState
+from handoff_context._refs import ObjectIndex, RefPolicy, check_refs
+from handoff_context._signature import verify_element
+from handoff_context._trust import TrustStore
+from handoff_context._verdict import (
     OFFER_CHECKS,
     STATUS_CHECKS,
     ChainReport,
@@ -35,6 +35,7 @@ from handoff_context.verdict import (
     Result,
     Verdict,
 )
+from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError, Reason
 
 
 @dataclass(frozen=True, slots=True)

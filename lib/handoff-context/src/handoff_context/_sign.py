@@ -13,9 +13,10 @@ from typing import Any
 
 from joserfc.jwk import ECKey, OKPKey
 
-from handoff_context import cose, jws
-from handoff_context.encoding import b64url_encode, handoff_digest
-from handoff_context.model import Form, StatusState
+from handoff_context import _cose as cose
+from handoff_context import _jws as jws
+from handoff_context._encoding import b64url_encode, handoff_digest
+from handoff_context._model import Form, StatusState
 
 ALGS = ("ES256", "Ed25519")
 
@@ -198,7 +199,7 @@ def make_status(
     **fields: Any,
 ) -> bytes:
     """Sign a status answering the offer ``offer_octets`` (in the offer's form by default)."""
-    from handoff_context.verify import parse_element
+    from handoff_context._verify import parse_element
 
     offer_form = form_of(offer_octets)
     element = parse_element(offer_octets, offer_form)

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from handoff_context.model import StatusState
+from handoff_context._model import StatusState
 
 
 class HopState(StrEnum):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from handoff_context.encoding import DIGEST_OCTETS, MAX_SAFE_INT, digest_text, parse_digest_text
+from handoff_context._encoding import DIGEST_OCTETS, MAX_SAFE_INT, digest_text, parse_digest_text
 from handoff_context.errors import MalformedError, Reason
 
 
