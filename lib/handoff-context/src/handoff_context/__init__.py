@@ -59,6 +59,7 @@ from handoff_context._refs import AvailableObject, ObjectIndex, RefPolicy
 from handoff_context._sign import (
     Signer,
     alg_for_key,
+    continue_handoff,
     handoff_object,
     import_private_key,
     make_chain,
@@ -166,6 +167,7 @@ __all__ = [
     "b64url_encode",
     "check_identifier",
     "content_fingerprint",
+    "continue_handoff",
     "derive_hop",
     "digest_text",
     "handoff_digest",
