@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 from app.capture.formats import CaptureFormat, detect_format
 
 from .targets import AT, CONTENT_TYPES, FUZZ_VECTORS, VECTORS

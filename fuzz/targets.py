@@ -30,10 +30,11 @@ from handoff_context import Context, Element, TrustStore, Verdict, Verifier, par
 from handoff_context import _cose as cose
 from handoff_context import _jws as jws
 from handoff_context._signature import verify_element
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError
 from handoff_context.vectors import DIRECTORY
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY, Carried, extract, read_capture
+from app.capture.carriers import Carried, extract, read_capture
 from app.capture.formats import CaptureFormat, CaptureItem, CarrierError, detect_format, read_items
 from app.ingest.verifying import VerifyOptions, verify_inputs
 

@@ -20,9 +20,9 @@ from handoff_context import (
     status_object,
     trust_document,
 )
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 from mcp import types as mcp_types
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 from app.cli import main
 
 T0 = 1_793_000_000

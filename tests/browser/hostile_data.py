@@ -65,8 +65,8 @@ from handoff_context import (
     sign_payload,
     trust_document,
 )
+from handoff_context.carry import A2A_EXTENSION_URI
 
-from app.capture.carriers import A2A_EXTENSION_URI
 from app.envelope.extract import DEFAULT_TYPES
 from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import VerifyOptions

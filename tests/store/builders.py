@@ -20,9 +20,9 @@ from handoff_context import (
     sign_payload,
     status_object,
 )
+from handoff_context.carry import A2A_EXTENSION_URI
 from sqlalchemy import Engine, func, select
 
-from app.capture.carriers import A2A_EXTENSION_URI
 from app.ingest.pipeline import IngestReport, Pipeline, ingest
 from app.ingest.verifying import VerifyOptions
 from app.store.db import transaction

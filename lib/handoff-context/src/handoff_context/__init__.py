@@ -7,6 +7,7 @@ private: they may change in any release. ``handoff_context.errors`` (the error h
 published vectors) are public modules too.
 """
 
+from handoff_context import carry
 from handoff_context._encoding import (
     MAX_ELEMENT_OCTETS,
     MAX_SAFE_INT,
@@ -90,6 +91,7 @@ from handoff_context._verdict import (
     Verdict,
 )
 from handoff_context._verify import Context, Policy, Session, Verifier, parse_element
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY, Carrier, Role
 from handoff_context.errors import (
     CheckFailed,
     EmbeddedKeyError,
@@ -102,13 +104,16 @@ from handoff_context.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "A2A_EXTENSION_URI",
     "A2A_STATE",
     "MAX_ELEMENT_OCTETS",
     "MAX_SAFE_INT",
+    "MCP_META_KEY",
     "OFFER_CHECKS",
     "SEVERITY",
     "STATUS_CHECKS",
     "AvailableObject",
+    "Carrier",
     "ChainElementReport",
     "ChainReport",
     "CheckFailed",
@@ -145,6 +150,7 @@ __all__ = [
     "Remembered",
     "ReplayMemory",
     "Result",
+    "Role",
     "SeenStatuses",
     "Session",
     "Severity",
@@ -165,6 +171,7 @@ __all__ = [
     "alg_for_key",
     "b64url_decode",
     "b64url_encode",
+    "carry",
     "check_identifier",
     "content_fingerprint",
     "continue_handoff",
