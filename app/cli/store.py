@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from handoff_context import FlagKind, HopState, ObjectIndex, Verdict
+from handoff_context import HopState, ObjectIndex, Verdict
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -36,6 +36,7 @@ from app.cli.common import (
     print_table,
     visible,
 )
+from app.envelope.flags import FlagKind
 from app.ingest.pipeline import IngestReport, Pipeline, ingest
 from app.ingest.verifying import load_objects
 from app.settings import Settings

@@ -20,7 +20,6 @@ from handoff_context import (
     Offer,
     Policy,
     Remembered,
-    StatusState,
     TrustStore,
     Verifier,
     content_fingerprint,
@@ -92,11 +91,9 @@ def element_values(element: Element, *, now: int) -> dict[str, object]:
         "first_seen": now,
     }
     if isinstance(p, Offer):
-        values.update(hop_iss=p.iss, dialog=p.dialog, task=p.task, exp=p.exp)
+        values.update(hop_iss=p.hop_owner, dialog=p.dialog, task=p.task, exp=p.exp)
     else:
-        # SPEC 1.2: the delegate answers (its aud is the delegator), the delegator cancels.
-        hop_iss = p.iss if p.state is StatusState.CANCELED else p.aud
-        values.update(hop_iss=hop_iss, offer=p.offer, state=p.state.value, reason=p.reason)
+        values.update(hop_iss=p.hop_owner, offer=p.offer, state=p.state.value, reason=p.reason)
     return values
 
 

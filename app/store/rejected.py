@@ -26,7 +26,6 @@ from handoff_context import (
     Offer,
     Status,
     StatusObject,
-    StatusState,
     Timing,
     Verdict,
     b64url_decode,
@@ -64,13 +63,9 @@ class Refused:
 
     @property
     def hop_key(self) -> tuple[str, str] | None:
-        """(iss, hop) of the hop the element claims, by SPEC 1.2's swap for a status."""
+        """(iss, hop) of the hop the element claims (``hop_owner``: SPEC 1.2's swap)."""
         p = self.payload
-        if p is None:
-            return None
-        if isinstance(p, Offer) or p.state is StatusState.CANCELED:
-            return p.iss, p.hop
-        return p.aud, p.hop
+        return None if p is None else (p.hop_owner, p.hop)
 
 
 def refused(value: Mapping[str, Any]) -> Refused:

@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from handoff_context import (
     MAX_SAFE_INT,
-    FlagKind,
     HopState,
     Outcome,
     RefOutcome,
@@ -23,6 +22,7 @@ from handoff_context import (
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlmodel import SQLModel
 
+from app.envelope.flags import FlagKind
 from app.store.cases import CaseDetail, CaseSummary
 from app.store.models import ActionRow, ElementRow
 from app.store.queries import (

@@ -55,6 +55,8 @@ from handoff_context._model import (
     Status,
     StatusState,
     check_identifier,
+    is_expired,
+    status_parties,
 )
 from handoff_context._refs import AvailableObject, ObjectIndex, RefPolicy
 from handoff_context._sign import (
@@ -181,6 +183,7 @@ __all__ = [
     "handoff_object",
     "hop_state_of_a2a",
     "import_private_key",
+    "is_expired",
     "make_chain",
     "make_offer",
     "make_status",
@@ -193,6 +196,7 @@ __all__ = [
     "public_jwk",
     "sign_payload",
     "status_object",
+    "status_parties",
     "status_payload",
     "strict_json_loads",
     "trust_document",

@@ -17,7 +17,7 @@ from handoff_context import _cose as cose
 from handoff_context import _jws as jws
 from handoff_context._encoding import b64url_encode, handoff_digest
 from handoff_context._handoff import HandoffObject, parse_object
-from handoff_context._model import Form, Offer, StatusState
+from handoff_context._model import Form, Offer, StatusState, status_parties
 from handoff_context.errors import MalformedError
 
 ALGS = ("ES256", "Ed25519")
@@ -168,10 +168,7 @@ def status_payload(
     """A status payload answering ``offer`` (its decoded payload) with the SPEC 1.2 iss/aud
     swap by default: the delegate answers; the delegator cancels."""
     state = StatusState(state)
-    if state is StatusState.CANCELED:
-        default_iss, default_aud = offer["iss"], offer["aud"]
-    else:
-        default_iss, default_aud = offer["aud"], offer["iss"]
+    default_iss, default_aud = status_parties(state, delegator=offer["iss"], delegate=offer["aud"])
     payload: dict[str, Any] = {
         "v": 1,
         "type": "status",

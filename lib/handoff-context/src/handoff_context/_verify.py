@@ -22,7 +22,7 @@ from handoff_context._memory import (
     SignatureCache,
     replay_result,
 )
-from handoff_context._model import Element, Form, Offer, Status, StatusState
+from handoff_context._model import Element, Form, Offer, Status, is_expired, status_parties
 from handoff_context._refs import ObjectIndex, RefPolicy, check_refs
 from handoff_context._signature import verify_element
 from handoff_context._trust import TrustStore
@@ -243,7 +243,7 @@ class Verifier:
                 Reason.STALE,
                 f"iat {offer.iat} is in the future at {ctx.now} (skew {skew} s)",
             )
-        if ctx.now > offer.exp + skew:
+        if is_expired(offer.exp, now=ctx.now, skew=skew):
             raise run.fail(
                 "freshness",
                 Reason.STALE,
@@ -373,10 +373,8 @@ class Verifier:
 
     def _status_parties(self, status: Status, offer: Offer, run: _Run) -> None:
         # SPEC 1.2: the delegate answers, except that the delegator cancels.
-        if status.state is StatusState.CANCELED:
-            want_iss, want_aud, who = offer.iss, offer.aud, "the delegator (canceled)"
-        else:
-            want_iss, want_aud, who = offer.aud, offer.iss, "the delegate"
+        want_iss, want_aud = status_parties(status.state, delegator=offer.iss, delegate=offer.aud)
+        who = "the delegator (canceled)" if status.state.from_delegator else "the delegate"
         if status.iss != want_iss or status.aud != want_aud:
             raise run.fail(
                 "parties",
