@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install system-deps browser-deps lint typecheck vectors bench soak fuzz clean
+.PHONY: run test install system-deps browser-deps lint typecheck vectors conformance bench soak fuzz clean
 
 $(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,14 @@ test: system-deps browser-deps lint typecheck
 
 vectors: install
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py
+
+# Every published vector through `handoff-trace verify` with the library's conformance kit
+# (one process per vector: a few minutes); the tests run a subset.
+conformance: install
+	$(BIN)/python -m handoff_context.conformance --jobs 2 --verify-cmd \
+	  "$(BIN)/handoff-trace verify --json --trust {trust} --receiver {receiver} --at {at} \
+	  --dialog {dialog} --skew {skew} --max-lifetime {max_lifetime} --max-chain {max_chain} \
+	  --ref-policy {ref_policy} --objects {objects} {input}"
 
 # Benchmarks of issue 5 (see BENCHMARKS.md); the ingest and query ones start a throwaway
 # PostgreSQL too, and every one cleans up what it started, even when interrupted.
