@@ -55,6 +55,7 @@ from handoff_context._model import (
     Status,
     StatusState,
     check_identifier,
+    form_of,
     is_expired,
     status_parties,
 )
@@ -179,6 +180,7 @@ __all__ = [
     "continue_handoff",
     "derive_hop",
     "digest_text",
+    "form_of",
     "handoff_digest",
     "handoff_object",
     "hop_state_of_a2a",

@@ -21,6 +21,12 @@ class Form(StrEnum):
     COSE = "cose"
 
 
+def form_of(octets: bytes) -> Form:
+    """The form of element octets: compact JWS always opens with the base64url of '{"'
+    ("eyJ"); anything else is taken for COSE (a CBOR tag), which its parser then judges."""
+    return Form.JWS if octets[:3] == b"eyJ" else Form.COSE
+
+
 class ElementType(StrEnum):
     OFFER = "offer"
     STATUS = "status"

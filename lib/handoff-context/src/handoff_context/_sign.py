@@ -17,7 +17,7 @@ from handoff_context import _cose as cose
 from handoff_context import _jws as jws
 from handoff_context._encoding import b64url_encode, handoff_digest
 from handoff_context._handoff import HandoffObject, parse_object
-from handoff_context._model import Form, Offer, StatusState, status_parties
+from handoff_context._model import Form, Offer, StatusState, form_of, status_parties
 from handoff_context.errors import MalformedError
 
 ALGS = ("ES256", "Ed25519")
@@ -266,11 +266,6 @@ def handoff_object(
     if include_chain and chain:
         obj["chain"] = [_carried(c, form) for c in chain]
     return obj
-
-
-def form_of(octets: bytes) -> Form:
-    """Compact JWS always opens with the base64url of '{"' ("eyJ"); COSE with a CBOR tag."""
-    return Form.JWS if octets[:3] == b"eyJ" else Form.COSE
 
 
 def _carried(octets: bytes, form: Form) -> str | bytes:

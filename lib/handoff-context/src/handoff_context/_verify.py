@@ -22,7 +22,15 @@ from handoff_context._memory import (
     SignatureCache,
     replay_result,
 )
-from handoff_context._model import Element, Form, Offer, Status, is_expired, status_parties
+from handoff_context._model import (
+    Element,
+    Form,
+    Offer,
+    Status,
+    form_of,
+    is_expired,
+    status_parties,
+)
 from handoff_context._refs import ObjectIndex, RefPolicy, check_refs
 from handoff_context._signature import verify_element
 from handoff_context._trust import TrustStore
@@ -132,6 +140,17 @@ class Verifier:
             cache.mark_verified(element.digest, fingerprint)
 
     # -- entry points --------------------------------------------------------------------
+
+    def remember_offer(self, octets: bytes) -> Element:
+        """Make an offer known without judging it: one this party signed itself, so that
+        the statuses answering it can be judged (otherwise they stay ``pending``). Raises
+        MalformedError when the octets are not an offer (JWS or COSE)."""
+        element = parse_element(octets, form_of(octets))
+        if not element.is_offer:
+            raise MalformedError("remember_offer takes an offer, not a status")
+        assert self.offers is not None
+        self.offers.add_offer(element)
+        return element
 
     def verify_value(self, value: object, ctx: Context, *, source: str) -> Verdict:
         """Judge a handoff or status object as found in a carrier."""
