@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
+import textwrap
 
 import handoff_context
 
@@ -37,3 +40,25 @@ def test_the_error_module_and_the_package_agree() -> None:
     errors = importlib.import_module("handoff_context.errors")
     for name in ("HandoffError", "MalformedError", "CheckFailed", "TrustConfigError", "Reason"):
         assert getattr(handoff_context, name) is getattr(errors, name)
+
+
+def test_the_library_needs_only_its_three_dependencies() -> None:
+    """Every module of the package imports nothing beyond the standard library,
+    cryptography, cbor2 and joserfc (and what they import)."""
+    code = textwrap.dedent(
+        """
+        import sys, importlib, pkgutil
+        before = set(sys.modules)
+        import handoff_context
+        for m in pkgutil.walk_packages(handoff_context.__path__, "handoff_context."):
+            importlib.import_module(m.name)
+        tops = {name.split(".")[0] for name in set(sys.modules) - before}
+        print(" ".join(sorted(tops - set(sys.stdlib_module_names))))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    extra = set(done.stdout.split()) - {"handoff_context", "cryptography", "cbor2", "joserfc"}
+    # What the three pull in themselves (cffi for cryptography's bindings).
+    assert extra <= {"_cffi_backend", "cffi", "_openssl", "_cbor2"}, extra
