@@ -12,6 +12,24 @@
 #   docker run -p 8000:8000 -v "$PWD/trust.json:/etc/handoff-trace/trust.json:ro" \
 #       -e DATABASE_URL=postgresql+psycopg://... handoff-trace
 #   docker run --rm -e DATABASE_URL=... handoff-trace tokens create --role ingest --name ci
+#
+#   (RUN --mount needs BuildKit, Docker's default builder since 23.0.)
+
+# The build stage makes the wheels of both distributions, the protocol library and the
+# service; the final stage installs those same wheels (tests/test_wheel.py builds them from
+# exactly what this stage copies and runs the installed commands from another directory).
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY lib/handoff-context ./lib/handoff-context
+COPY pyproject.toml README.md ./
+COPY app ./app
+COPY templates ./templates
+COPY static ./static
+COPY alembic ./alembic
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ./lib/handoff-context .
+
 FROM python:3.11-slim
 
 # MALLOC_ARENA_MAX=2: glibc's per-thread malloc arenas (up to 8 a core) were where the
@@ -24,12 +42,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HANDOFF_TRACE_TRUST_FILE=/etc/handoff-trace/trust.json
 
 WORKDIR /srv/handoff-trace
-COPY pyproject.toml README.md ./
-COPY app ./app
-COPY templates ./templates
-COPY static ./static
-COPY alembic ./alembic
-RUN pip install --no-cache-dir . \
+# The wheels are bind-mounted for the install only, so no layer of the image keeps them;
+# their dependencies come from the package index.
+RUN --mount=type=bind,from=build,source=/wheels,target=/tmp/wheels \
+    pip install --no-cache-dir /tmp/wheels/*.whl \
     && useradd --system --uid 10001 --home-dir /srv/handoff-trace handoff \
     && mkdir -p /srv/handoff-trace/var /etc/handoff-trace \
     && chown handoff /srv/handoff-trace/var

@@ -11,7 +11,8 @@ from sqlmodel import SQLModel
 
 from alembic import context
 from app.store import models  # noqa: F401  (registers the tables on the metadata)
-from app.store.db import default_url, make_engine
+from app.settings import default_store_url
+from app.store.db import make_engine
 
 config = context.config
 if config.config_file_name is not None:  # the alembic command line: log as alembic.ini says
@@ -39,7 +40,7 @@ def main() -> None:
     if context.is_offline_mode():
         raise SystemExit("offline (--sql) migrations are not supported; run them online")
     url = context.get_x_argument(as_dictionary=True).get("db") or os.environ.get("DATABASE_URL")
-    engine = make_engine(url or default_url())
+    engine = make_engine(url or default_store_url())
     with engine.begin() as conn:
         run_migrations(conn)
     engine.dispose()

@@ -20,12 +20,13 @@ from handoff_context import MAX_ELEMENT_OCTETS, RefPolicy, Timing
 from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import DEFAULT_TYPES
 from app.envelope.ledger import CaseRules
+from app.errors import HandoffTraceError
 from app.ingest.verifying import VerifyOptions
+from app.store.db import UnsupportedDatabase, check_url
 
 PREFIX = "HANDOFF_TRACE_"
 # The embedded default: a SQLite file beside the working directory, created on demand.
 DEFAULT_DB_PATH = Path("var") / "handoff-trace.db"
-_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 # A day of skew or a week of offer lifetime is a misconfiguration, not a policy: either
 # would make the freshness check (SPEC 6.3) and the replay window meaningless.
 _MAX_SKEW = 3600
@@ -35,8 +36,10 @@ _MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
 _MAX_SESSION = 30 * 24 * 3600
 
 
-class SettingsError(ValueError):
+class SettingsError(HandoffTraceError):
     """A setting is missing, malformed or unsafe; ``str(exc)`` is one line for people."""
+
+    reason = "invalid-setting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,13 @@ class Settings:
                 values[f.name] = _parse_int(name, text)
         return cls(**values)
 
+    def store_url(self, override: str | None = None) -> str:
+        """The database the store is given: ``override`` (a command's ``--db``), else
+        ``DATABASE_URL``, else the embedded SQLite file under the working directory."""
+        if override:
+            return override
+        return self.database_url or default_store_url()
+
     @property
     def timing(self) -> Timing:
         """The lifecycle clock rules (SPEC 8) as the pure core takes them."""
@@ -185,14 +195,18 @@ class Settings:
         return VerifyOptions(at=at, **values)
 
 
+def default_store_url() -> str:
+    """The embedded SQLite file, relative to the working directory."""
+    return f"sqlite:///{(Path.cwd() / DEFAULT_DB_PATH).as_posix()}"
+
+
 def check_database_url(url: str) -> str:
-    """Accept only the databases the store supports. Raises SettingsError."""
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme not in _SCHEMES:
-        raise SettingsError(
-            "DATABASE_URL must start with sqlite:/// or postgresql+psycopg://, "
-            f"not {scheme + '://' if scheme else repr(url[:20])}"
-        )
+    """Accept only the databases the store supports (``app.store.db.check_url``). Raises
+    SettingsError."""
+    try:
+        check_url(url)
+    except UnsupportedDatabase as exc:
+        raise SettingsError(exc.detail) from exc
     return url
 
 

@@ -1,5 +1,5 @@
-"""A throwaway PostgreSQL cluster for the test run (RECIPES.md: initdb/pg_ctl as the
-``postgres`` user, temp dir, free port on 127.0.0.1, fsync off; ~2 s for the whole cycle).
+"""A throwaway PostgreSQL cluster for the test run: initdb/pg_ctl as the ``postgres``
+user, temp dir, free port on 127.0.0.1, fsync off; ~2 s for the whole cycle.
 
 ``start()`` returns a running ``Cluster``; ``Cluster.stop()`` stops it and removes its
 directory, and is also registered with ``atexit`` so an aborted run leaves nothing behind.

@@ -541,10 +541,15 @@ def test_json_whole_file_error_and_strictness() -> None:
         b'{"offer": "a", "offer": "b"}',
         b"\xef\xbb\xbf{}",
         b'{"x": NaN}',
-        b"[" * 40 + b"]" * 40,
+        b"{" + b'"a": [' * 40 + b"]" * 40 + b"}",
     ):
         carried, errors, _ = run(bad, name="x.json")
         assert carried == [] and len(errors) == 1 and errors[0].source == "x.json"
+    # An array is read element by element, so a bad element is an error of its own.
+    carried, errors, _ = run(b"[" * 40 + b"]" * 40, name="x.json")
+    assert carried == [] and [(e.source, e.detail) for e in errors] == [
+        ("x.json[0]", "x.json[0] nests deeper than 32 levels")
+    ]
 
 
 def test_capture_records_override_and_are_validated() -> None:

@@ -107,12 +107,14 @@ def read_capture(
     raises on bad input: a bad item yields a ``CarrierError`` and reading goes on (SPEC 10),
     except inside a CBOR sequence, which cannot be resynchronised after a broken item.
 
-    ``data`` is the capture's octets, or a binary file read as a stream (``read_stream``:
-    only one item at a time is held, except for HAR and non-array JSON documents).
+    ``data`` is the capture's octets, or a binary file. Both are read the same way, as a
+    stream (``read_stream``: only one item at a time is held, except for HAR and non-array
+    JSON documents).
     """
     counts = stats if stats is not None else ExtractStats()
     watch = (A2A_EXTENSION_URI.encode(), MCP_META_KEY.encode())
     if isinstance(data, bytes):
+        # Octets in memory are sniffed whole, then read like any stream.
         fmt = detect_format(data, name=name, content_type=content_type)
         items = read_items(data, name=name, fmt=fmt, watch=watch)
     else:

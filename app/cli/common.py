@@ -11,17 +11,20 @@ from typing import NoReturn
 from handoff_context import TrustStore
 from handoff_context.errors import TrustConfigError
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.settings import Settings, SettingsError
+from app.errors import HandoffTraceError
+from app.settings import Settings
 from app.store import db
 
 EXIT_OK, EXIT_REJECT, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
-    """A usage or configuration problem: exit 2 with one clear line."""
+class UsageError(HandoffTraceError):
+    """A usage or configuration problem of the command line: exit 2 with one clear line
+    (``main`` prints every ``HandoffTraceError`` that way)."""
+
+    reason = "usage"
 
 
 class Parser(argparse.ArgumentParser):
@@ -78,22 +81,19 @@ def add_db_option(p: argparse.ArgumentParser) -> None:
 
 
 def load_settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except SettingsError as exc:
-        raise UsageError(str(exc)) from exc
+    """The settings from the environment, read once per command. Raises SettingsError,
+    which ``main`` prints like a usage error."""
+    return Settings.from_env()
 
 
 def open_engine(args: argparse.Namespace, settings: Settings, *, migrate: bool = True) -> Engine:
-    url = args.db or settings.database_url or db.default_url()
+    url = settings.store_url(args.db)
     try:
         engine = db.make_engine(url)
         if migrate:
             db.ensure_schema(engine)
-    except SettingsError as exc:
-        raise UsageError(str(exc)) from exc
     except SQLAlchemyError as exc:
-        shown = make_url(db.normalise_url(url)).render_as_string(hide_password=True)
+        shown = db.shown_url(url)
         raise UsageError(f"cannot use the database {shown}: {first_line(exc)}") from exc
     return engine
 

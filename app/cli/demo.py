@@ -185,9 +185,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise _usage_error(f"cannot write the demo: {exc}") from exc
     _report(summary, paths)
     if args.load:
+        from app.cli.common import load_settings
         from app.demo.load import load_run
 
-        return load_run(paths, now=summary.suggested_now)
+        # Read here, after the run is written, as ``--load`` always has: a bad setting
+        # stops the load, not the writing.
+        settings = load_settings()
+        url = settings.store_url()
+        return load_run(paths, now=summary.suggested_now, settings=settings, url=url)
     return 0
 
 

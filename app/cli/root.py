@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 
 from app import __version__
-from app.cli.common import EXIT_OK, EXIT_USAGE, Parser, UsageError
+from app.cli.common import EXIT_OK, EXIT_USAGE, Parser
+from app.errors import HandoffTraceError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,8 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except UsageError as exc:
-        print(f"handoff-trace: error: {exc}", file=sys.stderr)
+    except HandoffTraceError as exc:
+        # Every error the service raises on purpose (a usage error, a setting, a store
+        # refusal) is one line and exit 2, never a traceback.
+        print(f"handoff-trace: error: {exc.detail}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         # The reader went away (e.g. `| head`); stop quietly like other Unix tools.

@@ -10,18 +10,17 @@ the API and the dashboard like ``serve``, with the demo's trust file.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.cli.common import UsageError, add_db_option, first_line, load_settings, positive_int
+from app.settings import Settings
 from app.store import db
-from app.store.models import HopRow
+from app.store.queries import hop_count
 from app.store.tokens import Role
 from app.store.users import generate_password, set_password
 
@@ -58,7 +57,7 @@ def demo_config(*, dialogs: int, seed: int, start: int) -> DemoConfig:
     return DemoConfig(seed=seed, dialogs=dialogs, fault_rate=0.1, start=start, cases=dialogs)
 
 
-def _load(url: str, directory: Path, dialogs: int, seed: int) -> Path:
+def _load(settings: Settings, url: str, directory: Path, dialogs: int, seed: int) -> Path:
     """Write and ingest a demo run unless the store holds hops already; the trust file."""
     from app.demo import DemoPaths, write_demo
     from app.demo.load import load_run
@@ -68,7 +67,7 @@ def _load(url: str, directory: Path, dialogs: int, seed: int) -> Path:
     try:
         db.ensure_schema(engine)
         with db.transaction(db.read_only(engine)) as session:
-            hops = session.execute(select(func.count()).select_from(HopRow)).scalar_one()
+            hops = hop_count(session)
     finally:
         engine.dispose()
     if hops and paths.trust.exists():
@@ -80,8 +79,7 @@ def _load(url: str, directory: Path, dialogs: int, seed: int) -> Path:
     config = demo_config(dialogs=dialogs, seed=seed, start=int(time.time()) - 5 * 3600)
     print(f"run-demo: writing {dialogs} demo dialogs and cases to {directory}/", file=sys.stderr)
     write_demo(config, paths)
-    os.environ["DATABASE_URL"] = url  # load_run reads the configured database
-    if load_run(paths, now=None) != 0:
+    if load_run(paths, now=None, settings=settings, url=url) != 0:
         raise UsageError("loading the demo failed (see above)")
     return paths.trust
 
@@ -90,9 +88,9 @@ def cmd_run_demo(args: argparse.Namespace) -> int:
     from app.cli.serve import cmd_serve
 
     settings = load_settings()
-    url = args.db or settings.database_url or db.default_url()
+    url = settings.store_url(args.db)
     try:
-        trust = _load(url, Path(args.dir), args.dialogs, args.seed)
+        trust = _load(settings, url, Path(args.dir), args.dialogs, args.seed)
         password = generate_password()
         engine = db.make_engine(url)
         try:

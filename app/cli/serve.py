@@ -31,7 +31,7 @@ from app.cli.common import (
 )
 from app.settings import Settings
 from app.store import db
-from app.store.tokens import Role, TokenError, create_token, list_tokens, revoke_token
+from app.store.tokens import Role, create_token, list_tokens, revoke_token
 
 
 def add_serve_commands(sub: Any) -> None:
@@ -127,16 +127,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
-    from app.web.service import ServiceConfigError, load_trust
+    from app.web.service import load_trust
 
     settings = load_settings()
-    url = args.db or settings.database_url or db.default_url()
+    url = settings.store_url(args.db)
     trust_file = Path(args.trust) if args.trust else settings.trust_file
-    try:
-        # Fail closed here, once, with one line: the workers would each fail less clearly.
-        load_trust(Settings(trust_file=trust_file))
-    except ServiceConfigError as exc:
-        raise UsageError(str(exc)) from exc
+    # Fail closed here, once, with one line (ServiceConfigError, which ``main`` prints): the
+    # workers would each fail less clearly.
+    load_trust(Settings(trust_file=trust_file))
     engine = open_engine(args, settings, migrate=False)
     try:
         db.upgrade(engine)
@@ -182,8 +180,6 @@ def cmd_tokens_create(args: argparse.Namespace) -> int:
                 now=int(time.time()),
                 expires_in=args.expires_in,
             )
-    except TokenError as exc:
-        raise UsageError(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
     finally:
@@ -242,8 +238,6 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
     try:
         with db.transaction(engine) as session:
             revoke_token(session, name=args.name, now=int(time.time()))
-    except TokenError as exc:
-        raise UsageError(str(exc)) from exc
     finally:
         engine.dispose()
     print(f"token {args.name!r} revoked")

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.cli.common import (
@@ -29,11 +29,17 @@ from app.cli.common import (
 from app.ingest.pipeline import Pipeline
 from app.ingest.rederive import Rederived, Replayed, rederive, replay
 from app.ingest.verifying import load_objects
+from app.settings import Settings
 from app.store import db
 from app.store.derive import sweep
-from app.store.derived import ReplaceError
-from app.store.models import ElementRow
-from app.store.transfer import TransferError, export_records, header, read_jsonl, write_jsonl
+from app.store.transfer import (
+    TransferError,
+    export_records,
+    header,
+    holds_elements,
+    read_jsonl,
+    write_jsonl,
+)
 
 _TRUST_HELP = "trust configuration to judge the receipts under (default: HANDOFF_TRACE_TRUST_FILE)"
 _OBJECTS_HELP = "objects for ref checks, as `verify --objects` (default: none available)"
@@ -94,8 +100,7 @@ def _add_judging(p: argparse.ArgumentParser) -> None:
     p.add_argument("--objects", metavar="DIR", help=_OBJECTS_HELP)
 
 
-def _pipeline_for(args: argparse.Namespace) -> Any:
-    settings = load_settings()
+def _pipeline_for(args: argparse.Namespace, settings: Settings) -> Any:
     trust_file = args.trust or settings.trust_file
     if trust_file is None:
         raise UsageError("no trust file: pass --trust FILE or set HANDOFF_TRACE_TRUST_FILE")
@@ -115,12 +120,11 @@ def _now(args: argparse.Namespace) -> int:
 
 
 def cmd_rederive(args: argparse.Namespace) -> int:
-    pipeline_for = _pipeline_for(args)
-    engine = open_engine(args, load_settings())
+    settings = load_settings()
+    pipeline_for = _pipeline_for(args, settings)
+    engine = open_engine(args, settings)
     try:
         done = rederive(engine, pipeline_for, now=_now(args), dry_run=args.dry_run)
-    except (TransferError, ReplaceError) as exc:
-        raise UsageError(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
     finally:
@@ -193,17 +197,18 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    pipeline_for = _pipeline_for(args)
-    engine = open_engine(args, load_settings())
+    settings = load_settings()
+    pipeline_for = _pipeline_for(args, settings)
+    engine = open_engine(args, settings)
     try:
         with db.transaction(engine) as session:
-            if session.execute(select(func.count()).select_from(ElementRow)).scalar_one():
+            if holds_elements(session):
                 raise UsageError("the database already holds elements: import into an empty one")
         with _input(args.file) as lines:
             _first, records = read_jsonl(lines)
             done = replay(pipeline_for(engine), records)
         now = _now(args)
-        db.run(engine, lambda session: sweep(session, now=now, timing=load_settings().timing))
+        db.run(engine, lambda session: sweep(session, now=now, timing=settings.timing))
     except TransferError as exc:
         raise UsageError(f"{args.file}: {exc}") from exc
     except OSError as exc:

@@ -26,7 +26,6 @@ from app.store import db
 from app.store.tokens import Role
 from app.store.users import (
     USER_ROLES,
-    UserError,
     create_user,
     disable_user,
     generate_password,
@@ -84,8 +83,6 @@ def cmd_users_create(args: argparse.Namespace) -> int:
                 password=password,
                 now=int(time.time()),
             )
-    except UserError as exc:
-        raise UsageError(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
     finally:
@@ -103,8 +100,6 @@ def cmd_users_disable(args: argparse.Namespace) -> int:
     try:
         with db.transaction(engine) as session:
             ended = disable_user(session, username=args.username, now=int(time.time()))
-    except UserError as exc:
-        raise UsageError(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
     finally:

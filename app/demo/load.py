@@ -2,39 +2,49 @@
 
 The run goes through the one ingest pipeline (``app.ingest.pipeline``) like any capture, with the
 run's own trust file and ref objects (``check-available``, so ref mismatches show), and the
-configured database (``DATABASE_URL``, else the embedded SQLite file).
+database the command line chose (``DATABASE_URL``, else the embedded SQLite file). The
+settings are read by the command line and handed in; nothing here reads the environment.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from handoff_context import RefPolicy, TrustStore
 from handoff_context.errors import TrustConfigError
 
 from app.demo.output import DemoPaths
+from app.errors import HandoffTraceError
 from app.ingest.verifying import load_objects
 
+if TYPE_CHECKING:
+    from app.settings import Settings
 
-def load_run(paths: DemoPaths, *, now: int | None) -> int:
-    """Ingest the run's capture files; returns the exit status (0, or 2 for an error)."""
+
+class DemoLoadError(HandoffTraceError):
+    """The run cannot be loaded: a bad setting, an unusable trust file or database."""
+
+    reason = "demo-load"
+
+
+def load_run(paths: DemoPaths, *, now: int | None, settings: Settings, url: str) -> int:
+    """Ingest the run's capture files; returns the exit status (0, or 2 for an item error).
+    Raises DemoLoadError when the settings, the trust file or the database cannot be used."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from app.cli.common import UsageError
     from app.ingest.pipeline import Pipeline, ingest
-    from app.settings import Settings, SettingsError
     from app.store import db
 
     try:
-        settings = Settings.from_env()
-        engine = db.make_engine(settings.database_url or db.default_url())
+        engine = db.make_engine(url)
         db.ensure_schema(engine)
         trust = TrustStore.load(paths.trust)
-    except (SettingsError, TrustConfigError) as exc:
-        raise UsageError(str(exc)) from exc
+    except (db.UnsupportedDatabase, TrustConfigError) as exc:
+        raise DemoLoadError(str(exc)) from exc
     except SQLAlchemyError as exc:
-        raise UsageError(f"cannot use the database: {str(exc).splitlines()[0][:200]}") from exc
+        raise DemoLoadError(f"cannot use the database: {str(exc).splitlines()[0][:200]}") from exc
     clock = int(time.time())
     options = settings.verify_options(at=clock, ref_policy=RefPolicy.CHECK_AVAILABLE)
     pipeline = Pipeline(

@@ -30,6 +30,7 @@ from app.capture.formats import CaptureItem
 from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import EnvelopeItem, find_items
 from app.envelope.references import check_reference
+from app.errors import ItemProblem as EnvelopeError  # an invalid or unstorable envelope item
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
@@ -45,15 +46,6 @@ _RESTARTS = 50  # as for signed items: restarts after finding a lock taken
 # Capture items per transaction in ``flush`` (as ``app.ingest.pipeline.BATCH_ITEMS`` for signed
 # ones).
 BATCH_ITEMS = 64
-
-
-@dataclass(frozen=True)
-class EnvelopeError:
-    """An envelope item that is invalid (stored as evidence, never applied to a ledger),
-    or a capture item the database could not store (nothing of it kept)."""
-
-    source: str
-    detail: str
 
 
 @dataclass

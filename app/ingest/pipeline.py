@@ -72,6 +72,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
+from app.errors import ItemProblem as ItemError  # an item that could not be stored
 from app.ingest.envelope import EnvelopeConfig, EnvelopeIngest, EnvelopeReport
 from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_for
 from app.store import db
@@ -116,14 +117,6 @@ class Pipeline:
     timing: Timing = field(default_factory=Timing)
     objects: ObjectIndex = field(default_factory=ObjectIndex)
     envelope: EnvelopeConfig = field(default_factory=EnvelopeConfig)
-
-
-@dataclass(frozen=True)
-class ItemError:
-    """An item that could not be stored (a database error); nothing of it was kept."""
-
-    source: str
-    detail: str
 
 
 @dataclass

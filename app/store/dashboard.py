@@ -28,9 +28,9 @@ from app.store.queries import (
     FlagListing,
     FlagStatus,
     HopListing,
-    _effective_status,
-    _flag_kinds,
-    _status_at,
+    effective_status,
+    flag_kinds,
+    status_at,
 )
 
 # --- overview ---------------------------------------------------------------------------
@@ -45,7 +45,7 @@ def open_flag_counts(session: Session, *, now: int) -> list[tuple[str, str, int]
     """(kind, severity, count) of the flags open at ``now`` (a run-out snooze is open)."""
     query = (
         select(FlagRow.kind, FlagRow.severity, func.count())
-        .where(_effective_status(FlagStatus.OPEN, now))
+        .where(effective_status(FlagStatus.OPEN, now))
         .group_by(FlagRow.kind, FlagRow.severity)
     )
     return [(k, s, n) for k, s, n in session.execute(query)]
@@ -149,7 +149,7 @@ def triage(
     if severity:
         where.append(FlagRow.severity == severity)
     if status:
-        where.append(_effective_status(status, now))
+        where.append(effective_status(status, now))
     if agent:
         where.append(or_(FlagRow.iss == agent, HopRow.aud == agent))
     if dialog:
@@ -170,7 +170,7 @@ def triage(
         )
     )
     rows = session.execute(base.where(*where).order_by(*order).offset(offset).limit(limit))
-    found = [TriageRow(FlagListing(f, _status_at(f, now)), d, a, s) for f, d, a, s in rows]
+    found = [TriageRow(FlagListing(f, status_at(f, now)), d, a, s) for f, d, a, s in rows]
     total = session.execute(
         select(func.count()).select_from(FlagRow).outerjoin(HopRow, joined).where(*where)
     ).scalar_one()
@@ -212,7 +212,7 @@ def find_hops(
     hops = list(session.execute(query.offset(offset).limit(limit)).scalars())
     capped = select(HopRow.iss).where(*where).limit(COUNT_CAP + 1).subquery()
     total = session.execute(select(func.count()).select_from(capped)).scalar_one()
-    kinds = _flag_kinds(session, [(h.iss, h.hop) for h in hops])
+    kinds = flag_kinds(session, [(h.iss, h.hop) for h in hops])
     return [HopListing(h, kinds.get((h.iss, h.hop), ())) for h in hops], int(total)
 
 
@@ -300,7 +300,7 @@ def agent_counts(session: Session, *, now: int) -> tuple[dict[str, int], dict[st
     flags = dict(
         session.execute(
             select(FlagRow.iss, func.count())
-            .where(_effective_status(FlagStatus.OPEN, now))
+            .where(effective_status(FlagStatus.OPEN, now))
             .group_by(FlagRow.iss)
         ).all()
     )

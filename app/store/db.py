@@ -42,10 +42,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from alembic import command
-from app.settings import DEFAULT_DB_PATH, check_database_url
+from app import resources
+from app.errors import HandoffTraceError
 
 T = TypeVar("T")
-MIGRATIONS = Path(__file__).resolve().parents[2] / "alembic"
+# The packaged copy of alembic/ (env.py and versions/), wherever the service is installed.
+MIGRATIONS = resources.migrations()
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Serialises concurrent `db upgrade` runs on one PostgreSQL (any constant will do).
 _UPGRADE_LOCK = 0x68616E646F6666  # "handoff"
@@ -53,17 +55,34 @@ _UPGRADE_LOCK = 0x68616E646F6666  # "handoff"
 _TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}
 
 
-def default_url() -> str:
-    """The embedded SQLite file, relative to the working directory."""
-    return f"sqlite:///{(Path.cwd() / DEFAULT_DB_PATH).as_posix()}"
+# The store is handed a database URL by the edge (the CLI, the web app factory), which read
+# it from the settings once; nothing here reads the settings or the environment.
+SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
+
+
+class UnsupportedDatabase(HandoffTraceError):
+    """A database URL for a database the store does not support."""
+
+    reason = "unsupported-database"
+
+
+def check_url(url: str) -> str:
+    """Accept only the databases the store supports. Raises UnsupportedDatabase."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise UnsupportedDatabase(
+            "DATABASE_URL must start with sqlite:/// or postgresql+psycopg://, "
+            f"not {scheme + '://' if scheme else repr(url[:20])}"
+        )
+    return url
 
 
 def normalise_url(url: str) -> str:
     """Check the URL and pick the psycopg 3 driver for a bare ``postgresql://``.
 
-    Raises app.settings.SettingsError for an unsupported database.
+    Raises UnsupportedDatabase for an unsupported database.
     """
-    check_database_url(url)
+    check_url(url)
     if url.startswith("postgresql://"):
         return "postgresql+psycopg://" + url[len("postgresql://") :]
     return url
@@ -71,7 +90,7 @@ def normalise_url(url: str) -> str:
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` with the store's connection settings. SQLite: the file's
-    directory is created on demand. Raises SettingsError for an unsupported URL."""
+    directory is created on demand. Raises UnsupportedDatabase for an unsupported URL."""
     url = normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -86,6 +105,17 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for messages. Raises UnsupportedDatabase."""
+    return make_url(normalise_url(url)).render_as_string(hide_password=True)
+
+
+def ping(engine: Engine) -> None:
+    """Raises (SQLAlchemyError) when the database does not answer."""
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -113,8 +143,13 @@ def read_only(engine: Engine) -> Engine:
     return engine.execution_options(sqlite_begin="DEFERRED")
 
 
-class WriterBusy(Exception):
+class WriterBusy(HandoffTraceError):
     """Another transaction holds the SQLite write lock (``transaction(..., wait=False)``)."""
+
+    reason = "writer-busy"
+
+    def __init__(self, detail: str = "another transaction holds the SQLite write lock") -> None:
+        super().__init__(detail)
 
 
 @contextmanager
@@ -241,6 +276,8 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def alembic_config() -> Config:
+    """Alembic configured in code, without alembic.ini (which only the ``alembic`` command
+    line in a checkout reads): the packaged script directory, nothing else."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     return cfg
@@ -322,9 +359,11 @@ def upsert(session: Session, model: Any, values: Mapping[str, Any], keys: Sequen
 # --- advisory locks -----------------------------------------------------------------------
 
 
-class NeedLocks(Exception):
+class NeedLocks(HandoffTraceError):
     """A lock was taken by another transaction: start over holding ``keys`` from the start
     (taken in one global order, so waiting for them cannot deadlock)."""
+
+    reason = "need-locks"
 
     def __init__(self, keys: frozenset[str]) -> None:
         super().__init__(f"{len(keys)} locks needed")

@@ -19,6 +19,7 @@ from handoff_context import Timing, digest_text
 from sqlalchemy import delete, select, text
 from sqlmodel import Session, SQLModel
 
+from app.errors import HandoffTraceError
 from app.store.db import Locks
 from app.store.derive import HopKey, derive_hops
 from app.store.models import (
@@ -43,8 +44,10 @@ _FLAG = ["kind", "variant", "severity", "evidence", "iss", "hop", "offer", "open
 _OBSERVATION = [c.name for c in ObservationRow.__table__.columns if c.name != "id"]
 
 
-class ReplaceError(Exception):
+class ReplaceError(HandoffTraceError):
     """The re-derived store does not line up with the stored one (its receipts differ)."""
+
+    reason = "rederive-mismatch"
 
 
 def _columns(row: Any, names: list[str]) -> tuple[Any, ...]:

@@ -16,6 +16,7 @@ from handoff_context import digest_text
 from sqlalchemy import and_, func, or_, select, tuple_, update
 from sqlmodel import Session
 
+from app.errors import HandoffTraceError
 from app.store.models import (
     ActionRow,
     ElementRow,
@@ -43,8 +44,10 @@ class FlagAction(StrEnum):
     NOTE = "note"
 
 
-class FlagActionError(ValueError):
+class FlagActionError(HandoffTraceError):
     """An operator action that cannot apply (unknown flag, snooze without a time...)."""
+
+    reason = "invalid-action"
 
 
 # --- hops -------------------------------------------------------------------------------
@@ -114,7 +117,7 @@ def list_hops(
     if limit is not None:
         query = query.limit(limit)
     hops = list(session.execute(query).scalars())
-    kinds = _flag_kinds(session, [(h.iss, h.hop) for h in hops])
+    kinds = flag_kinds(session, [(h.iss, h.hop) for h in hops])
     return [HopListing(h, kinds.get((h.iss, h.hop), ())) for h in hops]
 
 
@@ -123,13 +126,14 @@ def get_hop(session: Session, *, offer: bytes) -> HopListing | None:
     hop = session.execute(select(HopRow).where(HopRow.offer == offer)).scalars().first()
     if hop is None:
         return None
-    kinds = _flag_kinds(session, [(hop.iss, hop.hop)])
+    kinds = flag_kinds(session, [(hop.iss, hop.hop)])
     return HopListing(hop, kinds.get((hop.iss, hop.hop), ()))
 
 
-def _flag_kinds(
+def flag_kinds(
     session: Session, keys: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The kinds of the unresolved flags on each hop ``(iss, hop)`` of ``keys``, sorted."""
     found: dict[tuple[str, str], set[str]] = {}
     for start in range(0, len(keys), 500):
         chunk = keys[start : start + 500]
@@ -240,7 +244,9 @@ class FlagListing:
         }
 
 
-def _effective_status(status: str, now: int) -> Any:
+def effective_status(status: str, now: int) -> Any:
+    """A WHERE clause: flags whose status at ``now`` is ``status`` (a snooze that has run
+    out counts as open)."""
     snoozed = and_(FlagRow.status == "snoozed", FlagRow.snoozed_until > now)
     woken = and_(FlagRow.status == "snoozed", FlagRow.snoozed_until <= now)
     if status == FlagStatus.SNOOZED:
@@ -270,7 +276,7 @@ def list_flags(
     if kind is not None:
         query = query.where(FlagRow.kind == kind)
     if status is not None:
-        query = query.where(_effective_status(status, now))
+        query = query.where(effective_status(status, now))
     if iss is not None:
         query = query.where(FlagRow.iss == iss)
     if hop is not None:
@@ -280,10 +286,11 @@ def list_flags(
     query = query.order_by(FlagRow.id)
     if limit is not None:
         query = query.limit(limit)
-    return [FlagListing(f, _status_at(f, now)) for f in session.execute(query).scalars()]
+    return [FlagListing(f, status_at(f, now)) for f in session.execute(query).scalars()]
 
 
-def _status_at(flag: FlagRow, now: int) -> str:
+def status_at(flag: FlagRow, now: int) -> str:
+    """The flag's status at ``now`` (a snooze that has run out is open again)."""
     if flag.status == "snoozed" and (flag.snoozed_until is None or flag.snoozed_until <= now):
         return FlagStatus.OPEN.value
     return flag.status
@@ -330,7 +337,7 @@ def act_on_flag(
         )
     )
     session.refresh(flag)
-    return FlagListing(flag, _status_at(flag, now))
+    return FlagListing(flag, status_at(flag, now))
 
 
 def flag_actions(session: Session, *, flag_id: int) -> list[ActionRow]:
@@ -362,7 +369,7 @@ def hop_for_offer(session: Session, *, offer: bytes) -> HopListing | None:
     hop = session.get(HopRow, (element.iss, element.hop))
     if hop is None:
         return None
-    kinds = _flag_kinds(session, [(hop.iss, hop.hop)])
+    kinds = flag_kinds(session, [(hop.iss, hop.hop)])
     return HopListing(hop, kinds.get((hop.iss, hop.hop), ()))
 
 
@@ -379,7 +386,7 @@ def hop_elements(session: Session, *, iss: str, hop: str) -> list[ElementRow]:
 def get_flag(session: Session, *, flag_id: int, now: int) -> FlagListing | None:
     """One flag, its status judged at ``now``."""
     flag = session.get(FlagRow, flag_id)
-    return None if flag is None else FlagListing(flag, _status_at(flag, now))
+    return None if flag is None else FlagListing(flag, status_at(flag, now))
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +398,11 @@ class StoreCounts:
     verdicts: dict[str, int]  # by outcome
     hops: dict[str, int]  # by state
     flags: dict[tuple[str, str], int]  # by (kind, status as of now)
+
+
+def hop_count(session: Session) -> int:
+    """How many hops the store holds."""
+    return int(session.execute(select(func.count()).select_from(HopRow)).scalar_one())
 
 
 def store_counts(session: Session, *, now: int) -> StoreCounts:

@@ -21,6 +21,7 @@ from enum import StrEnum
 from sqlalchemy import or_, select, update
 from sqlmodel import Session
 
+from app.errors import HandoffTraceError
 from app.store.db import insert_ignore
 from app.store.models import TokenRow
 
@@ -41,8 +42,10 @@ class Role(StrEnum):
     ADMIN = "admin"
 
 
-class TokenError(ValueError):
+class TokenError(HandoffTraceError):
     """A token cannot be made or revoked (bad name, name taken, no such token)."""
+
+    reason = "invalid-token"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from handoff_context.errors import HandoffError
 from sqlalchemy import LargeBinary, select
 from sqlmodel import Session, SQLModel
 
+from app.errors import HandoffTraceError
 from app.store.memory import store_element
 from app.store.models import (
     ActionRow,
@@ -56,8 +57,15 @@ PLAIN: dict[str, type[SQLModel]] = {
 SECRET_KINDS = frozenset({"api_token", "operator_user"})
 
 
-class TransferError(Exception):
+class TransferError(HandoffTraceError):
     """An export file that cannot be imported (wrong format, version or record)."""
+
+    reason = "invalid-export"
+
+
+def holds_elements(session: Session) -> bool:
+    """Whether the store holds any element (an import goes into an empty store only)."""
+    return session.execute(select(ElementRow).limit(1)).first() is not None
 
 
 def to_json(model: type[SQLModel], row: Any, *, skip: Iterable[str] = ("id",)) -> dict[str, Any]:

@@ -22,9 +22,10 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import delete, select
 from sqlmodel import Session
 
+from app.errors import HandoffTraceError
 from app.store.db import insert_ignore
 from app.store.models import UserRow, WebSessionRow
-from app.store.tokens import Role, check_name
+from app.store.tokens import Role, TokenError, check_name
 
 # The roles a person can hold; ``ingest`` is for machines and has no dashboard.
 USER_ROLES = (Role.READ, Role.OPERATOR, Role.ADMIN)
@@ -36,8 +37,10 @@ _hasher = PasswordHasher()
 _DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
 
 
-class UserError(ValueError):
+class UserError(HandoffTraceError):
     """An account cannot be made (bad name or role, name taken, weak password)."""
+
+    reason = "invalid-user"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,7 @@ def create_user(session: Session, *, username: str, role: Role, password: str, n
     password shorter than ``MIN_PASSWORD`` characters."""
     try:
         check_name(username)
-    except ValueError as exc:
+    except TokenError as exc:
         raise UserError(str(exc).replace("token name", "user name")) from exc
     if role not in USER_ROLES:
         raise UserError(f"role must be one of {', '.join(r.value for r in USER_ROLES)}")

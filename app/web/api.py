@@ -39,7 +39,7 @@ from app.store.queries import (
 )
 from app.web import metrics
 from app.web.auth import CurrentOperator, Ingester, Reader, VerifyCaller
-from app.web.errors import ApiError, PayloadTooLarge, documented
+from app.web.errors import ApiError, documented
 from app.web.params import (
     CAPTURE_BODY,
     Cursor,
@@ -102,8 +102,8 @@ async def post_ingest(
     item the database could not store is listed in ``errors`` and the rest goes on."""
     try:
         body, media = await read_capture(request, service.settings.max_request_bytes)
-    except (ApiError, PayloadTooLarge) as exc:
-        service.count("ingest", getattr(exc, "status", None) or getattr(exc, "status_code", 0))
+    except ApiError as exc:  # PayloadTooLarge among them
+        service.count("ingest", exc.status)
         raise
     now = service.clock()
     pipeline = service.pipeline(params.options(service.settings, now=now))
@@ -142,8 +142,8 @@ async def post_verify(
     the request, nothing read from or written to the store."""
     try:
         body, media = await read_capture(request, service.settings.max_request_bytes)
-    except (ApiError, PayloadTooLarge) as exc:
-        service.count("verify", getattr(exc, "status", None) or getattr(exc, "status_code", 0))
+    except ApiError as exc:  # PayloadTooLarge among them
+        service.count("verify", exc.status)
         raise
     options = params.options(service.settings, now=service.clock())
     report = await run_in_threadpool(

@@ -1,10 +1,13 @@
 """How every error looks on the wire: ``{"error": {"code", "message"[, "details"]}}``.
 
-One handler (``handle``) owns the shape for every exception the app lets out: the API's own
-``ApiError``, Starlette's HTTP errors (404 for an unknown route, 405, 413), request
+One handler (``handle``) owns the shape for every exception the app lets out: the service's
+own errors (``app.errors.HandoffTraceError``: an ``ApiError`` answers its status, with its
+``reason`` as the code and its ``detail`` as the message; any other is a route's bug and
+answers 500), Starlette's HTTP errors (404 for an unknown route, 405, 413), request
 validation (422, with one ``details`` entry per problem), and a database that does not
-answer (503). Anything else is caught by ``app.web.guard`` and answered 500 through
-``error_response`` too, logged, and never with a traceback. tests/web/test_errors.py pins
+answer (503). Pages answer ``PageError`` and ``LoginRequired`` in HTML
+(``app.web.sessions``). Anything else is caught by ``app.web.guard`` and answered 500
+through ``error_response`` too, logged, and never with a traceback. tests/web/test_errors.py pins
 the shape.
 """
 
@@ -21,6 +24,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import SQLModel
 from starlette.exceptions import HTTPException
+
+from app.errors import HandoffTraceError
 
 log = logging.getLogger("handoff_trace.web")
 
@@ -60,9 +65,14 @@ class ErrorResponse(SQLModel):
     error: ErrorBody
 
 
-class ApiError(Exception):
-    """An error the API answers on purpose: HTTP ``status``, machine ``code``, ``message``
-    for people."""
+def http_code(status: int) -> str:
+    """The machine code of an HTTP status, for errors raised without a code of their own."""
+    return _CODES.get(status, "error")
+
+
+class ApiError(HandoffTraceError):
+    """An error the API answers on purpose: HTTP ``status``, machine ``code`` (the
+    ``reason``), ``message`` for people (the ``detail``)."""
 
     def __init__(
         self,
@@ -72,19 +82,27 @@ class ApiError(Exception):
         code: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, reason=code or http_code(status))
         self.status = status
-        self.code = code or _CODES.get(status, "error")
-        self.message = message
-        self.headers = dict(headers or {})
+        # Typed as Starlette types an HTTPException's headers (PayloadTooLarge is both).
+        self.headers: Mapping[str, str] | None = dict(headers or {})
+
+    @property
+    def code(self) -> str:
+        return self.reason
+
+    @property
+    def message(self) -> str:
+        return self.detail
 
 
-class PayloadTooLarge(HTTPException):
-    """A request body over the limit. An HTTPException, so FastAPI's own body reading lets
-    it through unchanged instead of turning it into a 400."""
+class PayloadTooLarge(ApiError, HTTPException):
+    """A request body over the limit. Also an HTTPException, so FastAPI's own body reading
+    lets it through unchanged instead of turning it into a 400."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"the request body is larger than {limit} octets")
+        self.status_code = 413  # what Starlette reads of an HTTPException
 
 
 def error_response(
@@ -96,7 +114,7 @@ def error_response(
     details: list[dict[str, Any]] | None = None,
 ) -> JSONResponse:
     """The one error shape."""
-    body: dict[str, Any] = {"code": code or _CODES.get(status, "error"), "message": message}
+    body: dict[str, Any] = {"code": code or http_code(status), "message": message}
     if details is not None:
         body["details"] = details
     return JSONResponse({"error": body}, status_code=status, headers=dict(headers or {}))
@@ -105,7 +123,7 @@ def error_response(
 async def handle(request: Request, exc: Exception) -> JSONResponse:
     """Every exception the app answers, in the one shape."""
     if isinstance(exc, ApiError):
-        return error_response(exc.status, exc.message, code=exc.code, headers=exc.headers)
+        return error_response(exc.status, exc.detail, code=exc.reason, headers=exc.headers)
     if isinstance(exc, RequestValidationError):
         details = [_detail(e) for e in exc.errors()]
         first = details[0] if details else {"loc": [], "message": "invalid request"}
@@ -122,6 +140,8 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
         # The database is down or unreachable: the client may try again; the log says why.
         log.warning("database unavailable: %s", str(exc.orig or exc).strip().splitlines()[0])
         return error_response(503, "the database is unavailable; try again later")
+    # Anything else, a HandoffTraceError that no route turned into an ApiError among them, is
+    # a bug: logged with its traceback, answered without one.
     log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal error (logged)")
 
@@ -146,7 +166,13 @@ def _detail(error: Mapping[str, Any]) -> dict[str, Any]:
 
 def install(app: FastAPI) -> None:
     """Route every error the app can raise through ``handle``."""
-    for kind in (ApiError, RequestValidationError, HTTPException, OperationalError, InterfaceError):
+    for kind in (
+        HandoffTraceError,
+        RequestValidationError,
+        HTTPException,
+        OperationalError,
+        InterfaceError,
+    ):
         app.add_exception_handler(kind, handle)
 
 

@@ -18,6 +18,7 @@ import json
 import re
 import time
 import unicodedata
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,10 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_context
 from jinja2.runtime import Context
 from markupsafe import Markup, escape
 
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "templates"
-STATIC = ROOT / "static"
+from app import resources as packaged
+
+TEMPLATES = packaged.templates()
+STATIC = packaged.static()
 
 # No inline script or style anywhere: htmx is configured by a meta tag (no eval, no
 # script tags from responses, no injected indicator styles) and Plotly writes its rules
@@ -154,9 +156,13 @@ def agent_name(value: str | None) -> str:
 
 @functools.cache
 def plotly_path() -> Path:
-    import plotly
+    """Plotly's bundle inside the installed plotly package (served as /vendor/plotly.min.js).
 
-    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+    Raises RuntimeError when that installation has no such file."""
+    bundle = resources.files("plotly").joinpath("package_data", "plotly.min.js")
+    if not isinstance(bundle, Path) or not bundle.is_file():
+        raise RuntimeError("the installed plotly package has no package_data/plotly.min.js")
+    return bundle
 
 
 @functools.cache

@@ -17,14 +17,14 @@ from typing import Annotated
 from fastapi import Depends, Request
 from handoff_context import ObjectIndex, TrustStore
 from handoff_context.errors import TrustConfigError
-from sqlalchemy import Engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
+from app.errors import HandoffTraceError
 from app.ingest.pipeline import Pipeline
 from app.ingest.verifying import VerifyOptions, load_objects
-from app.settings import Settings, SettingsError
+from app.settings import Settings
 from app.store import db
 from app.store.derive import anything_due, sweep
 from app.web.errors import ApiError
@@ -37,8 +37,10 @@ def wall_clock() -> int:
     return int(time.time())
 
 
-class ServiceConfigError(RuntimeError):
+class ServiceConfigError(HandoffTraceError):
     """The service cannot start: ``str(exc)`` is one line saying what to fix."""
+
+    reason = "service-config"
 
 
 def load_trust(settings: Settings) -> TrustStore:
@@ -69,15 +71,6 @@ def load_objects_dir(settings: Settings) -> ObjectIndex:
         ) from exc
 
 
-def database_url(settings: Settings) -> str:
-    return settings.database_url or db.default_url()
-
-
-def shown_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    return make_url(db.normalise_url(url)).render_as_string(hide_password=True)
-
-
 @dataclass
 class Service:
     settings: Settings
@@ -99,17 +92,18 @@ class Service:
         Raises ServiceConfigError with one clear line for anything that stops it."""
         trust = load_trust(settings)
         objects = load_objects_dir(settings)
-        url = database_url(settings)
+        url = settings.store_url()
         try:
             engine = db.make_engine(url)
-        except SettingsError as exc:
+        except db.UnsupportedDatabase as exc:
             raise ServiceConfigError(str(exc)) from exc
         try:
             db.ensure_schema(engine)
         except SQLAlchemyError as exc:
             engine.dispose()
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
-            raise ServiceConfigError(f"cannot use the database {shown_url(url)}: {first}") from exc
+            shown = db.shown_url(url)
+            raise ServiceConfigError(f"cannot use the database {shown}: {first}") from exc
         return cls(settings=settings, engine=engine, trust=trust, clock=clock, objects=objects)
 
     def close(self) -> None:
@@ -177,8 +171,7 @@ class Service:
 
     def ready(self) -> None:
         """Raises when the database does not answer."""
-        with self.engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
+        db.ping(self.engine)
 
     def count(self, route: str, status: int) -> None:
         with self._lock:

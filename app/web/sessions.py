@@ -32,10 +32,12 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from app.errors import HandoffTraceError
 from app.settings import Settings
 from app.store import db
 from app.store.users import WebUser, check_password, close_session, open_session, session_user
 from app.web.auth import GRANTS, Permission
+from app.web.errors import http_code
 from app.web.render import render, secure
 from app.web.service import ServiceDep
 
@@ -44,21 +46,26 @@ CSRF_HEADER = "x-csrf-token"
 router = APIRouter(include_in_schema=False)
 
 
-class LoginRequired(Exception):
+class LoginRequired(HandoffTraceError):
     """No live session: send the browser to the login page, then back to ``next``."""
 
+    reason = "login-required"
+
     def __init__(self, next_url: str) -> None:
-        super().__init__(next_url)
+        super().__init__(f"log in to see {next_url}")
         self.next_url = next_url
 
 
-class PageError(Exception):
-    """A page that cannot be shown: ``status`` and one sentence for people."""
+class PageError(HandoffTraceError):
+    """A page that cannot be shown: ``status`` and one sentence for people (``detail``)."""
 
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
+        super().__init__(message, reason=http_code(status))
         self.status = status
-        self.message = message
+
+    @property
+    def message(self) -> str:
+        return self.detail
 
 
 class Attempts:

@@ -10,6 +10,10 @@ import pytest
 from handoff_context import TrustStore
 
 from app.cli import main
+from app.cli.common import UsageError
+from app.demo import DemoPaths
+from app.demo.load import DemoLoadError, load_run
+from app.settings import Settings
 
 
 def run_demo(tmp_path: Path, *extra: str) -> int:
@@ -119,3 +123,27 @@ def test_cases_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert any(p.get("method") in ("SendMessage", "message/send") for p in payloads)
     lines = [json.loads(line) for line in answers.read_text().splitlines()]
     assert lines and all(a["offer"] is None and a["case"].startswith("case-") for a in lines)
+
+
+def test_load_with_a_bad_setting_writes_the_run_then_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "mysql://db.example/handoffs")
+    assert run_demo(tmp_path, "--load") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "handoff-trace: error: DATABASE_URL must start with sqlite:/// or "
+        "postgresql+psycopg://, not mysql://"
+    )
+    assert (tmp_path / "x.jsonl").is_file()  # the run was written before the load failed
+
+
+def test_load_run_raises_its_own_error_not_the_clis(tmp_path: Path) -> None:
+    paths = DemoPaths.beside(tmp_path / "x.jsonl", trust=None, answers=None)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with pytest.raises(DemoLoadError) as info:  # no run written: no trust file
+        load_run(paths, now=None, settings=Settings(), url=url)
+    assert info.value.reason == "demo-load" and "x.trust.json" in info.value.detail
+    assert not isinstance(info.value, UsageError)
+    with pytest.raises(DemoLoadError, match="DATABASE_URL must start with"):
+        load_run(paths, now=None, settings=Settings(), url="mysql://db.example/h")

@@ -37,3 +37,28 @@ def test_the_image_runs_the_service_as_a_non_root_user() -> None:
     assert "/api/v1/healthz" in text
     for setting in ("DATABASE_URL", "HANDOFF_TRACE_TRUST_FILE"):
         assert setting in text
+
+
+def _instructions() -> list[str]:
+    """The Dockerfile's instructions, each continued line joined into one."""
+    joined = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [" ".join(line.split()) for line in joined.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_the_image_installs_the_wheels_its_build_stage_makes() -> None:
+    instructions = _instructions()
+    starts = [i for i, line in enumerate(instructions) if line.startswith("FROM ")]
+    assert len(starts) == 2, "a build stage and a final stage"
+    build, final = instructions[starts[0] : starts[1]], instructions[starts[1] :]
+    assert build[0] == "FROM python:3.11-slim AS build"
+    # Both distributions become wheels; their dependencies are resolved at install time.
+    assert [line for line in build if line.startswith("RUN ")] == [
+        "RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ./lib/handoff-context ."
+    ]
+    # The final stage installs those wheels and nothing from the source tree.
+    assert not [line for line in final if line.startswith(("COPY ", "ADD "))]
+    installs = [line for line in final if line.startswith("RUN ") and "pip install" in line]
+    assert len(installs) == 1
+    assert "--mount=type=bind,from=build,source=/wheels,target=/tmp/wheels" in installs[0]
+    assert "pip install --no-cache-dir /tmp/wheels/*.whl" in installs[0]

@@ -1,9 +1,9 @@
 """Third-party vectors (Wycheproof) through our signature layer, JWS codec and trust store.
 
-The vectors are vendored in ``vectors/public/`` beside this file (provenance, commits and
-what each must produce: ``vectors/public/README.md``). They are required: when a file is
-missing the module fails to collect with a message saying where it looked, instead of
-skipping. The COSE WG examples are covered by test_cose.py.
+The vectors are vendored in ``vectors/public/`` beside this file (provenance, commits,
+licences and what each must produce: ``vectors/public/README.md``). They are required:
+when a file is missing the module fails to collect with a message saying where it looked,
+instead of skipping. The COSE WG examples are covered by test_cose.py.
 """
 
 from __future__ import annotations

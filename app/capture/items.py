@@ -1,0 +1,50 @@
+"""What a capture reader yields (SPEC 10): a payload with its place, a problem with its
+place, or nothing (an item that holds no payload).
+
+Shared by every format reader (``app.capture.json_doc``, ``jsonl``, ``har``, ``cbor_seq``)
+and by ``app.capture.carriers``, which looks inside each payload.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.errors import ItemProblem
+
+
+class CaptureFormat(StrEnum):
+    """The capture file formats of SPEC 10."""
+
+    JSON = "json"
+    JSONL = "jsonl"
+    HAR = "har"
+    CBOR = "cbor"
+
+
+# An item of the capture that is malformed; ``detail`` says what and where. The service's
+# one record of a per-item problem, under the name the capture readers have always used.
+CarrierError = ItemProblem
+
+
+@dataclass(frozen=True)
+class CaptureItem:
+    """One decoded payload of a capture file and where it came from."""
+
+    source: str
+    value: object
+    received_at: int | None = None  # HAR: the entry's startedDateTime
+
+
+# An item that holds no payload at all (a HAR body that is not JSON) is None: it is counted
+# as an item without a handoff, not as an error.
+ItemOrError = CaptureItem | CarrierError | None
+
+JSON_SPACE = b" \t\r\n"
+NON_SPACE = re.compile(rb"[^ \t\r\n]")
+
+
+def label(name: str) -> str:
+    """How a detail names the whole file: standard input ("-") is "the capture"."""
+    return "the capture" if name == "-" else name
