@@ -15,9 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from handoff_context.encoding import MAX_ELEMENT_OCTETS
-from handoff_context.lifecycle import Timing
-from handoff_context.refs import RefPolicy
+from handoff_context import MAX_ELEMENT_OCTETS, RefPolicy, Timing
 
 from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import DEFAULT_TYPES

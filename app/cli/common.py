@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from handoff_context import TrustStore
 from handoff_context.errors import TrustConfigError
-from handoff_context.trust import TrustStore
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 

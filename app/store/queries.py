@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from handoff_context.encoding import digest_text
+from handoff_context import digest_text
 from sqlalchemy import and_, func, or_, select, tuple_, update
 from sqlmodel import Session
 

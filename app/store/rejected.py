@@ -20,14 +20,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import cbor2
-from handoff_context.cose import decode_sign1
-from handoff_context.encoding import b64url_decode, strict_json_loads
+from handoff_context import (
+    Context,
+    Form,
+    Offer,
+    Status,
+    StatusObject,
+    Timing,
+    Verdict,
+    b64url_decode,
+    parse_element,
+    parse_object,
+    strict_json_loads,
+)
+from handoff_context._cose import decode_sign1
+from handoff_context._model import try_read_payload
 from handoff_context.errors import EmbeddedKeyError, HandoffError, Reason
-from handoff_context.handoff import StatusObject, parse_object
-from handoff_context.lifecycle import Timing
-from handoff_context.model import Form, Offer, Status, StatusState, try_read_payload
-from handoff_context.verdict import Verdict
-from handoff_context.verify import Context, parse_element
 from sqlalchemy import select
 from sqlmodel import Session
 
@@ -55,13 +63,9 @@ class Refused:
 
     @property
     def hop_key(self) -> tuple[str, str] | None:
-        """(iss, hop) of the hop the element claims, by SPEC 1.2's swap for a status."""
+        """(iss, hop) of the hop the element claims (``hop_owner``: SPEC 1.2's swap)."""
         p = self.payload
-        if p is None:
-            return None
-        if isinstance(p, Offer) or p.state is StatusState.CANCELED:
-            return p.iss, p.hop
-        return p.aud, p.hop
+        return None if p is None else (p.hop_owner, p.hop)
 
 
 def refused(value: Mapping[str, Any]) -> Refused:

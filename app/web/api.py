@@ -12,11 +12,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from handoff_context.encoding import MAX_SAFE_INT
-from handoff_context.lifecycle import FlagKind, HopState
+from handoff_context import MAX_SAFE_INT, HopState
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
+from app.envelope.flags import FlagKind
 from app.ingest.pipeline import ingest
 from app.ingest.verifying import verify_inputs
 from app.store import db

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
+from handoff_context import ObjectIndex, TrustStore
 from handoff_context.errors import TrustConfigError
-from handoff_context.refs import ObjectIndex
-from handoff_context.trust import TrustStore
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session

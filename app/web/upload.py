@@ -18,10 +18,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, UploadFile
 from fastapi.responses import Response
+from handoff_context import Form as ElementForm
+from handoff_context import Outcome, parse_element
 from handoff_context.errors import HandoffError
-from handoff_context.model import Form as ElementForm
-from handoff_context.verdict import Outcome
-from handoff_context.verify import parse_element
 from starlette.concurrency import run_in_threadpool
 
 from app.ingest.pipeline import ingest

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 import pytest
-from handoff_context.lifecycle import Timing
+from handoff_context import Timing
 from sqlalchemy import func, select
 
 from app.ingest.pipeline import Pipeline
@@ -176,13 +176,13 @@ def test_acknowledged_ingests_survive_kill_9(
 
 def parse_type(octets: bytes) -> str:
     payload = octets.split(b".")[1]
-    from handoff_context.encoding import b64url_decode
+    from handoff_context import b64url_decode
 
     return str(json.loads(b64url_decode(payload.decode(), what="payload"))["type"])
 
 
 def _text(d: bytes) -> str:
-    from handoff_context.encoding import digest_text
+    from handoff_context import digest_text
 
     return digest_text(d)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from handoff_context.lifecycle import Timing
-from handoff_context.refs import RefPolicy
+from handoff_context import RefPolicy, Timing
 
 from app.settings import Settings, SettingsError
 

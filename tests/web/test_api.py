@@ -12,8 +12,7 @@ from typing import Any
 import cbor2
 import pytest
 from fastapi.testclient import TestClient
-from handoff_context.model import Form
-from handoff_context.sign import make_offer
+from handoff_context import Form, make_offer
 from sqlalchemy.exc import OperationalError
 
 import app.ingest.pipeline as ingest_module
@@ -43,7 +42,7 @@ LOST_AT = T0 + 6 + 3600 + 1  # past the lost-outcome deadline of ``accepted`` be
 
 
 def b64(octets: bytes) -> str:
-    from handoff_context.encoding import digest_text
+    from handoff_context import digest_text
 
     return digest_text(digest(octets))
 

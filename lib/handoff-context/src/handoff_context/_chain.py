@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from handoff_context._model import Element, Offer
+from handoff_context._verdict import ChainElementReport, ChainReport, Result
 from handoff_context.errors import CheckFailed, HandoffError, Reason
-from handoff_context.model import Element, Offer
-from handoff_context.verdict import ChainElementReport, ChainReport, Result
 
 
 def check_too_deep(chain_length: int, max_chain: int) -> None:

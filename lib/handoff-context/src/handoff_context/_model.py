@@ -12,13 +12,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from handoff_context.encoding import DIGEST_OCTETS, MAX_SAFE_INT, digest_text, parse_digest_text
+from handoff_context._encoding import DIGEST_OCTETS, MAX_SAFE_INT, digest_text, parse_digest_text
 from handoff_context.errors import MalformedError, Reason
 
 
 class Form(StrEnum):
     JWS = "jws"
     COSE = "cose"
+
+
+def form_of(octets: bytes) -> Form:
+    """The form of element octets: compact JWS always opens with the base64url of '{"'
+    ("eyJ"); anything else is taken for COSE (a CBOR tag), which its parser then judges."""
+    return Form.JWS if octets[:3] == b"eyJ" else Form.COSE
 
 
 class ElementType(StrEnum):
@@ -32,6 +38,26 @@ class StatusState(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELED = "canceled"
+
+    @property
+    def from_delegator(self) -> bool:
+        """Who signs a status in this state (SPEC 1.2): the delegate answers every state
+        except ``canceled``, which the delegator signs. The one place this rule is written;
+        ``status_parties`` and ``hop_owner`` follow from it."""
+        return self is StatusState.CANCELED
+
+
+def is_expired(exp: int, *, now: int, skew: int) -> bool:
+    """SPEC 6.3: an offer with ``exp`` is expired at ``now`` when ``now > exp + skew``; at
+    ``exp + skew`` itself it is still fresh. The freshness check and the hop state
+    ``expired`` (SPEC 8) both judge by this."""
+    return now > exp + skew
+
+
+def status_parties(state: StatusState, *, delegator: str, delegate: str) -> tuple[str, str]:
+    """The (iss, aud) a status in ``state`` must carry for the offer delegator -> delegate
+    (SPEC 1.2)."""
+    return (delegator, delegate) if state.from_delegator else (delegate, delegator)
 
 
 class RefKind(StrEnum):
@@ -192,6 +218,11 @@ class Offer:
         if not self.iat < self.exp:
             raise MalformedError("iat must be before exp")
 
+    @property
+    def hop_owner(self) -> str:
+        """The delegator, whose (iss, hop) names the hop (SPEC 8): the offer's issuer."""
+        return self.iss
+
     @classmethod
     def from_mapping(cls, payload: Mapping[str, Any], *, form: Form) -> Offer:
         """Validate a decoded payload map. Raises MalformedError."""
@@ -236,6 +267,12 @@ class Status:
     def dialog(self) -> None:
         """Statuses carry no dialog member; present so callers can treat both alike."""
         return None
+
+    @property
+    def hop_owner(self) -> str:
+        """The delegator of the hop this status is about (SPEC 8's hop key is (delegator,
+        hop)): its issuer for a ``canceled``, else its audience (SPEC 1.2)."""
+        return self.iss if self.state.from_delegator else self.aud
 
     @classmethod
     def from_mapping(cls, payload: Mapping[str, Any], *, form: Form) -> Status:

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from handoff_context.model import StatusState
+from handoff_context._model import StatusState, is_expired
 
 
 class HopState(StrEnum):
@@ -73,6 +73,9 @@ _A2A_ALIASES = {"TASK_STATE_CANCELLED": "TASK_STATE_CANCELED"}
 
 
 class FlagKind(StrEnum):
+    """The hop flags of signed handoffs (SPEC 8). A service may keep flags of its own kinds
+    in the same ``Flag`` shape (handoff-trace's envelope cases do)."""
+
     EQUIVOCATION = "equivocation"
     LOST_OUTCOME = "lost-outcome"
     STATUS_CONFLICT = "status-conflict"
@@ -81,21 +84,6 @@ class FlagKind(StrEnum):
     CANCEL_RACE = "cancel-race"
     HOST_DIVERGENCE = "host-divergence"
     REJECTED_ELEMENT = "rejected-element"
-    # Flags of envelope cases (docs/envelopes.md), derived by app.envelope.ledger; they share
-    # the flag table and the triage queue with the signed-handoff flags above.
-    TWO_OWNERS = "two-owners"
-    RELEASE_BEFORE_ACCEPT = "release-before-accept"
-    LOST_ACCEPTANCE = "lost-acceptance"
-    NO_OWNER = "no-owner"
-    STALE_EPOCH = "stale-epoch"
-    EXPIRED_REFERENCE = "expired-reference"
-    REFERENCE_MISMATCH = "reference-mismatch"
-    MISSING_HASH = "missing-hash"
-    VERSION_DRIFT = "version-drift"
-    INVALID_ENVELOPE = "invalid-envelope"
-    CONTEXT_ID_REUSE = "context-id-reuse"
-    TRANSCRIPT_DUMP = "transcript-dump"
-    UNSOURCED_FACT = "unsourced-fact"
 
 
 class Severity(StrEnum):
@@ -119,22 +107,6 @@ SEVERITY: dict[FlagKind, Severity] = {
     FlagKind.PARTIAL_FAILURE: Severity.MEDIUM,
     FlagKind.HOST_DIVERGENCE: Severity.LOW,
     FlagKind.REJECTED_ELEMENT: Severity.MEDIUM,
-    # Envelope cases: two agents acting on one case is as bad as a signer contradicting
-    # itself; a case nobody may own, or owned on a stale epoch, needs someone soon; bad
-    # evidence or an unread envelope is worth a look; sloppy envelopes are low.
-    FlagKind.TWO_OWNERS: Severity.CRITICAL,
-    FlagKind.RELEASE_BEFORE_ACCEPT: Severity.HIGH,
-    FlagKind.LOST_ACCEPTANCE: Severity.HIGH,
-    FlagKind.NO_OWNER: Severity.HIGH,
-    FlagKind.STALE_EPOCH: Severity.HIGH,
-    FlagKind.EXPIRED_REFERENCE: Severity.MEDIUM,
-    FlagKind.REFERENCE_MISMATCH: Severity.MEDIUM,
-    FlagKind.MISSING_HASH: Severity.MEDIUM,
-    FlagKind.VERSION_DRIFT: Severity.MEDIUM,
-    FlagKind.INVALID_ENVELOPE: Severity.MEDIUM,
-    FlagKind.CONTEXT_ID_REUSE: Severity.MEDIUM,
-    FlagKind.TRANSCRIPT_DUMP: Severity.LOW,
-    FlagKind.UNSOURCED_FACT: Severity.LOW,
 }
 
 
@@ -186,7 +158,10 @@ class HostObservation:
 
 @dataclass(frozen=True, slots=True)
 class Flag:
-    kind: FlagKind
+    """A flag on a hop. ``kind`` is a ``FlagKind`` for every flag this library raises; it is
+    typed as any StrEnum so that a service can keep flags of its own kinds alike."""
+
+    kind: StrEnum
     severity: Severity
     evidence: tuple[bytes, ...]
     opened_at: int
@@ -297,7 +272,7 @@ def _derive_state(offer: OfferFact, sts: tuple[StatusFact, ...], now: int, timin
     """The state machine of SPEC 8 over a set of statuses: the first signed wins."""
     hop = _Hop(offer, sts, now, timing)
     if not sts:
-        expired = now > offer.exp + timing.skew  # still fresh at exp + skew (SPEC 6.3)
+        expired = is_expired(offer.exp, now=now, skew=timing.skew)
         return _Hop(offer, sts, now, timing, HopState.EXPIRED) if expired else hop
     first = min(hop.of(*_ACCEPTING, StatusState.REJECTED), key=_signed_order, default=None)
     accepted = first is not None and first.state is not StatusState.REJECTED
@@ -400,7 +375,7 @@ def _deadline(h: _Hop, due: int, late: list[bytes]) -> int | None:
     """The first instant after ``now`` at which the answer changes with no new element."""
     times = [due] if late else []
     if h.state is HopState.OFFERED:
-        times.append(h.offer.exp + h.timing.skew + 1)
+        times.append(h.offer.exp + h.timing.skew + 1)  # the first second is_expired holds
     if h.state is HopState.ACCEPTED and h.accepted_at is not None:
         times.append(h.accepted_at + h.timing.lost_outcome_after)
     return min((t for t in times if t > h.now), default=None)

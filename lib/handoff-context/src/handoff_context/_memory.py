@@ -11,8 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from handoff_context.model import Element
-from handoff_context.verdict import Equivocation, Variant
+from handoff_context._model import Element
+from handoff_context._verdict import Equivocation, Variant
 
 
 def content_fingerprint(element: Element) -> bytes:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from handoff_context.encoding import MAX_ELEMENT_OCTETS
+from handoff_context._encoding import MAX_ELEMENT_OCTETS
+from handoff_context._model import Form
 from handoff_context.errors import MalformedError
-from handoff_context.model import Form
 
 
 @dataclass(frozen=True, slots=True)

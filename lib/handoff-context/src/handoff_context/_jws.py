@@ -12,15 +12,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from handoff_context.encoding import (
+from handoff_context._encoding import (
     MAX_ELEMENT_OCTETS,
     b64url_decode,
     b64url_encode,
     handoff_digest,
     strict_json_loads,
 )
-from handoff_context.errors import EmbeddedKeyError, MalformedError
-from handoff_context.model import (
+from handoff_context._model import (
     MAX_KID,
     Element,
     ElementType,
@@ -30,7 +29,8 @@ from handoff_context.model import (
     read_payload,
     try_read_payload,
 )
-from handoff_context.signature import SUPPORTED_ALGS, sign_raw
+from handoff_context._signature import SUPPORTED_ALGS, sign_raw
+from handoff_context.errors import EmbeddedKeyError, MalformedError
 
 OFFER_TYP = "handoff-offer+jws"
 STATUS_TYP = "handoff-status+jws"

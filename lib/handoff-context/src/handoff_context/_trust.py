@@ -19,9 +19,9 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec
 from joserfc.jwk import ECKey, OKPKey
 
-from handoff_context.encoding import b64url_decode, strict_json_loads
+from handoff_context._encoding import b64url_decode, strict_json_loads
+from handoff_context._model import MAX_KID, check_identifier
 from handoff_context.errors import MalformedError, TrustConfigError
-from handoff_context.model import MAX_KID, check_identifier
 
 # Members a public JWK may carry besides its key material; anything private is refused.
 _PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Generate the project's own test vectors, deterministically (see README.md beside this file).
 
-    python tests/vectors/generate.py           # (re)write trust.json, valid/, invalid/, README.md
-    python tests/vectors/generate.py --check   # regenerate into a temporary folder, compare every
-                                               # file byte for byte, re-verify every stored vector
+    python generate.py           # (re)write trust.json, valid/, invalid/, README.md here
+    python generate.py --check   # regenerate into a temporary folder, compare every file
+                                 # byte for byte, re-verify every stored vector
 
 Nothing here is random: keys come from fixed seeds, times are constants, hop identifiers are
 derived from each vector's name, Ed25519 is deterministic (RFC 8032) and ES256 uses
 deterministic ECDSA (RFC 6979, cryptography's ``deterministic_signing``), so regenerating
 gives the same octets. The elements are built here with cryptography and cbor2 directly, not
-with ``handoff_context.sign``: the vectors check the implementation instead of mirroring it. Only
-the re-verification (``--check`` and lib/handoff-context/tests/test_vectors_own.py) uses the core.
+with the library's signing toolkit: the vectors check the implementation instead of mirroring
+it. Only
+the re-verification (``--check``, ``handoff_context.conformance``) uses the library.
 """
 
 from __future__ import annotations
@@ -319,7 +320,7 @@ def chain(
     out: list[Any] = []
     for i, agent in enumerate(agents):
         aud = agents[i + 1] if i + 1 < len(agents) else final_aud
-        extra = {"prev": digest(out[-1])} if out else {}
+        extra: dict[str, Any] = {"prev": digest(out[-1])} if out else {}
         payload = offer(
             agent, aud, name=name, index=i, iat=iat + i * step, lifetime=lifetime, **extra
         )
@@ -476,7 +477,8 @@ def header_vectors() -> list[Vector]:
             "an x5c certificate chain",
         ),
     ):
-        token = jws(base_offer(name), MALLORY.key, kid=PLANNER.key.kid, **{member: value})
+        header: dict[str, Any] = {member: value}
+        token = jws(base_offer(name), MALLORY.key, kid=PLANNER.key.kid, **header)
         vs.append(
             one(
                 name,
@@ -676,7 +678,7 @@ def header_vectors() -> list[Vector]:
 def signature_vectors() -> list[Vector]:
     """SPEC 2 (ES256 signature form) and SPEC 4 (which key)."""
     vs: list[Vector] = []
-    at_tester = {"receiver": TESTER.iss}
+    at_tester: dict[str, Any] = {"receiver": TESTER.iss}
 
     _, token = es256_offer("der-signature")
     r, s = es256_rs(token)
@@ -869,13 +871,13 @@ def payload_vectors() -> list[Vector]:
         "deep-nesting",
         "SPEC 1.2",
         "an unknown member nested 40 arrays deep (limit 32 levels)",
-        jws(base_offer("deep-nesting", **{"x-deep": deep}), PLANNER.key),
+        jws(base_offer("deep-nesting", replace={"x-deep": deep}), PLANNER.key),
     )
     bad(
         "oversize-element",
         "SPEC 1.2",
         "an element over 64 KiB (an unknown member of 70000 characters)",
-        jws(base_offer("oversize-element", **{"x-pad": "A" * 70000}), PLANNER.key),
+        jws(base_offer("oversize-element", replace={"x-pad": "A" * 70000}), PLANNER.key),
     )
     bad(
         "nul-in-identifier",
@@ -1039,7 +1041,7 @@ def chain_vectors() -> list[Vector]:
     """SPEC 7: assistant -> planner -> coder -> tester, received by the tester."""
     vs: list[Vector] = []
     s0, s1, s2 = chain([ASSISTANT, PLANNER, CODER], TESTER, name="chain")
-    at_tester = {"receiver": TESTER.iss}
+    at_tester: dict[str, Any] = {"receiver": TESTER.iss}
 
     def chained(
         name: str,
@@ -1673,93 +1675,11 @@ def build_vectors() -> list[Vector]:
 # --- checking a vector with the core ------------------------------------------------------
 
 
-def capture_of(doc: dict[str, Any]) -> tuple[str, bytes]:
-    """The vector's input as a capture file (SPEC 10): JSON Lines, or a CBOR sequence."""
-    if doc["input_format"] == "cbor":
-        return f"{doc['name']}.cbor", b"".join(b64u_decode(item) for item in doc["input"])
-    lines = "".join(json.dumps(item) + "\n" for item in doc["input"])
-    return f"{doc['name']}.jsonl", lines.encode()
-
-
-def trust_of(doc: dict[str, Any], directory: Path) -> Any:
-    trust = doc["trust"]
-    return json.loads((directory / trust).read_bytes()) if isinstance(trust, str) else trust
-
-
-def run_vector(doc: dict[str, Any], directory: Path) -> Any:
-    """Verify the vector's input with the core. Returns the verdicts, or the TrustConfigError
-    when the vector's trust file is refused."""
-    from handoff_context.errors import TrustConfigError
-    from handoff_context.refs import AvailableObject, ObjectIndex, RefPolicy
-    from handoff_context.trust import TrustStore
-
-    from app.ingest.verifying import VerifyOptions, verify_inputs
-
-    try:
-        trust = TrustStore.from_mapping(trust_of(doc, directory))
-    except TrustConfigError as exc:
-        return exc
-    policy = doc["policy"]
-    options = VerifyOptions(
-        at=doc["at"],
-        receiver=doc["receiver"],
-        dialog=doc["dialog"],
-        skew=policy["skew"],
-        max_lifetime=policy["max_lifetime"],
-        max_chain=policy["max_chain"],
-        ref_policy=RefPolicy(policy["ref_policy"]),
-    )
-    objects = ObjectIndex.of(
-        AvailableObject(
-            o["name"], b64u_decode(o["content"]), b64u_decode(o["salt"]) if "salt" in o else None
-        )
-        for o in doc["objects"]
-    )
-    return verify_inputs([capture_of(doc)], trust=trust, options=options, objects=objects).verdicts
-
-
-def _mismatches(expected: dict[str, Any], verdict: Any) -> list[str]:
-    got = verdict.to_json()
-    out = []
-    for key in ("outcome", "reason", "element"):
-        if key in expected and got[key] != expected[key]:
-            out.append(f"{key} {got[key]!r}, expected {expected[key]!r}")
-    if "equivocation" in expected:
-        variant = got["equivocation"] and got["equivocation"]["variant"]
-        if variant != expected["equivocation"]:
-            out.append(f"equivocation {variant!r}, expected {expected['equivocation']!r}")
-    if "partial" in expected and (got["chain"] or {}).get("partial") != expected["partial"]:
-        out.append(f"chain.partial is not {expected['partial']}")
-    results = {c["check"]: c["result"] for c in got["checks"]}
-    for check, result in expected.get("checks", {}).items():
-        if results.get(check) != result:
-            out.append(f"check {check} {results.get(check)!r}, expected {result!r}")
-    if "refs" in expected and [r["outcome"] for r in got["refs"]] != expected["refs"]:
-        out.append(f"refs {[r['outcome'] for r in got['refs']]}, expected {expected['refs']}")
-    if "detail" in expected and expected["detail"].lower() not in (got["detail"] or "").lower():
-        out.append(f"detail {got['detail']!r} does not mention {expected['detail']!r}")
-    return out
-
-
 def check_document(doc: dict[str, Any], directory: Path = HERE) -> list[str]:
-    """Everything in which the core's verdicts differ from the vector's expectations."""
-    name = doc["name"]
-    result = run_vector(doc, directory)
-    wanted_error = doc.get("expect_trust_error")
-    if isinstance(result, Exception):
-        if wanted_error and wanted_error in str(result):
-            return []
-        return [f"{name}: trust file refused: {result}"]
-    if wanted_error:
-        return [f"{name}: the trust file was accepted; expected a refusal ({wanted_error})"]
-    got = [f"{v.outcome.value}/{v.reason.value if v.reason else None}" for v in result]
-    if len(result) != len(doc["expect"]):
-        return [f"{name}: {len(result)} verdicts {got}, expected {len(doc['expect'])}"]
-    return [
-        f"{name}: verdict {i}: {problem}"
-        for i, (expected, verdict) in enumerate(zip(doc["expect"], result, strict=True))
-        for problem in _mismatches(expected, verdict)
-    ]
+    """Everything in which the library's verdicts differ from the vector's expectations."""
+    from handoff_context.conformance import check_vector
+
+    return check_vector(doc, directory)
 
 
 # --- writing ----------------------------------------------------------------------------
@@ -1767,14 +1687,17 @@ def check_document(doc: dict[str, Any], directory: Path = HERE) -> list[str]:
 README_HEAD = """\
 # The project's own test vectors
 
-Written by `tests/vectors/generate.py` (this README too: edit the generator, then run
-`make vectors`). `make test` runs `generate.py --check`, which regenerates everything into a
-temporary folder, compares every file byte for byte with the committed one, and verifies every
-committed vector with the core; `lib/handoff-context/tests/test_vectors_own.py` does both again
-under
-pytest. Third-party vectors (Wycheproof, COSE WG) are read in place from `../shared/vectors`
-(see its README) by `lib/handoff-context/tests/test_vectors_public.py` and
-`lib/handoff-context/tests/test_cose.py`.
+Written by `generate.py` beside this README (this README too: edit the generator, then run
+`make vectors`). They ship inside the library (`handoff_context/vectors/`) as its published
+vectors: `python -m handoff_context.conformance` runs them against any implementation's verify
+command (see the library's README). `make test` runs `generate.py --check`, which regenerates
+everything into a temporary folder, compares every file byte for byte with the committed one,
+and verifies every committed vector with the library;
+`lib/handoff-context/tests/test_vectors_own.py` does both again under pytest, and
+`tests/test_vectors_service.py` judges every vector through `handoff-trace verify`'s own path.
+Third-party vectors (Wycheproof, COSE WG) are vendored in
+`lib/handoff-context/tests/vectors/public/` (see its README); regression vectors found by
+fuzzing the service are in `tests/vectors/fuzz/` (see its README).
 
 ## Provenance and determinism
 - Keys: the Ed25519 seed is SHA-256(`"handoff-trace test vectors v1: " + kid`); the P-256
@@ -1790,7 +1713,7 @@ pytest. Third-party vectors (Wycheproof, COSE WG) are read in place from `../sha
   unchanged. The ES256 signature variants (DER, r = 0, s = 0, r = n, high S, truncated,
   (r, n-s) twin) are derived from those deterministic signatures.
 - Elements are built by the generator with `cryptography` and `cbor2` directly, not with
-  `handoff_context.sign`, so the vectors check the implementation instead of mirroring it.
+  the library's signing toolkit, so the vectors check the implementation instead of mirroring it.
 
 ## Format
 One JSON file per rule, named after the attack it stops or the rule it shows: `valid/` holds
@@ -1842,32 +1765,7 @@ def readme(vectors: Sequence[Vector]) -> str:
                 f"| [{v.name}]({folder}/{v.name}.json) | {v.rule} | "
                 f"{must_produce(v)} | {v.description} |\n"
             )
-    lines.append(FUZZ_HEAD)
-    for entry in sorted(json.loads((HERE / "fuzz" / "index.json").read_bytes()), key=_name):
-        lines.append(
-            f"| [{entry['name']}](fuzz/{entry['name']}.bin) | {entry['target']} | "
-            f"{entry['rule']} | {entry['expect']} | {entry['description']} |\n"
-        )
     return "".join(lines)
-
-
-def _name(entry: dict[str, Any]) -> str:
-    return str(entry["name"])
-
-
-FUZZ_HEAD = """
-## fuzz/
-
-Inputs that crashed the service, found by fuzzing or the hostile-input tests and kept, once
-fixed, as regression vectors named after what they break (not generated: the raw octets as
-found, listed by hand in `fuzz/index.json`). `target` is the fuzz target of
-`fuzz/targets.py` they were found through (`http`: a body for `POST /api/v1/ingest` and
-`/verify`, sent with the listed content type; `jws`: element octets);
-`tests/test_fuzz_vectors.py` runs them all, and `make fuzz` seeds its corpus with them.
-
-| vector | target | rule | must produce | what it broke |
-|---|---|---|---|---|
-"""
 
 
 def dump(doc: Any) -> str:

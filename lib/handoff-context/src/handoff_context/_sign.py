@@ -13,9 +13,12 @@ from typing import Any
 
 from joserfc.jwk import ECKey, OKPKey
 
-from handoff_context import cose, jws
-from handoff_context.encoding import b64url_encode, handoff_digest
-from handoff_context.model import Form, StatusState
+from handoff_context import _cose as cose
+from handoff_context import _jws as jws
+from handoff_context._encoding import b64url_encode, handoff_digest
+from handoff_context._handoff import HandoffObject, parse_object
+from handoff_context._model import Form, Offer, StatusState, form_of, status_parties
+from handoff_context.errors import MalformedError
 
 ALGS = ("ES256", "Ed25519")
 
@@ -165,10 +168,7 @@ def status_payload(
     """A status payload answering ``offer`` (its decoded payload) with the SPEC 1.2 iss/aud
     swap by default: the delegate answers; the delegator cancels."""
     state = StatusState(state)
-    if state is StatusState.CANCELED:
-        default_iss, default_aud = offer["iss"], offer["aud"]
-    else:
-        default_iss, default_aud = offer["aud"], offer["iss"]
+    default_iss, default_aud = status_parties(state, delegator=offer["iss"], delegate=offer["aud"])
     payload: dict[str, Any] = {
         "v": 1,
         "type": "status",
@@ -198,7 +198,7 @@ def make_status(
     **fields: Any,
 ) -> bytes:
     """Sign a status answering the offer ``offer_octets`` (in the offer's form by default)."""
-    from handoff_context.verify import parse_element
+    from handoff_context._verify import parse_element
 
     offer_form = form_of(offer_octets)
     element = parse_element(offer_octets, offer_form)
@@ -268,11 +268,6 @@ def handoff_object(
     return obj
 
 
-def form_of(octets: bytes) -> Form:
-    """Compact JWS always opens with the base64url of '{"' ("eyJ"); COSE with a CBOR tag."""
-    return Form.JWS if octets[:3] == b"eyJ" else Form.COSE
-
-
 def _carried(octets: bytes, form: Form) -> str | bytes:
     return octets.decode("ascii") if form is Form.JWS else octets
 
@@ -280,3 +275,53 @@ def _carried(octets: bytes, form: Form) -> str | bytes:
 def status_object(status: bytes) -> dict[str, Any]:
     """The SPEC 1.4 status object."""
     return {"status": _carried(status, form_of(status))}
+
+
+def continue_handoff(
+    signer: Signer,
+    received: Mapping[str, Any] | HandoffObject,
+    *,
+    aud: str,
+    iat: int,
+    carry_chain: bool = True,
+    dialog: str | None = None,
+    form: Form | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """Hand a received handoff on to ``aud``: a new offer from ``signer`` whose ``prev`` names
+    the received offer, in a SPEC 1.4 handoff object whose chain is the received chain plus
+    the received offer, oldest first (SPEC 7). With ``carry_chain=False`` the offer still
+    names its predecessor but no chain is carried (the privacy choice of SPEC 7: the next
+    receiver then reports the chain ``not-checked``).
+
+    ``received`` is the handoff object as found in the carrier (a map) or as parsed. Check it
+    first (``Verifier``): this function links to it, it does not judge it. ``dialog``
+    defaults to the received offer's; ``form`` must be the received handoff's (one chain, one
+    form). ``fields`` go to ``offer_payload`` (``lifetime``, ``task``, ``obo``, ``refs``...).
+
+    Raises MalformedError when ``received`` is not a handoff object or its offer cannot be
+    read, or when the new offer would not parse (what we sign must be what we accept);
+    ValueError when ``form`` is not the received handoff's.
+    """
+    from handoff_context._verify import parse_element  # _verify imports this module
+
+    before = received if isinstance(received, HandoffObject) else parse_object(received)
+    if not isinstance(before, HandoffObject):
+        raise MalformedError("a status object was received, not a handoff object")
+    if form is not None and form is not before.form:
+        raise ValueError(f"the received handoff is in the {before.form} form, not {form}")
+    previous = parse_element(before.offer, before.form)
+    if not isinstance(previous.payload, Offer):
+        raise MalformedError("the received handoff's offer is a status")
+    payload = offer_payload(
+        iss=signer.iss,
+        aud=aud,
+        dialog=dialog or previous.payload.dialog,
+        iat=iat,
+        prev=previous.digest,
+        **fields,
+    )
+    octets = sign_payload(payload, signer, before.form)
+    parse_element(octets, before.form)
+    chain = [*before.chain, before.offer] if carry_chain else []
+    return handoff_object(octets, chain, form=before.form)

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from handoff_context._model import Ref, RefKind
+from handoff_context._verdict import RefOutcome, RefReport
 from handoff_context.errors import Reason
-from handoff_context.model import Ref, RefKind
-from handoff_context.verdict import RefOutcome, RefReport
 
 
 class RefPolicy(StrEnum):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from handoff_context.encoding import digest_text
+from handoff_context._encoding import digest_text
 from handoff_context.errors import Reason
 
 

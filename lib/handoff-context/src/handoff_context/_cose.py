@@ -23,9 +23,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, OKPKey
 
-from handoff_context.encoding import MAX_DEPTH, MAX_ELEMENT_OCTETS, handoff_digest
-from handoff_context.errors import EmbeddedKeyError, MalformedError
-from handoff_context.model import (
+from handoff_context._encoding import MAX_DEPTH, MAX_ELEMENT_OCTETS, handoff_digest
+from handoff_context._model import (
     MAX_KID,
     Element,
     ElementType,
@@ -37,6 +36,7 @@ from handoff_context.model import (
     read_payload,
     try_read_payload,
 )
+from handoff_context.errors import EmbeddedKeyError, MalformedError
 
 ALG_BY_LABEL: dict[int, str] = {-7: "ES256", -8: "EdDSA", -19: "Ed25519"}
 LABEL_BY_ALG: dict[str, int] = {name: label for label, name in ALG_BY_LABEL.items()}

@@ -10,12 +10,12 @@ import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from handoff_context import cose, jws
-from handoff_context.chain import check_chain, check_too_deep
-from handoff_context.encoding import MAX_ELEMENT_OCTETS, handoff_digest
-from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError, Reason
-from handoff_context.handoff import HandoffObject, StatusObject, parse_object
-from handoff_context.memory import (
+from handoff_context import _cose as cose
+from handoff_context import _jws as jws
+from handoff_context._chain import check_chain, check_too_deep
+from handoff_context._encoding import MAX_ELEMENT_OCTETS, handoff_digest
+from handoff_context._handoff import HandoffObject, StatusObject, parse_object
+from handoff_context._memory import (
     InMemoryState,
     OfferIndex,
     ReplayMemory,
@@ -23,11 +23,19 @@ from handoff_context.memory import (
     SignatureCache,
     replay_result,
 )
-from handoff_context.model import Element, Form, Offer, Status, StatusState
-from handoff_context.refs import ObjectIndex, RefPolicy, check_refs
-from handoff_context.signature import verify_element
-from handoff_context.trust import TrustStore
-from handoff_context.verdict import (
+from handoff_context._model import (
+    Element,
+    Form,
+    Offer,
+    Status,
+    form_of,
+    is_expired,
+    status_parties,
+)
+from handoff_context._refs import ObjectIndex, RefPolicy, check_refs
+from handoff_context._signature import verify_element
+from handoff_context._trust import TrustStore
+from handoff_context._verdict import (
     OFFER_CHECKS,
     STATUS_CHECKS,
     ChainReport,
@@ -36,6 +44,7 @@ from handoff_context.verdict import (
     Result,
     Verdict,
 )
+from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError, Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +168,17 @@ class Verifier:
 
     # -- entry points --------------------------------------------------------------------
 
+    def remember_offer(self, octets: bytes) -> Element:
+        """Make an offer known without judging it: one this party signed itself, so that
+        the statuses answering it can be judged (otherwise they stay ``pending``). Raises
+        MalformedError when the octets are not an offer (JWS or COSE)."""
+        element = parse_element(octets, form_of(octets))
+        if not element.is_offer:
+            raise MalformedError("remember_offer takes an offer, not a status")
+        assert self.offers is not None
+        self.offers.add_offer(element)
+        return element
+
     def verify_value(self, value: object, ctx: Context, *, source: str) -> Verdict:
         """Judge a handoff or status object as found in a carrier."""
         try:
@@ -269,7 +289,7 @@ class Verifier:
                 Reason.STALE,
                 f"iat {offer.iat} is in the future at {ctx.now} (skew {skew} s)",
             )
-        if ctx.now > offer.exp + skew:
+        if is_expired(offer.exp, now=ctx.now, skew=skew):
             raise run.fail(
                 "freshness",
                 Reason.STALE,
@@ -399,10 +419,8 @@ class Verifier:
 
     def _status_parties(self, status: Status, offer: Offer, run: _Run) -> None:
         # SPEC 1.2: the delegate answers, except that the delegator cancels.
-        if status.state is StatusState.CANCELED:
-            want_iss, want_aud, who = offer.iss, offer.aud, "the delegator (canceled)"
-        else:
-            want_iss, want_aud, who = offer.aud, offer.iss, "the delegate"
+        want_iss, want_aud = status_parties(status.state, delegator=offer.iss, delegate=offer.aud)
+        who = "the delegator (canceled)" if status.state.from_delegator else "the delegate"
         if status.iss != want_iss or status.aud != want_aud:
             raise run.fail(
                 "parties",

@@ -12,9 +12,9 @@ from typing import Any
 
 from joserfc.jws import JWSRegistry
 
+from handoff_context._model import Element
+from handoff_context._trust import TrustedKey, TrustStore
 from handoff_context.errors import CheckFailed, Reason
-from handoff_context.model import Element
-from handoff_context.trust import TrustedKey, TrustStore
 
 # P-256 group order (SEC 2): ES256 needs 1 <= r, s < n (SPEC 2).
 _P256_N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
