@@ -299,7 +299,7 @@ def _try_batch(
             if isinstance(found, CarrierError):
                 results.append(_Done(carrier_error_verdict(found)))
                 continue
-            obj, element = _parse(found.value)
+            obj, element = _parse(found.value, pipeline.options.max_element_bytes)
             if obj is None or element is None:
                 failed = index  # judged alone (``_store``), without the batch's transaction
                 break
@@ -340,7 +340,7 @@ def _alone(pipeline: Pipeline, found: Found, now: int) -> _Done | ItemError:
 def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     """One item in one transaction, started again (with more locks from the start) while
     it finds locks taken. None when it never got them. Raises SQLAlchemyError."""
-    obj, element = _parse(item.value)
+    obj, element = _parse(item.value, pipeline.options.max_element_bytes)
     if obj is None or element is None:
         # Malformed, or a key inside the message: judged without any memory (the verdict
         # depends on the octets alone); the octets are kept as evidence (app.store.rejected).
@@ -380,10 +380,10 @@ class _Done:
 Parsed = tuple[HandoffObject | StatusObject | None, Element | None]
 
 
-def _parse(value: object) -> Parsed:
+def _parse(value: object, max_element: int) -> Parsed:
     """The object and its element, when both parse; the verifier reports what does not."""
     try:
-        obj = parse_object(value)
+        obj = parse_object(value, max_element=max_element)
         octets = obj.status if isinstance(obj, StatusObject) else obj.offer
         return obj, parse_element(octets, obj.form)
     except HandoffError:
