@@ -18,7 +18,6 @@ from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from app.ingest.pipeline import ingest
-from app.ingest.verifying import verify_inputs
 from app.store import db
 from app.store.cases import case_detail, list_cases
 from app.store.queries import (
@@ -147,7 +146,7 @@ async def post_verify(
         raise
     options = params.options(service.settings, now=service.clock())
     report = await run_in_threadpool(
-        verify_inputs, [("request", body)], trust=service.trust, options=options, content_type=media
+        service.verify, [("request", body)], options, content_type=media
     )
     service.count("verify", 200)
     service.count_items("verify", Counter(v.outcome.value for v in report.verdicts))

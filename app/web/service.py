@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.ingest.pipeline import Pipeline
-from app.ingest.verifying import VerifyOptions, load_objects
+from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
 from app.settings import Settings, SettingsError
 from app.store import db
 from app.store.derive import anything_due, sweep
@@ -131,6 +131,19 @@ class Service:
             timing=self.settings.timing,
             objects=self.objects,
             envelope=self.settings.envelope,
+        )
+
+    def verify(
+        self, inputs: list[tuple[str, bytes]], options: VerifyOptions, *, content_type: str | None
+    ) -> Report:
+        """Verify without storing, with the same trust and objects as ``pipeline``: every
+        entry point judges with the same inputs (``/verify``, ``/ingest``, the upload page)."""
+        return verify_inputs(
+            inputs,
+            trust=self.trust,
+            options=options,
+            objects=self.objects,
+            content_type=content_type,
         )
 
     def sweep(self, *, force: bool = False) -> int:

@@ -25,7 +25,6 @@ from handoff_context.verify import parse_element
 from starlette.concurrency import run_in_threadpool
 
 from app.ingest.pipeline import ingest
-from app.ingest.verifying import verify_inputs
 from app.web.auth import GRANTS, Permission
 from app.web.render import render, secure
 from app.web.service import ServiceDep
@@ -143,9 +142,7 @@ async def upload(
         verdicts, skipped, errors = result.verdicts, result.skipped, result.errors
         envelope_errors = result.envelopes.errors
     else:
-        report = await run_in_threadpool(
-            verify_inputs, [(name, data)], trust=service.trust, options=options
-        )
+        report = await run_in_threadpool(service.verify, [(name, data)], options, content_type=None)
         verdicts, skipped = report.verdicts, report.skipped
     counts = {o.value: sum(1 for v in verdicts if v.outcome is o) for o in Outcome}
     body = json.dumps(
