@@ -6,16 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from handoff_context.errors import TrustConfigError
-from handoff_context.trust import TrustStore
-from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+# Only for annotations: every command imports this module, so what it imports at run time
+# is paid by ``--version`` too (app.cli.root). The functions below import what they use.
+if TYPE_CHECKING:
+    from handoff_context.trust import TrustStore
+    from sqlalchemy import Engine
+    from sqlalchemy.exc import SQLAlchemyError
 
-from app.settings import Settings, SettingsError
-from app.store import db
+    from app.settings import Settings
 
 EXIT_OK, EXIT_REJECT, EXIT_USAGE = 0, 1, 2
 
@@ -63,6 +63,9 @@ def visible(text: str | None, width: int) -> str:
 
 
 def load_trust(path: str) -> TrustStore:
+    from handoff_context.errors import TrustConfigError
+    from handoff_context.trust import TrustStore
+
     try:
         return TrustStore.load(path)
     except TrustConfigError as exc:
@@ -78,6 +81,8 @@ def add_db_option(p: argparse.ArgumentParser) -> None:
 
 
 def load_settings() -> Settings:
+    from app.settings import Settings, SettingsError
+
     try:
         return Settings.from_env()
     except SettingsError as exc:
@@ -85,6 +90,12 @@ def load_settings() -> Settings:
 
 
 def open_engine(args: argparse.Namespace, settings: Settings, *, migrate: bool = True) -> Engine:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.settings import SettingsError
+    from app.store import db
+
     url = args.db or settings.database_url or db.default_url()
     try:
         engine = db.make_engine(url)
