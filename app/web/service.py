@@ -90,8 +90,14 @@ class Service:
     items: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, outcome)
     _last_sweep: int | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    # Held while a sweep runs, so ``close`` never disposes of the engine under one.
+    # Held while a sweep writes: one sweep at a time per process.
     _sweeping: threading.Lock = field(default_factory=threading.Lock)
+    # Sweeps under way, read phase included: ``close`` waits for them, because a connection
+    # checked out while the engine is disposed is never closed (it goes back to the old
+    # pool), and its garbage collection later warns in whatever code runs then.
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+    _busy: int = 0
+    _closed: bool = False
 
     @classmethod
     def start(cls, settings: Settings, *, clock: Clock = wall_clock) -> Service:
@@ -114,8 +120,27 @@ class Service:
         return cls(settings=settings, engine=engine, trust=trust, clock=clock, objects=objects)
 
     def close(self) -> None:
-        with self._sweeping:
-            self.engine.dispose()
+        """Wait for the sweeps under way, then close every connection."""
+        with self._idle:
+            self._closed = True
+            self._idle.wait_for(lambda: self._busy == 0)
+        self.engine.dispose()
+
+    @contextmanager
+    def _in_use(self) -> Iterator[bool]:
+        """Counts work that holds connections outside a request; yields False once the
+        service is closing (the work is then skipped)."""
+        with self._idle:
+            if self._closed:
+                yield False
+                return
+            self._busy += 1
+        try:
+            yield True
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
 
     @contextmanager
     def reading(self) -> Iterator[Session]:
@@ -155,6 +180,10 @@ class Service:
         changes something. A query's sweep does not queue for the lock either: when another
         sweep or an ingest holds it (SQLite), the query reads without sweeping, and what it
         shows is at most ``sweep_seconds`` behind the clock (the background sweep waits)."""
+        with self._in_use() as open_:
+            return self._sweep(force=force) if open_ else 0
+
+    def _sweep(self, *, force: bool) -> int:
         now = self.clock()
         with self._lock:
             if not force and self._last_sweep == now:
