@@ -71,6 +71,8 @@ class Settings:
     login_failures_per_name: int = 5
     login_failures_per_address: int = 30
     login_window_seconds: int = 300
+    # An upload report can be downloaded (from any instance) for this long.
+    upload_report_seconds: int = 3600
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -112,6 +114,8 @@ class Settings:
         _at_most("LOGIN_FAILURES_PER_ADDRESS", self.login_failures_per_address, 1000)
         _at_least("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 10)
         _at_most("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 24 * 3600)
+        _at_least("UPLOAD_REPORT_SECONDS", self.upload_report_seconds, 60)
+        _at_most("UPLOAD_REPORT_SECONDS", self.upload_report_seconds, 7 * 24 * 3600)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
