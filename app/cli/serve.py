@@ -48,14 +48,19 @@ def _add_serve(sub: Any) -> None:
         "Configuration comes from the environment (DATABASE_URL, HANDOFF_TRACE_*); "
         "--db and --trust override DATABASE_URL and HANDOFF_TRACE_TRUST_FILE.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8000, metavar="PORT", help="port (default: 8000)")
+    p.add_argument("--host", help="address to bind (default: HANDOFF_TRACE_HOST, else 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=_port,
+        metavar="PORT",
+        help="port (default: HANDOFF_TRACE_PORT, else 8000)",
+    )
     p.add_argument(
         "--workers",
         type=positive_int,
-        default=1,
         metavar="N",
-        help="worker processes (default: 1); several workers share the database safely",
+        help="worker processes (default: HANDOFF_TRACE_WORKERS, else 1); several workers "
+        "share the database safely",
     )
     add_db_option(p)
     p.add_argument(
@@ -156,13 +161,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn.run(
         "app.web.app:create_app_from_env",
         factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
+        host=args.host or settings.host,
+        port=args.port or settings.port,
+        workers=args.workers or settings.workers,
         log_config=log_config,
-        # Client addresses from X-Forwarded-For are believed only from a local proxy.
-        proxy_headers=True,
-        forwarded_allow_ips="127.0.0.1",
+        # The app believes X-Forwarded-* only from HANDOFF_TRACE_FORWARDED_ALLOW_IPS
+        # (app.web.app); uvicorn's own handling would trust 127.0.0.1 whatever it says.
+        proxy_headers=False,
         server_header=False,
     )
     return EXIT_OK

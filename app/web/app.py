@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 
 import anyio.to_thread
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
 from app.settings import Settings
@@ -69,6 +70,10 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
     app.include_router(api.router)
     pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)
     app.add_middleware(Guard, max_body=settings.max_request_bytes)
+    if settings.forwarded_allow_ips:
+        # Outermost, so that the limits, the logs and the Secure cookie flag all see the
+        # client's address and scheme as the trusted proxy gave them (and only then).
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.forwarded_allow_ips))
     return app
 
 

@@ -108,7 +108,7 @@ class Service:
         objects = load_objects_dir(settings)
         url = database_url(settings)
         try:
-            engine = db.make_engine(url)
+            engine = db.make_engine(url, pool_size=settings.db_pool_size)
         except SettingsError as exc:
             raise ServiceConfigError(str(exc)) from exc
         try:
