@@ -7,11 +7,12 @@ in ``app.web.errors``.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
 from handoff_context.encoding import MAX_SAFE_INT
 from handoff_context.lifecycle import FlagKind, HopState
 from sqlmodel import Session
@@ -37,8 +38,16 @@ from app.store.queries import (
     store_counts,
 )
 from app.web import metrics
-from app.web.auth import CurrentOperator, Ingester, Reader, VerifyCaller
-from app.web.errors import ApiError, PayloadTooLarge, documented
+from app.web.auth import (
+    Credentials,
+    CurrentOperator,
+    Ingester,
+    Permission,
+    Reader,
+    VerifyCaller,
+    requires,
+)
+from app.web.errors import REQUEST_ID, ApiError, PayloadTooLarge, documented
 from app.web.params import (
     CAPTURE_BODY,
     Cursor,
@@ -76,6 +85,7 @@ from app.web.schemas import (
 )
 from app.web.service import ServiceDep, get_service
 
+ingest_log = logging.getLogger("handoff_trace.ingest")
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(reject_unknown_query)])
 _ERRORS = documented(401, 403, 422, 503)
 # Elements travel with these media types (RFC 7515 section 9.2.1; RFC 9052 section 9).
@@ -102,7 +112,9 @@ async def post_ingest(
     try:
         body, media = await read_capture(request, service.settings.max_request_bytes)
     except (ApiError, PayloadTooLarge) as exc:
-        service.count("ingest", getattr(exc, "status", None) or getattr(exc, "status_code", 0))
+        metrics.count_ingest(
+            "ingest", getattr(exc, "status", None) or getattr(exc, "status_code", 0)
+        )
         raise
     now = service.clock()
     pipeline = service.pipeline(params.options(service.settings, now=now))
@@ -112,8 +124,14 @@ async def post_ingest(
     outcomes = Counter(v.outcome.value for v in report.verdicts)
     if report.errors:
         outcomes["error"] += len(report.errors)
-    service.count("ingest", 200)
-    service.count_items("ingest", outcomes)
+    metrics.count_ingest("ingest", 200, outcomes)
+    ingest_log.info(
+        "ingest: %d verdicts, %d stored, %d errors",
+        len(report.verdicts),
+        report.stored,
+        len(report.errors),
+        extra={"route": "ingest", "request_id": REQUEST_ID.get(), "counts": report.counts},
+    )
     return JSONResponse(
         {
             "verdicts": [v.to_json() for v in report.verdicts],
@@ -124,6 +142,10 @@ async def post_ingest(
             ],
         }
     )
+
+
+def _status_of(exc: Exception) -> int:
+    return int(getattr(exc, "status", None) or getattr(exc, "status_code", 0))
 
 
 @router.post(
@@ -142,14 +164,15 @@ async def post_verify(
     try:
         body, media = await read_capture(request, service.settings.max_request_bytes)
     except (ApiError, PayloadTooLarge) as exc:
-        service.count("verify", getattr(exc, "status", None) or getattr(exc, "status_code", 0))
+        metrics.count_ingest(
+            "verify", getattr(exc, "status", None) or getattr(exc, "status_code", 0)
+        )
         raise
     options = params.options(service.settings, now=service.clock())
     report = await run_in_threadpool(
         service.verify, [("request", body)], options, content_type=media
     )
-    service.count("verify", 200)
-    service.count_items("verify", Counter(v.outcome.value for v in report.verdicts))
+    metrics.count_ingest("verify", 200, Counter(v.outcome.value for v in report.verdicts))
     return JSONResponse(
         {
             "verdicts": [v.to_json() for v in report.verdicts],
@@ -469,9 +492,13 @@ def readyz(request: Request) -> Readiness:
     },
     tags=["service"],
 )
-def get_metrics(who: Reader, service: ServiceDep) -> PlainTextResponse:
-    """Store gauges (elements, observations, verdicts, hops, flags) and this process's
-    ingest request counters."""
+def get_metrics(request: Request, service: ServiceDep, credentials: Credentials) -> Response:
+    """Request, latency and ingest counters (summed over this instance's workers), process
+    metrics, and gauges read from the database (the same on every instance). Needs a token
+    of any role unless HANDOFF_TRACE_METRICS_REQUIRE_TOKEN is false."""
+    if service.settings.metrics_require_token:
+        requires(Permission.READ)(request, service, credentials)
     with service.reading() as session:
         counts = store_counts(session, now=service.clock())
-    return PlainTextResponse(metrics.render(service, counts), media_type=metrics.CONTENT_TYPE)
+    body = metrics.exposition(counts)
+    return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -22,6 +22,7 @@ from app import __version__
 from app.settings import Settings
 from app.web import api, errors, pages
 from app.web.guard import Guard
+from app.web.observe import Observe
 from app.web.service import Clock, Service, wall_clock
 
 log = logging.getLogger("handoff_trace.web")
@@ -70,6 +71,7 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
     app.include_router(api.router)
     pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)
     app.add_middleware(Guard, max_body=settings.max_request_bytes)
+    app.add_middleware(Observe)  # outside the guard: its 400s, 413s and 500s are counted too
     if settings.forwarded_allow_ips:
         # Outermost, so that the limits, the logs and the Secure cookie flag all see the
         # client's address and scheme as the trusted proxy gave them (and only then).

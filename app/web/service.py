@@ -1,5 +1,5 @@
 """What the running service holds: the settings, one engine, the trust store (loaded once),
-the clock, the sweep and the request counters. Built in the app's lifespan
+the clock and the sweep. Built in the app's lifespan
 (``Service.start``) and reached by routes through ``ServiceDep``.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -86,8 +85,6 @@ class Service:
     trust: TrustStore
     clock: Clock = wall_clock
     objects: ObjectIndex = field(default_factory=ObjectIndex)
-    requests: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, status)
-    items: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, outcome)
     _last_sweep: int | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # Held while a sweep writes: one sweep at a time per process.
@@ -222,20 +219,6 @@ class Service:
         """Raises when the database does not answer."""
         with self.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
-
-    def count(self, route: str, status: int) -> None:
-        with self._lock:
-            self.requests[(route, str(status))] += 1
-
-    def counters(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
-        """Copies of the request and item counters."""
-        with self._lock:
-            return dict(self.requests), dict(self.items)
-
-    def count_items(self, route: str, outcomes: Counter[str]) -> None:
-        with self._lock:
-            for outcome, n in outcomes.items():
-                self.items[(route, outcome)] += n
 
 
 def get_service(request: Request) -> Service:

@@ -106,7 +106,10 @@ def web_user(request: Request, service: ServiceDep) -> WebUser | None:
     if not token:
         return None
     with service.reading() as session:
-        return session_user(session, token=token, now=int(time.time()))
+        user = session_user(session, token=token, now=int(time.time()))
+    if user is not None:
+        request.state.user_name = user.username  # for the request's log line
+    return user
 
 
 def _same_origin(request: Request) -> bool:
