@@ -470,14 +470,17 @@ def healthz() -> Health:
 
 @router.get("/readyz", response_model=Readiness, responses=documented(503), tags=["service"])
 def readyz(request: Request) -> Readiness:
-    """Readiness: the database answers and the trust configuration is loaded. Anonymous:
-    it says ready or not, nothing else."""
+    """Readiness: the database answers and the trust configuration is loaded, with its
+    fingerprint (so a rollout can see every instance on the new trust file). Anonymous: it
+    says nothing else."""
     service = get_service(request)
     try:
         service.ready()
     except Exception as exc:
         raise ApiError(503, "the database does not answer", code="not-ready") from exc
-    return Readiness(status="ready", database="ok", trust="loaded")
+    return Readiness(
+        status="ready", database="ok", trust="loaded", trust_fingerprint=service.trust.fingerprint
+    )
 
 
 @router.get(

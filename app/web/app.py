@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import signal
 from collections.abc import AsyncIterator
 
 import anyio.to_thread
@@ -25,6 +26,8 @@ from app.web.guard import Guard
 from app.web.observe import Observe
 from app.web.service import Clock, Service, wall_clock
 
+# How often every instance looks at its trust file (a stat; the file is read when it changed).
+TRUST_CHECK_SECONDS = 2.0
 log = logging.getLogger("handoff_trace.web")
 
 DESCRIPTION = """\
@@ -46,12 +49,17 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
         service = await anyio.to_thread.run_sync(start)
         app.state.service = service
         sweeper = asyncio.create_task(_sweep_forever(service))
+        hangup = _on_sighup()
+        watcher = asyncio.create_task(_watch_trust(service, hangup))
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (watcher, sweeper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             app.state.service = None
             service.close()
 
@@ -82,6 +90,28 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
 def create_app_from_env() -> FastAPI:
     """The app configured from the environment (``uvicorn --factory`` entry point)."""
     return create_app(Settings.from_env())
+
+
+def _on_sighup() -> asyncio.Event:
+    """Set on SIGHUP, which asks for the trust file to be read again. Only the main thread's
+    loop can take a signal (``serve``); in a test's app the event is set by hand."""
+    hangup = asyncio.Event()
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup.set)
+    return hangup
+
+
+async def _watch_trust(service: Service, hangup: asyncio.Event) -> None:
+    """Check the trust file every ``TRUST_CHECK_SECONDS``, and at once on SIGHUP."""
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(hangup.wait(), TRUST_CHECK_SECONDS)
+        forced = hangup.is_set()
+        hangup.clear()
+        try:
+            await anyio.to_thread.run_sync(functools.partial(service.check_trust, force=forced))
+        except Exception:
+            log.exception("checking the trust file failed; trying again")
 
 
 async def _sweep_forever(service: Service) -> None:

@@ -1,4 +1,5 @@
-"""What the running service holds: the settings, one engine, the trust store (loaded once),
+"""What the running service holds: the settings, one engine, the trust store (reloaded when
+its file changes, ``check_trust``),
 the clock and the sweep. Built in the app's lifespan
 (``Service.start``) and reached by routes through ``ServiceDep``.
 """
@@ -6,11 +7,13 @@ the clock and the sweep. Built in the app's lifespan
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -23,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.ingest.pipeline import Pipeline
+from app.ingest.rejudge import Rejudged, rejudge
 from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
 from app.settings import Settings, SettingsError
 from app.store import db
@@ -96,6 +100,11 @@ class Service:
     _busy: int = 0
     _closed: bool = False
 
+    # What the trust file looked like when it was last read (``check_trust``), and the lock
+    # that makes the watcher and a SIGHUP check one at a time.
+    _trust_stat: tuple[int, int, int] | None = None
+    _reloading: threading.Lock = field(default_factory=threading.Lock)
+
     @classmethod
     def start(cls, settings: Settings, *, clock: Clock = wall_clock) -> Service:
         """Load the trust store, connect and bring the schema to head.
@@ -114,7 +123,54 @@ class Service:
             engine.dispose()
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
             raise ServiceConfigError(f"cannot use the database {shown_url(url)}: {first}") from exc
-        return cls(settings=settings, engine=engine, trust=trust, clock=clock, objects=objects)
+        service = cls(settings=settings, engine=engine, trust=trust, clock=clock, objects=objects)
+        service._trust_stat = _stat(settings.trust_file)
+        return service
+
+    def check_trust(self, *, force: bool = False) -> Rejudged | None:
+        """Read the trust file again when it changed (or when ``force``d, on SIGHUP). A new
+        trust store is used from the next request on, and the store is judged again under
+        it (``app.ingest.rejudge``: by this instance, unless another one claimed it). A file
+        that no longer loads is logged and the current store kept: refusing everything, or
+        accepting with a half-written file, would be worse than the old keys."""
+        with self._in_use() as open_, self._reloading:
+            return self._check_trust(force=force) if open_ else None
+
+    def _check_trust(self, *, force: bool) -> Rejudged | None:
+        stat = _stat(self.settings.trust_file)
+        if not force and stat == self._trust_stat:
+            return None
+        try:
+            trust = load_trust(self.settings)
+        except ServiceConfigError as exc:
+            log.error("the trust file changed but cannot be used (%s); keeping the old one", exc)
+            return None
+        self._trust_stat = stat
+        old = self.trust
+        if trust.fingerprint == old.fingerprint:
+            return None
+        self.trust = trust
+        log.info(
+            "trust file reloaded: fingerprint %s -> %s",
+            old.fingerprint[:12],
+            trust.fingerprint[:12],
+            extra={"trust": trust.fingerprint, "previous": old.fingerprint},
+        )
+        at = self.clock()
+        return rejudge(
+            self.engine,
+            lambda engine: Pipeline(
+                engine=engine,
+                trust=trust,
+                options=self.settings.verify_options(at=at),
+                timing=self.settings.timing,
+                objects=self.objects,
+                envelope=self.settings.envelope,
+            ),
+            old=old.fingerprint,
+            new=trust.fingerprint,
+            now=at,
+        )
 
     def close(self) -> None:
         """Wait for the sweeps under way, then close every connection."""
@@ -219,6 +275,17 @@ class Service:
         """Raises when the database does not answer."""
         with self.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
+
+
+def _stat(path: Path | None) -> tuple[int, int, int] | None:
+    """What tells a changed file: its inode (a file replaced by rename), size and mtime."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def get_service(request: Request) -> Service:
