@@ -18,7 +18,13 @@ import time
 from typing import Any
 
 # Attributes every LogRecord has; anything else on a record is an event field.
-_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+# uvicorn's ``color_message`` repeats the message with terminal colours.
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):

@@ -170,3 +170,32 @@ def _rejected_flags(base: str, auth: dict[str, str]) -> list[dict[str, Any]]:
     assert answer.status_code == 200, answer.text[:300]
     flags: list[dict[str, Any]] = answer.json()["flags"]
     return flags
+
+
+def test_two_workers_answer_one_sum(databases: Databases, world: World, tmp_path: Path) -> None:
+    """With ``--workers 2`` every scrape of the one port sums both workers' counters (they
+    alternated between the workers' own counts before)."""
+    url = databases.new("sqlite")
+    engine = make_engine(url)
+    try:
+        token = make_tokens(engine)["admin"]
+    finally:
+        engine.dispose()
+    trust = tmp_path / "trust.json"
+    write_trust(world, trust, with_alt=False)
+    env = {"HANDOFF_TRACE_WORKERS": "2"}
+    with serving(url, trust, tmp_path, env=env) as base:
+        auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"}
+        capture = jsonl([rec(bundle(offer(world.planner, world.coder)), T0 + 1)])
+        labels = {"route": "verify", "status": "200"}
+        name = "handoff_trace_ingest_requests_total"
+        before = counter(base, token, name, **labels)
+        for _ in range(10):  # a new connection each time, so both workers take some
+            answer = httpx.post(f"{base}/api/v1/verify", content=capture, headers=auth)
+            assert answer.status_code == 200
+        scrapes = {counter(base, token, name, **labels) - before for _ in range(6)}
+    assert scrapes == {10.0}
+    [log] = tmp_path.glob("serve-*.log")
+    lines = [json.loads(line) for line in log.read_text().splitlines()]  # JSON off a terminal
+    workers = {line["message"] for line in lines if line["message"].startswith("Started server")}
+    assert len(workers) == 2
