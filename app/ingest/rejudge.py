@@ -13,9 +13,12 @@ audit entry naming the change of trust; so a flag that no longer holds afterward
 resolved with that entry and "the condition no longer holds" in its audit log, rather than
 deleted without a trace, and one that still holds keeps the note.
 
-Instances share one store, so one of them does the work: the first to claim the trust
-store's fingerprint in ``trust_rejudge``; the others find the claim and only swap their
-trust store. A re-judgement that fails gives its claim up, so the next check tries again.
+An instance that starts with a trust file the store was never judged under, while the
+store holds such rejections made under another one, judges it again too (a restart after
+a key rollout). Instances share one store, so one of them does the work: the first to
+claim the trust store's fingerprint in ``trust_rejudge``; the others find the claim and
+only swap their trust store. A re-judgement that fails gives its claim up, so the next
+check tries again.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from app.ingest.pipeline import Pipeline
 from app.ingest.rederive import rederive
 from app.store import db
 from app.store.flags import SYSTEM
-from app.store.models import ActionRow, FlagRow, TrustRejudgeRow
+from app.store.models import ActionRow, FlagRow, TrustRejudgeRow, VerdictRow
 from app.store.transfer import TransferError
 
 log = logging.getLogger("handoff_trace.trust")
@@ -47,6 +50,21 @@ class Rejudged:
     trust: str
     judged: int  # receipts replayed under the new trust
     closed: int  # rejected-element flags resolved because they no longer hold
+
+
+def judged_under_other_trust(engine: Engine, *, trust: str) -> str | None:
+    """The fingerprint of an earlier trust store that refused a stored element for a reason
+    a change of keys can turn around, when the store was never judged under ``trust`` (an
+    instance restarted with a new file); None otherwise."""
+    with db.transaction(db.read_only(engine)) as session:
+        if session.get(TrustRejudgeRow, trust) is not None:
+            return None
+        query = (
+            select(VerdictRow.trust)
+            .where(VerdictRow.trust != trust, VerdictRow.fault.in_(TRUST_REASONS))  # type: ignore[union-attr]
+            .limit(1)
+        )
+        return session.execute(query).scalars().first()
 
 
 def claim(engine: Engine, *, trust: str, now: int) -> bool:

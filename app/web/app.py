@@ -102,7 +102,13 @@ def _on_sighup() -> asyncio.Event:
 
 
 async def _watch_trust(service: Service, hangup: asyncio.Event) -> None:
-    """Check the trust file every ``TRUST_CHECK_SECONDS``, and at once on SIGHUP."""
+    """Judge the store again if it was judged under other keys (a restart after a key
+    rollout); then check the trust file every ``TRUST_CHECK_SECONDS``, and at once on
+    SIGHUP."""
+    try:
+        await anyio.to_thread.run_sync(service.rejudge_if_stale)
+    except Exception:
+        log.exception("judging the store again under the trust file failed")
     while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(hangup.wait(), TRUST_CHECK_SECONDS)

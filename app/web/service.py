@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.ingest.pipeline import Pipeline
-from app.ingest.rejudge import Rejudged, rejudge
+from app.ingest.rejudge import Rejudged, judged_under_other_trust, rejudge
 from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
 from app.settings import Settings, SettingsError
 from app.store import db
@@ -136,6 +136,15 @@ class Service:
         with self._in_use() as open_, self._reloading:
             return self._check_trust(force=force) if open_ else None
 
+    def rejudge_if_stale(self) -> Rejudged | None:
+        """At start: judge the store again when it holds trust-dependent rejections made
+        under another trust store and was never judged under this one."""
+        with self._in_use() as open_, self._reloading:
+            if not open_:
+                return None
+            old = judged_under_other_trust(self.engine, trust=self.trust.fingerprint)
+            return None if old is None else self._rejudge(old, self.trust)
+
     def _check_trust(self, *, force: bool) -> Rejudged | None:
         stat = _stat(self.settings.trust_file)
         if not force and stat == self._trust_stat:
@@ -156,6 +165,9 @@ class Service:
             trust.fingerprint[:12],
             extra={"trust": trust.fingerprint, "previous": old.fingerprint},
         )
+        return self._rejudge(old.fingerprint, trust)
+
+    def _rejudge(self, old: str, trust: TrustStore) -> Rejudged | None:
         at = self.clock()
         return rejudge(
             self.engine,
@@ -167,7 +179,7 @@ class Service:
                 objects=self.objects,
                 envelope=self.settings.envelope,
             ),
-            old=old.fingerprint,
+            old=old,
             new=trust.fingerprint,
             now=at,
         )

@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fastapi.testclient import TestClient
 from handoff_context.sign import trust_document
 from sqlalchemy import select
 
+from app.settings import Settings
 from app.store.db import transaction
 from app.store.models import ActionRow, ElementRow, FlagRow, TrustRejudgeRow, VerdictRow
+from app.web.app import create_app
 from tests.conftest import World
 from tests.store.builders import T0, bundle, digest, jsonl, offer, rec
-from tests.web.conftest import Api, start
+from tests.web.conftest import Api, Clock, start
 
 
 def write(world: World, path: Path, *, with_alt: bool) -> None:
@@ -89,3 +92,26 @@ def verdicts(api: Api, octets: bytes) -> list[tuple[str, str | None]]:
             select(VerdictRow.outcome, VerdictRow.reason).where(VerdictRow.digest == digest(octets))
         ).all()
     return [(o, r) for o, r in rows]
+
+
+def test_a_restart_with_the_new_file_judges_the_store_again(
+    databases: object, world: World, tmp_path: Path
+) -> None:
+    """An instance stopped before the rollout and started after it: the store holds a
+    rejection made under the old keys, so the new instance judges it again at start."""
+    url = databases.new("sqlite")  # type: ignore[attr-defined]
+    trust = tmp_path / "trust.json"
+    write(world, trust, with_alt=False)
+    rolled = offer(world.planner_alt, world.coder)
+    for api in start(url, trust):
+        api.post("/api/v1/ingest", jsonl([rec(bundle(rolled), T0 + 1)]))
+        assert verdicts(api, rolled) == [("reject", "bad-signature")]
+    write(world, trust, with_alt=True)
+    app = create_app(Settings(database_url=url, trust_file=trust), clock=Clock())
+    with TestClient(app) as client:
+        again = Api(app, client, Clock())
+        app.state.service.rejudge_if_stale()  # the watcher's first step, if not done yet
+        assert verdicts(again, rolled) == [("accept", None)]
+        flag = flag_of(again, "rejected-element")
+        assert flag is not None and flag.status == "resolved"
+        assert app.state.service.rejudge_if_stale() is None  # once per trust store
