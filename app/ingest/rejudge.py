@@ -28,21 +28,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from handoff_context.lifecycle import FlagKind
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session
 
 from app.ingest.pipeline import Pipeline
 from app.ingest.rederive import rederive
-from app.store import db
-from app.store.flags import SYSTEM
-from app.store.models import ActionRow, FlagRow, TrustRejudgeRow, VerdictRow
+from app.store import trust_epochs
+from app.store.derived import ReplaceError
 from app.store.transfer import TransferError
 
 log = logging.getLogger("handoff_trace.trust")
 # The rejections a change of trust can turn around (SPEC 4).
 TRUST_REASONS = ("untrusted-key", "bad-signature")
+
+
+class RejudgeFailed(Exception):
+    """The store could not be judged again now (a database error, or receipts that arrived
+    during the replay); the caller tries again later."""
 
 
 @dataclass(frozen=True)
@@ -56,21 +58,7 @@ def judged_under_other_trust(engine: Engine, *, trust: str) -> str | None:
     """The fingerprint of an earlier trust store that refused a stored element for a reason
     a change of keys can turn around, when the store was never judged under ``trust`` (an
     instance restarted with a new file); None otherwise."""
-    with db.transaction(db.read_only(engine)) as session:
-        if session.get(TrustRejudgeRow, trust) is not None:
-            return None
-        query = (
-            select(VerdictRow.trust)
-            .where(VerdictRow.trust != trust, VerdictRow.fault.in_(TRUST_REASONS))  # type: ignore[union-attr]
-            .limit(1)
-        )
-        return session.execute(query).scalars().first()
-
-
-def claim(engine: Engine, *, trust: str, now: int) -> bool:
-    """True when this instance is the first to judge under ``trust``."""
-    row = {"trust": trust, "started_at": now, "judged": 0, "closed": 0}
-    return db.run(engine, lambda s: db.insert_ignore(s, TrustRejudgeRow, row, ["trust"]))
+    return trust_epochs.judged_under_other_trust(engine, trust=trust, reasons=TRUST_REASONS)
 
 
 def rejudge(
@@ -83,22 +71,22 @@ def rejudge(
     scratch_dir: Path | None = None,
 ) -> Rejudged | None:
     """Judge the store again under the trust store ``pipeline_for`` builds (fingerprint
-    ``new``), unless another instance claimed it first (None). Never raises for a failure:
-    it is logged, and the claim is given up for a later try."""
-    if not claim(engine, trust=new, now=now):
+    ``new``), unless another instance claimed it first (None). Raises RejudgeFailed when
+    it could not (logged; the claim is given up, so a later try can have it)."""
+    if not trust_epochs.claim(engine, trust=new, now=now):
         return None
+    note = f"the trust file changed (fingerprint {old[:12]} -> {new[:12]}): judged again"
     try:
-        noted = db.run(engine, lambda s: _note_flags(s, old=old, new=new, now=now))
+        noted = trust_epochs.note_flags(engine, reasons=TRUST_REASONS, note=note, now=now)
         done = rederive(engine, pipeline_for, now=now, dry_run=False, scratch_dir=scratch_dir)
-        closed = db.run(engine, lambda s: _closed(s, noted))
-    except (SQLAlchemyError, TransferError, OSError) as exc:
+        closed = trust_epochs.resolved_among(engine, noted)
+    except (SQLAlchemyError, TransferError, ReplaceError, OSError) as exc:
+        # ReplaceError: receipts arrived while the replay ran; the next check tries again.
         log.error("judging the store again under trust %s failed: %s", new[:12], exc)
-        db.run(
-            engine, lambda s: s.execute(delete(TrustRejudgeRow).where(TrustRejudgeRow.trust == new))
-        )
-        return None
+        trust_epochs.give_up(engine, trust=new)
+        raise RejudgeFailed(str(exc)) from exc
     result = Rejudged(trust=new, judged=done.replayed.receipts, closed=closed)
-    db.run(engine, lambda s: _record(s, result))
+    trust_epochs.record(engine, trust=new, judged=result.judged, closed=result.closed)
     log.info(
         "judged %d receipts again under trust %s; %d flags closed",
         result.judged,
@@ -107,41 +95,3 @@ def rejudge(
         extra={"trust": new, "judged": result.judged, "closed": result.closed},
     )
     return result
-
-
-def _note_flags(session: Session, *, old: str, new: str, now: int) -> list[int]:
-    """An audit entry on every open flag the change may close; their ids."""
-    ids = list(
-        session.execute(
-            select(FlagRow.id).where(
-                FlagRow.kind == FlagKind.REJECTED_ELEMENT.value,
-                FlagRow.variant.in_(TRUST_REASONS),  # type: ignore[union-attr]
-                FlagRow.status != "resolved",
-            )
-        ).scalars()
-    )
-    note = f"the trust file changed (fingerprint {old[:12]} -> {new[:12]}): judged again"
-    if ids:
-        session.execute(
-            insert(ActionRow),
-            [
-                {"flag_id": i, "actor": SYSTEM, "at": now, "action": "rejudge", "note": note}
-                for i in ids
-            ],
-        )
-    return [i for i in ids if i is not None]
-
-
-def _closed(session: Session, noted: list[int]) -> int:
-    if not noted:
-        return 0
-    query = select(func.count()).where(FlagRow.id.in_(noted), FlagRow.status == "resolved")  # type: ignore[union-attr]
-    return int(session.execute(query).scalar_one())
-
-
-def _record(session: Session, result: Rejudged) -> None:
-    session.execute(
-        update(TrustRejudgeRow)
-        .where(TrustRejudgeRow.trust == result.trust)
-        .values(judged=result.judged, closed=result.closed)
-    )

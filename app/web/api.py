@@ -503,5 +503,5 @@ def get_metrics(request: Request, service: ServiceDep, credentials: Credentials)
         requires(Permission.READ)(request, service, credentials)
     with service.reading() as session:
         counts = store_counts(session, now=service.clock())
-    body = metrics.exposition(counts)
+    body = metrics.exposition(counts, workers=request.app.state.metrics_multiprocess)
     return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator
 
@@ -21,7 +22,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
 from app.settings import Settings
-from app.web import api, errors, pages
+from app.web import api, errors, metrics, pages
 from app.web.guard import Guard
 from app.web.observe import Observe
 from app.web.service import Clock, Service, wall_clock
@@ -75,6 +76,8 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
         redoc_url=None,
     )
     app.state.service = None
+    # prometheus_client's multiprocess mode (``serve --workers N`` sets the directory).
+    app.state.metrics_multiprocess = bool(os.environ.get(metrics.MULTIPROC_ENV))
     errors.install(app)
     app.include_router(api.router)
     pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 from handoff_context.lifecycle import SEVERITY, FlagKind, HopState
@@ -124,11 +123,11 @@ class _Forward(Collector):
         yield from REGISTRY.collect()
 
 
-def exposition(counts: StoreCounts) -> bytes:
-    """The scrape: counters (summed over workers when there are several), process metrics
-    and the database's gauges."""
+def exposition(counts: StoreCounts, *, workers: bool) -> bytes:
+    """The scrape: counters (summed over the workers when ``workers``: prometheus_client's
+    multiprocess mode), process metrics and the database's gauges."""
     registry = CollectorRegistry()
-    if os.environ.get(MULTIPROC_ENV):
+    if workers:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         ProcessCollector(registry=registry)
     else:

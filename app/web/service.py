@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.ingest.pipeline import Pipeline
-from app.ingest.rejudge import Rejudged, judged_under_other_trust, rejudge
+from app.ingest.rejudge import Rejudged, RejudgeFailed, judged_under_other_trust, rejudge
 from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
 from app.settings import Settings, SettingsError
 from app.store import db
@@ -104,6 +104,9 @@ class Service:
     # that makes the watcher and a SIGHUP check one at a time.
     _trust_stat: tuple[int, int, int] | None = None
     _reloading: threading.Lock = field(default_factory=threading.Lock)
+    # A re-judgement that failed (old fingerprint, new trust store), tried again on the
+    # next check.
+    _pending: tuple[str, TrustStore] | None = None
 
     @classmethod
     def start(cls, settings: Settings, *, clock: Clock = wall_clock) -> Service:
@@ -148,6 +151,8 @@ class Service:
     def _check_trust(self, *, force: bool) -> Rejudged | None:
         stat = _stat(self.settings.trust_file)
         if not force and stat == self._trust_stat:
+            if self._pending is not None and self._pending[1] is self.trust:
+                return self._rejudge(*self._pending)
             return None
         try:
             trust = load_trust(self.settings)
@@ -168,6 +173,15 @@ class Service:
         return self._rejudge(old.fingerprint, trust)
 
     def _rejudge(self, old: str, trust: TrustStore) -> Rejudged | None:
+        try:
+            done = self._rejudge_now(old, trust)
+        except RejudgeFailed:
+            self._pending = (old, trust)
+            return None
+        self._pending = None
+        return done
+
+    def _rejudge_now(self, old: str, trust: TrustStore) -> Rejudged | None:
         at = self.clock()
         return rejudge(
             self.engine,

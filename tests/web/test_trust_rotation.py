@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from handoff_context.sign import trust_document
 from sqlalchemy import select
 
+import app.ingest.rejudge as rejudge_module
 from app.settings import Settings
 from app.store.db import transaction
+from app.store.derived import ReplaceError
 from app.store.models import ActionRow, ElementRow, FlagRow, TrustRejudgeRow, VerdictRow
 from app.web.app import create_app
 from tests.conftest import World
@@ -115,3 +119,34 @@ def test_a_restart_with_the_new_file_judges_the_store_again(
         flag = flag_of(again, "rejected-element")
         assert flag is not None and flag.status == "resolved"
         assert app.state.service.rejudge_if_stale() is None  # once per trust store
+
+
+def test_a_failed_rejudgement_is_tried_again(
+    databases: object, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Receipts arriving during the replay (or a database error) fail the re-judgement: the
+    claim is given up and the next check of the same file tries again."""
+    real = rejudge_module.rederive
+    calls: list[int] = []
+
+    def once_failing(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ReplaceError("the re-derived receipts do not match the stored ones")
+        return real(*args, **kw)
+
+    trust = tmp_path / "trust.json"
+    write(world, trust, with_alt=False)
+    for api in start(databases.new("sqlite"), trust):  # type: ignore[attr-defined]
+        rolled = offer(world.planner_alt, world.coder)
+        api.post("/api/v1/ingest", jsonl([rec(bundle(rolled), T0 + 1)]))
+        monkeypatch.setattr(rejudge_module, "rederive", once_failing)
+        write(world, trust, with_alt=True)
+        service = api.app.state.service
+        assert service.check_trust(force=True) is None  # failed, given up
+        with transaction(api.engine) as session:
+            assert session.execute(select(TrustRejudgeRow)).first() is None
+        assert verdicts(api, rolled) == [("reject", "bad-signature")]
+        done = service.check_trust()  # the file is unchanged: the pending one is retried
+        assert done is not None and done.closed == 1
+        assert verdicts(api, rolled) == [("accept", None)]
