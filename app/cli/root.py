@@ -10,65 +10,103 @@ what the modules' own parsers say, and what each start imports.
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from app import __version__
 from app.cli.common import EXIT_OK, EXIT_USAGE, Parser, UsageError
 
-# Every command, in the order ``--help`` lists them: the module and function that add it
-# (a function may add a group of commands), and its one-line help.
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "verify": ("verify", "add_verify", "verify captured offers, chains and statuses"),
-    "keys": ("keys", "add_keys", "make signing keys and trust files"),
-    "sign": ("keys", "add_sign", "build signed offers and statuses"),
-    "demo": ("demo", "add_demo", "generate simulated multi-agent traffic with known faults"),
-    "ingest": ("store", "add_store_commands", "verify capture files and store them"),
-    "hops": ("store", "add_store_commands", "list hops and their states (SPEC 8)"),
-    "flags": ("store", "add_store_commands", "list flags: hops that need a person"),
-    "db": ("store", "add_store_commands", "database maintenance"),
-    "serve": (
-        "serve",
-        "add_serve_commands",
-        "run the service: the JSON API and the dashboard (uvicorn)",
-    ),
-    "tokens": ("serve", "add_serve_commands", "API bearer tokens (stored hashed)"),
-    "users": (
-        "users",
-        "add_users_commands",
-        "dashboard operator accounts (argon2-hashed passwords)",
-    ),
-    "run-demo": (
-        "run",
-        "add_run_commands",
-        "serve the dashboard with demo data and print a one-time login",
-    ),
-    "rederive": (
-        "transfer",
-        "add_transfer_commands",
-        "rebuild hops, links, verdicts and flags from the stored octets",
-    ),
-    "export": (
-        "transfer",
-        "add_transfer_commands",
-        "write the element store to a file (JSON Lines)",
-    ),
-    "import": (
-        "transfer",
-        "add_transfer_commands",
-        "load an export into an empty database and re-derive it",
-    ),
+# Every command, in the order ``--help`` lists them: the function that adds it (a function
+# may add a group of commands), and its one-line help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "verify": ("verify", "verify captured offers, chains and statuses"),
+    "keys": ("keys", "make signing keys and trust files"),
+    "sign": ("sign", "build signed offers and statuses"),
+    "demo": ("demo", "generate simulated multi-agent traffic with known faults"),
+    "ingest": ("store", "verify capture files and store them"),
+    "hops": ("store", "list hops and their states (SPEC 8)"),
+    "flags": ("store", "list flags: hops that need a person"),
+    "db": ("store", "database maintenance"),
+    "serve": ("serve", "run the service: the JSON API and the dashboard (uvicorn)"),
+    "tokens": ("serve", "API bearer tokens (stored hashed)"),
+    "users": ("users", "dashboard operator accounts (argon2-hashed passwords)"),
+    "run-demo": ("run", "serve the dashboard with demo data and print a one-time login"),
+    "rederive": ("transfer", "rebuild hops, links, verdicts and flags from the stored octets"),
+    "export": ("transfer", "write the element store to a file (JSON Lines)"),
+    "import": ("transfer", "load an export into an empty database and re-derive it"),
 }
-Adder = Callable[["argparse._SubParsersAction[Parser]"], None]
+Adder = Callable[[Any], None]
 
 
-def _adder(name: str) -> Adder:
-    module, function, _ = COMMANDS[name]
-    adder: Adder = getattr(importlib.import_module(f"app.cli.{module}"), function)
-    return adder
+# One function per group, each importing its module only when called: plain imports (not
+# importlib), so the import graph stays visible to tests/test_layout.py.
+def _verify() -> Adder:
+    from app.cli.verify import add_verify
+
+    return add_verify
+
+
+def _keys() -> Adder:
+    from app.cli.keys import add_keys
+
+    return add_keys
+
+
+def _sign() -> Adder:
+    from app.cli.keys import add_sign
+
+    return add_sign
+
+
+def _demo() -> Adder:
+    from app.cli.demo import add_demo
+
+    return add_demo
+
+
+def _store() -> Adder:
+    from app.cli.store import add_store_commands
+
+    return add_store_commands
+
+
+def _serve() -> Adder:
+    from app.cli.serve import add_serve_commands
+
+    return add_serve_commands
+
+
+def _users() -> Adder:
+    from app.cli.users import add_users_commands
+
+    return add_users_commands
+
+
+def _run() -> Adder:
+    from app.cli.run import add_run_commands
+
+    return add_run_commands
+
+
+def _transfer() -> Adder:
+    from app.cli.transfer import add_transfer_commands
+
+    return add_transfer_commands
+
+
+_GROUPS: dict[str, Callable[[], Adder]] = {
+    "verify": _verify,
+    "keys": _keys,
+    "sign": _sign,
+    "demo": _demo,
+    "store": _store,
+    "serve": _serve,
+    "users": _users,
+    "run": _run,
+    "transfer": _transfer,
+}
 
 
 def build_parser(command: str | None = None, *, everything: bool = True) -> Parser:
@@ -84,16 +122,16 @@ def build_parser(command: str | None = None, *, everything: bool = True) -> Pars
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=Parser
     )
-    group = COMMANDS[command][:2] if command in COMMANDS else None
-    wanted = [c for c in COMMANDS if everything or COMMANDS[c][:2] == group]
-    added: set[tuple[str, str]] = set()
+    group = COMMANDS[command][0] if command in COMMANDS else None
+    wanted = [c for c in COMMANDS if everything or COMMANDS[c][0] == group]
+    added: set[str] = set()
     for name in COMMANDS:
         if name in sub.choices:
             continue  # added by the group function of an earlier command
-        module, function, help_text = COMMANDS[name]
-        if name in wanted and (module, function) not in added:
-            added.add((module, function))
-            _adder(name)(sub)
+        adder, help_text = COMMANDS[name]
+        if name in wanted and adder not in added:
+            added.add(adder)
+            _GROUPS[adder]()(sub)
         else:
             sub.add_parser(name, help=help_text)
     return parser

@@ -92,7 +92,7 @@ def test_the_command_table_says_what_the_modules_say() -> None:
     and help must be those of the parsers the modules build."""
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     listed = [(c.dest, c.help) for c in sub._choices_actions]  # type: ignore[attr-defined]
-    assert listed == [(name, entry[2]) for name, entry in COMMANDS.items()]
+    assert listed == [(name, entry[1]) for name, entry in COMMANDS.items()]
 
 
 def test_help_lists_every_command_as_before() -> None:
