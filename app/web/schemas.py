@@ -522,3 +522,4 @@ class Readiness(SQLModel):
     status: Literal["ready"]
     database: Literal["ok"]
     trust: Literal["loaded"]
+    trust_fingerprint: str  # SHA-256 of the trusted identifiers and keys, as /trust shows
