@@ -124,10 +124,46 @@
   document.addEventListener("change", function (event) {
     if (event.target.matches && event.target.matches("input.all")) {
       var table = event.target.closest("table");
-      table.querySelectorAll('input[name="ids"]').forEach(function (box) {
+      table.querySelectorAll('input[name="ids"], input[name="groups"]').forEach(function (box) {
         box.checked = event.target.checked;
       });
     }
+  });
+
+  function pick(row) {
+    return row.querySelector('input[name="ids"], input[name="groups"]');
+  }
+
+  // The cursor the server asked for (?at=N after an action): the row now in that place.
+  function restoreCursor() {
+    var table = document.querySelector("table.triage[data-at]");
+    if (!table) return;
+    var all = rows();
+    var index = parseInt(table.getAttribute("data-at"), 10);
+    table.removeAttribute("data-at");
+    if (!all.length || isNaN(index)) return;
+    all.forEach(function (row) { row.classList.remove("current"); });
+    all[Math.min(index, all.length - 1)].classList.add("current");
+  }
+
+  // --- triage: unfold a group of similar flags under its row ----------------------------
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest ? event.target.closest("a.similar[data-similar]") : null;
+    if (!link || !window.htmx) return;
+    event.preventDefault();
+    var row = link.closest("tr");
+    if (link.getAttribute("aria-expanded") === "true") {
+      var next = row.nextElementSibling;
+      while (next && next.classList.contains("member")) {
+        var gone = next;
+        next = next.nextElementSibling;
+        gone.remove();
+      }
+      link.setAttribute("aria-expanded", "false");
+      return;
+    }
+    link.setAttribute("aria-expanded", "true");
+    window.htmx.ajax("GET", link.getAttribute("data-similar"), { target: row, swap: "afterend" });
   });
 
   function rows() {
@@ -157,19 +193,27 @@
     if (event.key === "j") { move(1); event.preventDefault(); }
     else if (event.key === "k") { move(-1); event.preventDefault(); }
     else if (event.key === "x" && current) {
-      var box = current.querySelector('input[name="ids"]');
-      box.checked = !box.checked;
+      var box = pick(current);
+      if (box) box.checked = !box.checked;
     } else if (event.key === "o" && current) {
       window.location.assign(current.getAttribute("data-href"));
     } else if (event.key === "a" && current) {
       // Acknowledge the current flag alone, through the same audited bulk form.
       var form = document.getElementById("bulk");
       if (!form || !form.querySelector('select[name="action"]')) return;
-      rows().forEach(function (row) { row.querySelector('input[name="ids"]').checked = row === current; });
+      var all = rows();
+      all.forEach(function (row) { var b = pick(row); if (b) b.checked = row === current; });
       form.querySelector('select[name="action"]').value = "acknowledge";
+      // The cursor's place travels with the form, so the queue comes back with the cursor
+      // on the row that took the acknowledged one's place.
+      var at = form.querySelector('input[name="at"]');
+      if (at) at.value = String(all.indexOf(current));
       form.requestSubmit();
     }
   });
+
+  document.addEventListener("DOMContentLoaded", restoreCursor);
+  document.addEventListener("htmx:afterSettle", restoreCursor);
 
   if (window.htmx) {
     window.htmx.onLoad(setUp);

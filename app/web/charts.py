@@ -72,6 +72,17 @@ def _layout(**extra: Any) -> dict[str, Any]:
     }
 
 
+def _whole_step(largest: int, ticks: int = 5) -> int:
+    """The smallest tick step of 1, 2 or 5 times a power of ten that needs at most
+    ``ticks`` ticks to reach ``largest``."""
+    base = 1
+    while True:
+        for factor in (1, 2, 5):
+            if -(-largest // (base * factor)) <= ticks:
+                return base * factor
+        base *= 10
+
+
 def activity_figure(act: Activity) -> dict[str, Any]:
     """Hops offered per time bucket, stacked by their state now, and flags opened."""
     buckets = sorted(set(act.hops) | set(act.flags))
@@ -113,6 +124,11 @@ def activity_figure(act: Activity) -> dict[str, Any]:
             "rangemode": "tozero",
             "showgrid": False,
             "tickformat": "d",
+            # Whole flags only: with automatic ticks a maximum of 1 gives 0, 0.5, 1 and
+            # the "d" format prints them as 0, 1, 1.
+            "tickmode": "linear",
+            "tick0": 0,
+            "dtick": _whole_step(max(act.flags.values(), default=1)),
         },
         bargap=0.15,
     )

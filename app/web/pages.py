@@ -8,6 +8,7 @@ and paging live in the URL, so every view is a deep link and the back button wor
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -54,6 +55,8 @@ def _read(service: Service) -> Any:
 
 @router.get("/")
 def overview(request: Request, user: Viewer, service: ServiceDep) -> Response:
+    # The store's clock judges snoozes; the "as of" line is the wall clock, so each refresh
+    # of the live block shows that it really was read again.
     now = service.clock()
     with _read(service) as session:
         states = dashboard.hop_states(session)
@@ -69,9 +72,10 @@ def overview(request: Request, user: Viewer, service: ServiceDep) -> Response:
         "now": now,
         "states": [(s.value, states.get(s.value, 0)) for s in HopState],
         "hop_total": sum(states.values()),
-        "flag_counts": sorted(flag_counts, key=lambda r: (-r[2], r[0])),
+        "flag_counts": flag_counts,  # worst severity first (dashboard.open_flag_counts)
         "severities": severities,
         "figure": figure,
+        "read_at": int(time.time()),
         "agents": agents,
         "rejected": rejected,
     }

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import calendar
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -31,7 +32,7 @@ from app.store.queries import (
 )
 from app.web.evidence import compare, decode, variant_sentence
 from app.web.params import storable
-from app.web.render import render, secure
+from app.web.render import ENV, render, secure
 from app.web.service import ServiceDep
 from app.web.sessions import PageError, Triager, Viewer
 
@@ -45,64 +46,172 @@ def _pick(value: str | None, allowed: list[str]) -> str | None:
     return value if value in allowed else None
 
 
+def _text(value: str | None) -> str | None:
+    return (value or "").strip() or None
+
+
+# Named views, one click from every page (the header links to the first): what an
+# operator paged at night wants first, and what is theirs.
+VIEWS = {
+    "urgent": "Critical and high, open, newest first",
+    "mine": "Assigned to me, open",
+}
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The queue's parameters as read from the URL, and the URL query that gives them."""
+
+    filters: dashboard.TriageFilter
+    order: dashboard.Order
+    grouped: bool
+    view: str | None
+    query: dict[str, str]
+
+
+def read_queue(
+    user: Any,
+    *,
+    view: str | None,
+    kind: str | None,
+    severity: str | None,
+    status: str | None,
+    agent: str | None,
+    dialog: str | None,
+    assignee: str | None,
+    variant: str | None,
+    issuer: str | None,
+    sort: str | None,
+    group: str | None,
+) -> Queue:
+    chosen = view if view in VIEWS else None
+    picked_status = "open" if status is None else _pick(status, [s.value for s in FlagStatus])
+    severities: tuple[str, ...] = ()
+    if chosen == "urgent":
+        severities, picked_status = dashboard.URGENT, "open"
+    elif severity in {s.value for s in Severity}:
+        severities = (str(severity),)
+    orders = [o.value for o in dashboard.Order]
+    default_order = "severity-newest" if chosen == "urgent" else "severity"
+    order = dashboard.Order(_pick(sort, orders) or default_order)
+    who = user.username if chosen == "mine" else _text(assignee)
+    filters = dashboard.TriageFilter(
+        kind=_pick(kind, [k.value for k in FlagKind]),
+        severities=severities,
+        status=picked_status,
+        agent=_text(agent),
+        dialog=_text(dialog),
+        assignee=who,
+        variant=_text(variant),
+        issuer=_text(issuer),
+    )
+    query = {
+        "view": chosen or "",
+        "kind": filters.kind or "",
+        "severity": severities[0] if severities and not chosen else "",
+        "agent": filters.agent or "",
+        "dialog": filters.dialog or "",
+        "assignee": "" if chosen == "mine" else (filters.assignee or ""),
+        "variant": filters.variant or "",
+        "issuer": filters.issuer or "",
+    }
+    if picked_status != "open" and not chosen:
+        query["status"] = picked_status or "any"
+    if order.value != default_order:
+        query["sort"] = order.value
+    grouped = group != "0"
+    if not grouped:
+        query["group"] = "0"
+    return Queue(filters, order, grouped, chosen, {k: v for k, v in query.items() if v})
+
+
 @router.get("/flags")
 def flags(
     request: Request,
     user: Viewer,
     service: ServiceDep,
+    view: Text = None,
     kind: Text = None,
     severity: Text = None,
-    status: Text = "open",
+    status: Text = None,
     agent: Text = None,
     dialog: Text = None,
     assignee: Text = None,
-    sort: Text = "oldest",
+    variant: Text = None,
+    issuer: Text = None,
+    sort: Text = None,
+    group: Text = None,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     done: Text = None,
+    at: Annotated[int | None, Query(ge=0, le=PER_PAGE)] = None,
 ) -> Response:
-    filters = {
-        "kind": _pick(kind, [k.value for k in FlagKind]),
-        "severity": _pick(severity, [s.value for s in Severity]),
-        "status": _pick(status, [s.value for s in FlagStatus]),
-        "agent": (agent or "").strip() or None,
-        "dialog": (dialog or "").strip() or None,
-        "assignee": (assignee or "").strip() or None,
-    }
+    queue = read_queue(
+        user, view=view, kind=kind, severity=severity, status=status, agent=agent,
+        dialog=dialog, assignee=assignee, variant=variant, issuer=issuer, sort=sort,
+        group=group,
+    )  # fmt: skip
     now = service.clock()
     service.sweep()
+    read = dashboard.triage_groups if queue.grouped else dashboard.triage
     with service.reading() as session:
-        rows, total = dashboard.triage(
+        rows, total = read(
             session,
             now=now,
-            oldest_first=sort != "newest",
+            filters=queue.filters,
+            order=queue.order,
             offset=(page - 1) * PER_PAGE,
             limit=PER_PAGE,
-            **filters,
         )
         people = dashboard.assignees(session)
-    query = {k: v for k, v in filters.items() if v}
-    if status != "open":
-        query["status"] = filters["status"] or "any"
-    if sort == "newest":
-        query["sort"] = "newest"
+    f = queue.filters
     context = {
-        "nav": "flags",
+        "nav": "urgent" if queue.view == "urgent" else "flags",
         "now": now,
         "rows": rows,
         "total": total,
         "page": page,
         "pages": max(1, -(-total // PER_PAGE)),
-        "filters": {k: v or "" for k, v in filters.items()},
-        "sort": "newest" if sort == "newest" else "oldest",
-        "query": urlencode(query),
+        "view": queue.view,
+        "view_title": VIEWS.get(queue.view or ""),
+        "filters": {
+            "kind": f.kind or "",
+            "severity": queue.query.get("severity", ""),
+            "status": f.status or "",
+            "agent": f.agent or "",
+            "dialog": f.dialog or "",
+            "assignee": queue.query.get("assignee", ""),
+        },
+        "hidden": {k: queue.query[k] for k in ("view", "variant", "issuer") if k in queue.query},
+        "sort": queue.order.value,
+        "grouped": queue.grouped,
+        "orders": ORDER_NAMES,
+        "query": urlencode(queue.query),
         "kinds": [k.value for k in FlagKind],
         "severities": [s.value for s in Severity],
         "statuses": [s.value for s in FlagStatus],
         "people": people,
         "done": done,
+        "at": at,
         "can_triage": user.role.value in ("operator", "admin"),
     }
     return render(request, "flags.html", context)
+
+
+ORDER_NAMES = {
+    "severity": "severity, then oldest",
+    "severity-newest": "severity, then newest",
+    "oldest": "oldest first",
+    "newest": "newest first",
+}
+
+
+def group_query(row: dashboard.TriageRow) -> str:
+    """The URL query of the flags folded into ``row`` (same kind, issuer, variant)."""
+    f = row.flag.flag
+    return urlencode({"kind": f.kind, "issuer": f.iss, "variant": f.variant or "-"})
+
+
+ENV.globals["group_query"] = group_query
 
 
 def _until(text: str | None) -> int | None:
@@ -163,22 +272,84 @@ def _safe_query(text: str) -> str:
     return text if text and "\n" not in text and "\r" not in text and len(text) < 2000 else ""
 
 
+def _members(service: Any, groups: list[str], back: str) -> list[int]:
+    """The ids folded into the chosen group rows, among the flags the queue showed (its
+    status filter travels in ``back``)."""
+    shown = parse_qs(back).get("status", ["open"])[0]
+    status = None if shown == "any" else _pick(shown, [s.value for s in FlagStatus])
+    found: list[int] = []
+    with service.reading() as session:
+        for text in groups[:BULK_LIMIT]:
+            key = parse_qs(text)
+            filters = dashboard.TriageFilter(
+                kind=key.get("kind", [""])[0] or None,
+                issuer=key.get("issuer", [""])[0] or None,
+                variant=key.get("variant", ["-"])[0],
+                status=status,
+            )
+            if filters.kind is None or filters.issuer is None:
+                continue
+            found += dashboard.group_ids(
+                session, now=service.clock(), filters=filters, limit=BULK_LIMIT + 1
+            )
+    return found
+
+
 @router.post("/flags/bulk")
 def bulk(
     user: Triager,
     service: ServiceDep,
     ids: Annotated[list[int], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
+    groups: Annotated[list[str], Form(max_length=4000)] = [],  # noqa: B006 (as above)
     action: Annotated[str, Form(max_length=32)] = "",
     note: Annotated[str, Form(max_length=4000)] = "",
     assignee: Annotated[str, Form(max_length=200)] = "",
     until: Annotated[str, Form(max_length=40)] = "",
     back: Annotated[str, Form(max_length=2000)] = "",
+    at: Annotated[str, Form(max_length=8)] = "",
 ) -> Response:
-    done = _apply(
-        service, user, [i for i in ids if 0 < i <= MAX_SAFE_INT], action, note, assignee, until
-    )
     query = _safe_query(back)
+    chosen = [i for i in ids if 0 < i <= MAX_SAFE_INT] + _members(service, groups, query)
+    done = _apply(service, user, list(dict.fromkeys(chosen)), action, note, assignee, until)
+    if at.isdigit() and int(at) <= PER_PAGE:
+        query = f"{query}&at={int(at)}" if query else f"at={int(at)}"
     return _back("/flags" + (f"?{query}" if query else ""), f"{done} flag(s): {action}")
+
+
+@router.get("/flags/similar")
+def similar(
+    request: Request,
+    user: Viewer,
+    service: ServiceDep,
+    kind: Text = None,
+    issuer: Text = None,
+    variant: Text = None,
+    status: Text = None,
+    shown: Annotated[int | None, Query(ge=1, le=MAX_SAFE_INT)] = None,
+) -> Response:
+    """The flags folded into one group row, as table rows for htmx to put under it; a
+    browser without htmx gets the ungrouped queue of the same flags (a real page)."""
+    key = {"kind": kind or "", "issuer": issuer or "", "variant": variant or "-"}
+    picked = "open" if status is None else _pick(status, [s.value for s in FlagStatus])
+    if request.headers.get("hx-request") != "true":
+        query = {**key, "group": "0", **({"status": status} if status else {})}
+        return secure(RedirectResponse(f"/flags?{urlencode(query)}", status_code=303))
+    filters = dashboard.TriageFilter(
+        kind=_text(kind), issuer=_text(issuer), variant=_text(variant) or "-", status=picked
+    )
+    with service.reading() as session:
+        rows, total = dashboard.triage(
+            session, now=service.clock(), filters=filters, order=dashboard.Order.NEWEST,
+            limit=PER_PAGE + 1,
+        )  # fmt: skip
+    context = {
+        "now": service.clock(),
+        "rows": [r for r in rows if r.flag.flag.id != shown][:PER_PAGE],
+        "more": total > PER_PAGE + 1,
+        "all_href": f"/flags?{urlencode({**key, 'group': '0'})}",
+        "can_triage": user.role.value in ("operator", "admin"),
+    }
+    return render(request, "_flag_similar.html", context)
 
 
 FlagId = Annotated[int, Path(ge=1, le=MAX_SAFE_INT)]
