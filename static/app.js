@@ -212,6 +212,37 @@
     }
   });
 
+  // --- triage: the live queue keeps what the operator ticked and where the cursor is -------
+  var kept = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail.elt;
+    if (!elt || !elt.classList || !elt.classList.contains("live")) return;
+    // An unfolded group or a half-typed bulk form: do not pull rows out from under it.
+    var busy = document.querySelector('a.similar[aria-expanded="true"]') ||
+      (document.activeElement && document.activeElement.closest && document.activeElement.closest("#bulk fieldset"));
+    if (busy) event.preventDefault();
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (!event.detail.target || event.detail.target.id !== "queue_rows") return;
+    var current = document.querySelector("table.triage tr.row.current");
+    kept = {
+      current: current ? current.getAttribute("data-id") : null,
+      checked: Array.prototype.map.call(
+        document.querySelectorAll('#queue_rows input[type="checkbox"]:checked'),
+        function (box) { return box.name + "=" + box.value; })
+    };
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    if (!kept) return;
+    var state = kept;
+    kept = null;
+    rows().forEach(function (row) {
+      if (state.current && row.getAttribute("data-id") === state.current) row.classList.add("current");
+      var box = pick(row);
+      if (box && state.checked.indexOf(box.name + "=" + box.value) >= 0) box.checked = true;
+    });
+  });
+
   document.addEventListener("DOMContentLoaded", restoreCursor);
   document.addEventListener("htmx:afterSettle", restoreCursor);
 

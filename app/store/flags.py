@@ -16,12 +16,12 @@ from typing import Any
 
 from handoff_context.encoding import digest_text
 from handoff_context.lifecycle import Flag, FlagKind
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, union_all, update
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
 from app.store.db import execute, insert_ignore
-from app.store.models import ActionRow, FlagRow
+from app.store.models import ActionRow, CommentRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
 
@@ -47,7 +47,12 @@ _HOP_FLAGS = select(*_FLAG_COLUMNS).where(
 _CASE_FLAGS = select(*_FLAG_COLUMNS).where(FlagRow.case_id == bindparam("b_case"))
 _UPDATE_FLAG = update(FlagRow).where(FlagRow.id == bindparam("b_id"))
 _DELETE_FLAG = delete(FlagRow).where(FlagRow.id == bindparam("b_id"))
-_ACTED = select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id"))
+# Someone worked on the flag: an audit entry or a comment (either keeps the flag, and the
+# comment's foreign key could not let it go anyway).
+_ACTED = union_all(
+    select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id")),
+    select(CommentRow.id).where(CommentRow.flag_id == bindparam("b_id")),
+)
 _AUDIT = insert(ActionRow)
 
 

@@ -304,6 +304,21 @@ class ActionRow(SQLModel, table=True):
     at: int = _time()
     action: str = Field(sa_type=String(32))
     note: str | None = Field(default=None, sa_type=Text)
+    # A snooze's until time (alembic 0010), so the log says how long, not only that.
+    until: int | None = _time(default=None)
+
+
+class CommentRow(SQLModel, table=True):
+    """A comment on a flag (alembic 0010): the thread people keep while they work on it,
+    apart from the audit log of what they did."""
+
+    __tablename__ = "flag_comment"
+
+    id: int | None = _id()
+    flag_id: int = _ref("flag.id", index=True)
+    author: str = Field(sa_type=Text)
+    at: int = _time()
+    body: str = Field(sa_type=Text)
 
 
 class ReplayRow(SQLModel, table=True):

@@ -18,6 +18,7 @@ from handoff_context.encoding import digest_text, parse_digest_text
 from handoff_context.errors import MalformedError
 from handoff_context.lifecycle import A2A_STATE, HopState
 from handoff_context.verdict import OFFER_CHECKS, STATUS_CHECKS
+from starlette.exceptions import HTTPException
 
 from app.store import dashboard
 from app.store.queries import (
@@ -33,7 +34,14 @@ from app.store.rejected import filed_under, get_refused, receipts_of, refused_of
 from app.web import charts
 from app.web.render import STATIC, plotly_path, render, secure
 from app.web.service import Service, ServiceDep
-from app.web.sessions import LoginRequired, PageError, Viewer, login_redirect, page_error
+from app.web.sessions import (
+    LoginRequired,
+    PageError,
+    Viewer,
+    login_redirect,
+    not_found,
+    page_error,
+)
 
 router = APIRouter(include_in_schema=False)
 Page = Annotated[int, Query(ge=1, le=1_000_000)]
@@ -372,13 +380,16 @@ def plotly_js() -> Response:
 
 def install(app: FastAPI) -> None:
     """Add the dashboard to the app: pages, login, static files and their error pages."""
-    from app.web import cases, sessions, triage, upload
+    from app.web import actions, cases, sessions, triage, upload
 
     app.include_router(sessions.router)
     app.include_router(router)
     app.include_router(cases.router)
     app.include_router(triage.router)
+    app.include_router(actions.router)
     app.include_router(upload.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_exception_handler(LoginRequired, login_redirect)
     app.add_exception_handler(PageError, page_error)
+    # After errors.install: an unknown route gets the designed page in a browser.
+    app.add_exception_handler(HTTPException, not_found)

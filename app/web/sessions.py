@@ -253,6 +253,32 @@ def login_redirect(request: Request, exc: Exception) -> Response:
     return secure(RedirectResponse(url, status_code=303))
 
 
+def wants_page(request: Request) -> bool:
+    """A browser asking for a dashboard address (not the API, which always answers JSON)."""
+    path = request.url.path
+    api = path == "/api" or path.startswith("/api/")
+    return not api and "text/html" in request.headers.get("accept", "")
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """An unknown route: the designed page for a browser, the one JSON error shape for the
+    API and for every other client."""
+    from starlette.exceptions import HTTPException
+
+    from app.web import errors
+
+    if not (isinstance(exc, HTTPException) and exc.status_code == 404 and wants_page(request)):
+        return await errors.handle(request, exc)
+    service = getattr(request.app.state, "service", None)
+    if service is not None:
+        request.state.user = await run_in_threadpool(web_user, request, service)
+    context = {
+        "status": 404,
+        "message": "There is no page at this address. It may have moved, or the link is cut.",
+    }
+    return render(request, "error.html", context, status=404)
+
+
 def page_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, PageError)
     context = {"status": exc.status, "message": exc.message}

@@ -1,45 +1,46 @@
 """The triage queue (``/flags``), a flag's evidence (``/flags/{id}``) and operator actions.
 
-Actions go through ``app.store.queries.act_on_flag``, which writes the audit log with who
-(``user:NAME``) and when; the forms post and redirect back (post/redirect/get), so a reload
-never repeats an action and the queue keeps its filters.
+The forms that act on flags are in ``app.web.actions``; a refused action comes back here
+(``queue_page``, ``flag_view``) with the form as it was sent and what to fix.
 """
 
 from __future__ import annotations
 
-import calendar
-import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
 
-from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from handoff_context.encoding import MAX_SAFE_INT, parse_digest_text
 from handoff_context.errors import MalformedError
 from handoff_context.lifecycle import FlagKind, Severity
 
-from app.store import dashboard, db
+from app.store import dashboard
+from app.store.comments import comments_of
 from app.store.queries import (
     FlagAction,
-    FlagActionError,
     FlagStatus,
-    act_on_flag,
     flag_actions,
     get_flag,
     hop_elements,
     hop_for_offer,
 )
 from app.web.evidence import compare, decode, variant_sentence
-from app.web.params import storable
 from app.web.render import ENV, render, secure
 from app.web.service import ServiceDep
-from app.web.sessions import PageError, Triager, Viewer
+from app.web.sessions import PageError, Viewer
 
 router = APIRouter(include_in_schema=False)
 Text = Annotated[str | None, Query(max_length=2048)]
 PER_PAGE = 50
-BULK_LIMIT = 200
+# Snooze presets: what people pick at night instead of typing a time.
+PRESETS = {"1h": "1 hour", "4h": "4 hours", "tomorrow": "tomorrow 09:00 UTC"}
+# An action form before anything was sent (a refused one comes back with its values).
+EMPTY_FORM: dict[str, Any] = {
+    "action": "", "note": "", "assignee": "", "until": "", "preset": "", "ids": (), "groups": (),
+    "comment": None,
+}  # fmt: skip
 
 
 def _pick(value: str | None, allowed: list[str]) -> str | None:
@@ -125,6 +126,12 @@ def read_queue(
     return Queue(filters, order, grouped, chosen, {k: v for k, v in query.items() if v})
 
 
+QUEUE_PARAMS = (
+    "view", "kind", "severity", "status", "agent", "dialog", "assignee", "variant", "issuer",
+    "sort", "group",
+)  # fmt: skip
+
+
 @router.get("/flags")
 def flags(
     request: Request,
@@ -145,11 +152,36 @@ def flags(
     done: Text = None,
     at: Annotated[int | None, Query(ge=0, le=PER_PAGE)] = None,
 ) -> Response:
-    queue = read_queue(
-        user, view=view, kind=kind, severity=severity, status=status, agent=agent,
-        dialog=dialog, assignee=assignee, variant=variant, issuer=issuer, sort=sort,
-        group=group,
-    )  # fmt: skip
+    params = {
+        "view": view, "kind": kind, "severity": severity, "status": status, "agent": agent,
+        "dialog": dialog, "assignee": assignee, "variant": variant, "issuer": issuer,
+        "sort": sort, "group": group,
+    }  # fmt: skip
+    return queue_page(request, user, service, params, page=page, done=done, at=at)
+
+
+def params_of(query: str) -> dict[str, str | None]:
+    """The queue's parameters from a URL query (the bulk form's ``back``)."""
+    found = parse_qs(query)
+    return {name: found[name][0] if name in found else None for name in QUEUE_PARAMS}
+
+
+def queue_page(
+    request: Request,
+    user: Any,
+    service: Any,
+    params: dict[str, str | None],
+    *,
+    page: int = 1,
+    done: str | None = None,
+    at: int | None = None,
+    form: dict[str, Any] | None = None,
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    """The queue for ``params``; after a refused bulk action (``error``), with the bulk
+    form as it was sent (``form``) so nothing typed or ticked is lost."""
+    queue = read_queue(user, **params)
     now = service.clock()
     service.sweep()
     read = dashboard.triage_groups if queue.grouped else dashboard.triage
@@ -192,9 +224,12 @@ def flags(
         "people": people,
         "done": done,
         "at": at,
+        "form": {**EMPTY_FORM, **(form or {})},
+        "error": error,
+        "presets": PRESETS,
         "can_triage": user.role.value in ("operator", "admin"),
     }
-    return render(request, "flags.html", context)
+    return render(request, "flags.html", context, status=status)
 
 
 ORDER_NAMES = {
@@ -212,108 +247,6 @@ def group_query(row: dashboard.TriageRow) -> str:
 
 
 ENV.globals["group_query"] = group_query
-
-
-def _until(text: str | None) -> int | None:
-    """``YYYY-MM-DDTHH:MM`` (a datetime-local field, read as UTC) as NumericDate."""
-    if not text:
-        return None
-    try:
-        return calendar.timegm(time.strptime(text[:16], "%Y-%m-%dT%H:%M"))
-    except ValueError as exc:
-        raise PageError(422, "The snooze time must look like 2026-12-01T09:30 (UTC).") from exc
-
-
-def _apply(
-    service: Any, user: Any, ids: list[int], action: str, note: str, assignee: str, until: str
-) -> int:
-    try:
-        chosen = FlagAction(action)
-    except ValueError as exc:
-        raise PageError(422, "Choose an action.") from exc
-    if not ids:
-        raise PageError(422, "Select at least one flag.")
-    try:
-        storable(note)
-        storable(assignee)
-    except ValueError as exc:
-        raise PageError(422, "The note and assignee must be plain text (no NUL).") from exc
-    if len(ids) > BULK_LIMIT:
-        raise PageError(422, f"At most {BULK_LIMIT} flags at a time.")
-    now = service.clock()
-    snooze = _until(until) if chosen is FlagAction.SNOOZE else None
-
-    def work(session: Any) -> int:
-        for flag_id in ids:
-            act_on_flag(
-                session,
-                flag_id=flag_id,
-                actor=user.actor,
-                action=chosen,
-                now=now,
-                note=note.strip() or None,
-                assignee=(assignee.strip() or None) if chosen is FlagAction.ASSIGN else None,
-                snoozed_until=snooze,
-            )
-        return len(ids)
-
-    try:
-        return db.run(service.engine, work)
-    except FlagActionError as exc:
-        raise PageError(422, str(exc)) from exc
-
-
-def _back(target: str, done: str) -> Response:
-    joiner = "&" if "?" in target else "?"
-    return secure(RedirectResponse(f"{target}{joiner}{urlencode({'done': done})}", status_code=303))
-
-
-def _safe_query(text: str) -> str:
-    return text if text and "\n" not in text and "\r" not in text and len(text) < 2000 else ""
-
-
-def _members(service: Any, groups: list[str], back: str) -> list[int]:
-    """The ids folded into the chosen group rows, among the flags the queue showed (its
-    status filter travels in ``back``)."""
-    shown = parse_qs(back).get("status", ["open"])[0]
-    status = None if shown == "any" else _pick(shown, [s.value for s in FlagStatus])
-    found: list[int] = []
-    with service.reading() as session:
-        for text in groups[:BULK_LIMIT]:
-            key = parse_qs(text)
-            filters = dashboard.TriageFilter(
-                kind=key.get("kind", [""])[0] or None,
-                issuer=key.get("issuer", [""])[0] or None,
-                variant=key.get("variant", ["-"])[0],
-                status=status,
-            )
-            if filters.kind is None or filters.issuer is None:
-                continue
-            found += dashboard.group_ids(
-                session, now=service.clock(), filters=filters, limit=BULK_LIMIT + 1
-            )
-    return found
-
-
-@router.post("/flags/bulk")
-def bulk(
-    user: Triager,
-    service: ServiceDep,
-    ids: Annotated[list[int], Form()] = [],  # noqa: B006 (FastAPI copies defaults)
-    groups: Annotated[list[str], Form(max_length=4000)] = [],  # noqa: B006 (as above)
-    action: Annotated[str, Form(max_length=32)] = "",
-    note: Annotated[str, Form(max_length=4000)] = "",
-    assignee: Annotated[str, Form(max_length=200)] = "",
-    until: Annotated[str, Form(max_length=40)] = "",
-    back: Annotated[str, Form(max_length=2000)] = "",
-    at: Annotated[str, Form(max_length=8)] = "",
-) -> Response:
-    query = _safe_query(back)
-    chosen = [i for i in ids if 0 < i <= MAX_SAFE_INT] + _members(service, groups, query)
-    done = _apply(service, user, list(dict.fromkeys(chosen)), action, note, assignee, until)
-    if at.isdigit() and int(at) <= PER_PAGE:
-        query = f"{query}&at={int(at)}" if query else f"at={int(at)}"
-    return _back("/flags" + (f"?{query}" if query else ""), f"{done} flag(s): {action}")
 
 
 @router.get("/flags/similar")
@@ -355,24 +288,25 @@ def similar(
 FlagId = Annotated[int, Path(ge=1, le=MAX_SAFE_INT)]
 
 
-@router.post("/flags/{flag_id}/action")
-def act(
-    flag_id: FlagId,
-    user: Triager,
-    service: ServiceDep,
-    action: Annotated[str, Form(max_length=32)] = "",
-    note: Annotated[str, Form(max_length=4000)] = "",
-    assignee: Annotated[str, Form(max_length=200)] = "",
-    until: Annotated[str, Form(max_length=40)] = "",
-) -> Response:
-    _apply(service, user, [flag_id], action, note, assignee, until)
-    return _back(f"/flags/{flag_id}", action)
-
-
 @router.get("/flags/{flag_id}")
 def flag_page(
     request: Request, flag_id: FlagId, user: Viewer, service: ServiceDep, done: Text = None
 ) -> Response:
+    return flag_view(request, flag_id, user, service, done=done)
+
+
+def flag_view(
+    request: Request,
+    flag_id: int,
+    user: Any,
+    service: Any,
+    *,
+    done: str | None = None,
+    form: dict[str, Any] | None = None,
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    """A flag's page; after a refused action (``error``) with the form as it was sent."""
     now = service.clock()
     service.sweep()
     with service.reading() as session:
@@ -381,6 +315,7 @@ def flag_page(
             raise PageError(404, f"There is no flag {flag_id}.")
         f = listing.flag
         audit = flag_actions(session, flag_id=flag_id)
+        thread = comments_of(session, flag_id=flag_id)
         digests = []
         for text in f.evidence:
             try:
@@ -418,5 +353,9 @@ def flag_page(
         "done": done,
         "can_triage": user.role.value in ("operator", "admin"),
         "actions": [a.value for a in FlagAction],
+        "comments": thread,
+        "form": {**EMPTY_FORM, **(form or {})},
+        "error": error,
+        "presets": PRESETS,
     }
-    return render(request, "flag.html", context)
+    return render(request, "flag.html", context, status=status)

@@ -90,3 +90,23 @@ def test_similar_flags_fold_into_one_row_with_a_count(engine: Any) -> None:
     assert folded[0].flag.flag.id == ids["hop-10"]
     assert sorted(members) == sorted(ids[f"hop-{i}"] for i in range(11))
     assert sum(g.count for g in groups) == len(rows)
+
+
+def test_a_commented_flag_outlives_its_condition(engine: Any) -> None:
+    from app.store.comments import add_comment, comments_of
+    from app.store.flags import sync_flags
+
+    ids = _fill(
+        engine, [_flag(1, "lost-outcome", "high", NOW - 10), _flag(2, "lost-outcome", "high", NOW)]
+    )
+    with db.transaction(engine) as session:
+        add_comment(session, flag_id=ids["hop-1"], author="user:otto", body="asking", now=NOW)
+    with db.transaction(engine) as session:
+        # Neither condition holds any more: the untouched flag goes, the commented one stays.
+        sync_flags(session, "a", "hop-1", [], offer=None, now=NOW + 1)
+        sync_flags(session, "a", "hop-2", [], offer=None, now=NOW + 1)
+    with db.transaction(engine) as session:
+        kept = session.get(FlagRow, ids["hop-1"])
+        assert kept is not None and kept.status == "resolved"
+        assert session.get(FlagRow, ids["hop-2"]) is None
+        assert [c.body for c in comments_of(session, flag_id=ids["hop-1"])] == ["asking"]
