@@ -148,7 +148,8 @@ class Tab:
 
 
 def open_tab(browser: Any, served: Served, *, user: str | None = "otto", **options: Any) -> Tab:
-    context = browser.new_context(viewport=VIEWPORT, accept_downloads=True, **options)
+    options.setdefault("viewport", VIEWPORT)
+    context = browser.new_context(accept_downloads=True, **options)
     page = context.new_page()
     tab = Tab(page, served.base, served.data)
     page.on("console", lambda m: tab.console.append(f"{m.type}: {m.text}"))
