@@ -26,6 +26,7 @@ from app.store.queries import (
     hop_elements,
     hop_for_offer,
 )
+from app.web import proof
 from app.web.evidence import compare, decode, variant_sentence
 from app.web.render import ENV, render, secure
 from app.web.service import ServiceDep
@@ -327,13 +328,16 @@ def flag_view(
         hop = hop_for_offer(session, offer=f.offer) if f.offer is not None else None
         timeline = hop_elements(session, iss=f.iss, hop=f.hop) if hop is not None else []
         verdicts = {e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in evidence}
-        downstream = [
-            (e, hop_for_offer(session, offer=e.digest))
-            for e in evidence
-            if e.type == "offer" and (f.offer is None or e.digest != f.offer)
-        ]
-    offers = [decode(e) for e in evidence if e.type == "offer" and e.hop == f.hop]
+        below = [e for e in evidence if e.type == "offer" and e.hop != f.hop]
+        downstream = proof.downstream(session, below)
+        own_offers = [e for e in evidence if e.type == "offer" and e.hop == f.hop]
+        received = proof.receipts(session, own_offers[:2])
+        case = proof.case_proof(session, f)
+    offers = [decode(e) for e in own_offers]
     pair = offers[:2] if f.kind == FlagKind.EQUIVOCATION.value and len(offers) >= 2 else None
+    statuses = [decode(e) for e in evidence if e.type == "status"]
+    conflict = statuses[:2] if f.kind == FlagKind.STATUS_CONFLICT.value else []
+    cancels = [e for e in evidence if e.type == "status" and e.state == "canceled"]
     context = {
         "nav": "flags",
         "now": now,
@@ -349,6 +353,14 @@ def flag_view(
         "members": compare(*pair) if pair else [],
         "variant_sentence": variant_sentence(f.variant),
         "downstream": downstream,
+        "deadline": f.opened_at,  # a cancel-not-propagated flag opens at its deadline
+        "cancels": cancels,
+        "grace": service.settings.timing.cancel_grace,
+        "received": received,
+        "conflict": conflict if len(conflict) == 2 else None,
+        "conflict_members": compare(*conflict) if len(conflict) == 2 else [],
+        "case": case,
+        "times_of": proof.times_of,
         "lost_after": service.settings.timing.lost_outcome_after,
         "done": done,
         "can_triage": user.role.value in ("operator", "admin"),
