@@ -71,6 +71,10 @@ class Settings:
     login_failures_per_name: int = 5
     login_failures_per_address: int = 30
     login_window_seconds: int = 300
+    # Webhook targets told about new and reopened flags (app/notify), and how often the
+    # notifier looks for them and sends what is due.
+    webhooks_file: Path | None = None
+    webhook_seconds: int = 5
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -112,6 +116,8 @@ class Settings:
         _at_most("LOGIN_FAILURES_PER_ADDRESS", self.login_failures_per_address, 1000)
         _at_least("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 10)
         _at_most("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 24 * 3600)
+        _at_least("WEBHOOK_SECONDS", self.webhook_seconds, 1)
+        _at_most("WEBHOOK_SECONDS", self.webhook_seconds, 3600)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -141,6 +147,9 @@ class Settings:
                 raise SettingsError(
                     f"{PREFIX}REF_POLICY must be one of {choices}, not {policy!r}"
                 ) from None
+        webhooks = get(PREFIX + "WEBHOOKS_FILE")
+        if webhooks is not None:
+            values["webhooks_file"] = Path(webhooks)
         objects = get(PREFIX + "OBJECTS_DIR")
         if objects is not None:
             values["objects_dir"] = Path(objects)

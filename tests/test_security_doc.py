@@ -20,6 +20,9 @@ NOT_LIMITS = {
     "trust_file",
     "ref_policy",
     "sweep_seconds",
+    # Notifications go out to operators' own targets; they limit nothing a client sends.
+    "webhooks_file",
+    "webhook_seconds",
     "lost_outcome_after",
     "cancel_grace",
     # Envelope handoffs (docs/envelopes.md): what is read and flagged, not what is accepted.

@@ -127,6 +127,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
+    from app.notify.targets import TargetError, load_targets
     from app.web.service import ServiceConfigError, load_trust
 
     settings = load_settings()
@@ -135,7 +136,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         # Fail closed here, once, with one line: the workers would each fail less clearly.
         load_trust(Settings(trust_file=trust_file))
-    except ServiceConfigError as exc:
+        load_targets(settings.webhooks_file)
+    except (ServiceConfigError, TargetError) as exc:
         raise UsageError(str(exc)) from exc
     engine = open_engine(args, settings, migrate=False)
     try:

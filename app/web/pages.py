@@ -380,13 +380,14 @@ def plotly_js() -> Response:
 
 def install(app: FastAPI) -> None:
     """Add the dashboard to the app: pages, login, static files and their error pages."""
-    from app.web import actions, cases, sessions, triage, upload
+    from app.web import actions, cases, notifications, sessions, triage, upload
 
     app.include_router(sessions.router)
     app.include_router(router)
     app.include_router(cases.router)
     app.include_router(triage.router)
     app.include_router(actions.router)
+    app.include_router(notifications.router)
     app.include_router(upload.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_exception_handler(LoginRequired, login_redirect)
