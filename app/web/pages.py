@@ -21,8 +21,10 @@ from handoff_context.verdict import OFFER_CHECKS, STATUS_CHECKS
 from starlette.exceptions import HTTPException
 
 from app.store import dashboard
+from app.store.cases import list_cases
 from app.store.queries import (
     dialog_tree,
+    get_flag,
     get_element,
     hop_elements,
     hop_for_offer,
@@ -349,6 +351,7 @@ def trust(request: Request, user: Viewer, service: ServiceDep) -> Response:
 def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) -> Response:
     text = (q or "").strip()
     found = None
+    cases: list[Any] = []
     if text:
         with service.reading() as session:
             # An exact offer digest goes straight to its hop.
@@ -359,8 +362,15 @@ def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) 
                     listing = None
                 if listing is not None:
                     return secure(RedirectResponse(f"/hops/{text}", status_code=303))
+            # A flag number (#145 or 145) goes straight to its flag.
+            number = text.removeprefix("#")
+            if number.isdigit() and len(number) < 16:
+                flag = get_flag(session, flag_id=int(number), now=service.clock())
+                if flag is not None:
+                    return secure(RedirectResponse(f"/flags/{int(number)}", status_code=303))
             found = dashboard.search(session, text=text)
-    context = {"nav": "", "now": service.clock(), "q": text, "found": found}
+            cases = list_cases(session, q=text, limit=20)
+    context = {"nav": "", "now": service.clock(), "q": text, "found": found, "cases": cases}
     return render(request, "search.html", context)
 
 

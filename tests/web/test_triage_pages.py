@@ -84,3 +84,15 @@ def test_an_unknown_group_key_selects_nothing(dash: Dash) -> None:
     form = {"groups": ["kind=&issuer="], "action": "acknowledge", "csrf": dash.csrf()}
     response = dash.client.post("/flags/bulk", data=form, follow_redirects=False)
     assert response.status_code == 422
+
+
+def test_search_finds_case_ids_and_flag_numbers(dash: Dash) -> None:
+    dash.login("rita")
+    flag = dash.data.equivocation_flag
+    for q in (str(flag), f"%23{flag}"):
+        jump = dash.client.get(f"/search?q={q}", follow_redirects=False)
+        assert jump.status_code == 303 and jump.headers["location"] == f"/flags/{flag}"
+    cases = dash.client.get("/search?q=case-0000").text
+    assert re.search(r'href="/cases/case-0000[^"]+"', cases)
+    none = dash.client.get("/search?q=999999").text
+    assert "No case id contains that." in none
