@@ -24,8 +24,8 @@ from app.store import dashboard
 from app.store.cases import list_cases
 from app.store.queries import (
     dialog_tree,
-    get_flag,
     get_element,
+    get_flag,
     hop_elements,
     hop_for_offer,
     list_agents,
