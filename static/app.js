@@ -166,6 +166,61 @@
     window.htmx.ajax("GET", link.getAttribute("data-similar"), { target: row, swap: "afterend" });
   });
 
+  // --- a dialog's tree: fold locally, unfold by fragment, the open nodes kept in the URL ------
+  function openNodes() {
+    var params = new URLSearchParams(window.location.search);
+    var text = params.get("open");
+    return text ? text.split(",") : [];
+  }
+  function keepOpen(node, isOpen) {
+    var params = new URLSearchParams(window.location.search);
+    var list = openNodes().filter(function (n) { return n !== node; });
+    if (isOpen) list.push(node);
+    if (list.length) params.set("open", list.join(",")); else params.delete("open");
+    params.delete("toggle");
+    var query = params.toString();
+    window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : "") + window.location.hash);
+  }
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest ? event.target.closest("ul.tree a.tog[data-node], ul.tree a.more-link[data-more]") : null;
+    if (!link || !window.htmx) return;
+    var wrap = link.closest(".tree-wrap");
+    if (!wrap) return;
+    event.preventDefault();
+    if (link.classList.contains("more-link")) {
+      var item = link.closest("li");
+      window.htmx.ajax("GET", link.getAttribute("data-more"), { target: item, swap: "outerHTML" });
+      return;
+    }
+    var li = link.closest("li");
+    var node = link.getAttribute("data-node");
+    var expanded = link.getAttribute("aria-expanded") === "true";
+    var list = li.querySelector(":scope > ul");
+    if (expanded) {
+      li.classList.add("folded");
+      link.setAttribute("aria-expanded", "false");
+      link.textContent = "▸";
+      keepOpen(node, false);
+      return;
+    }
+    link.setAttribute("aria-expanded", "true");
+    link.textContent = "▾";
+    keepOpen(node, true);
+    if (list) { li.classList.remove("folded"); return; }
+    var url = "/dialog-tree?dialog=" + encodeURIComponent(wrap.getAttribute("data-dialog")) +
+      "&node=" + encodeURIComponent(node);
+    var q = wrap.getAttribute("data-q");
+    if (q) url += "&q=" + encodeURIComponent(q);
+    var below = li.querySelector(":scope > .row .below");
+    if (below) below.remove();
+    window.htmx.ajax("GET", url, { target: li, swap: "beforeend" });
+  });
+  // A search opens the paths to its matches: bring the first into view.
+  document.addEventListener("DOMContentLoaded", function () {
+    var first = document.querySelector(".tree-wrap li.match");
+    if (first && !window.location.hash) first.scrollIntoView({ block: "center" });
+  });
+
   function rows() {
     return Array.prototype.slice.call(document.querySelectorAll("table.triage tr.row"));
   }
