@@ -498,9 +498,10 @@ def plotly_js() -> Response:
 
 def install(app: FastAPI) -> None:
     """Add the dashboard to the app: pages, login, static files and their error pages."""
-    from app.web import actions, cases, notifications, sessions, triage, upload
+    from app.web import actions, cases, notifications, oidc, sessions, triage, upload
 
     app.include_router(sessions.router)
+    app.include_router(oidc.router)
     app.include_router(router)
     app.include_router(cases.router)
     app.include_router(triage.router)

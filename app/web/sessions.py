@@ -183,7 +183,8 @@ Leaver = Annotated[WebUser, Depends(requires(Permission.READ, change=True))]
 def login_page(request: Request, service: ServiceDep, next: str = "/") -> Response:
     if web_user(request, service) is not None:
         return secure(RedirectResponse(_safe_next(next), status_code=303))
-    return render(request, "login.html", {"next": _safe_next(next), "error": None, "username": ""})
+    context = {"next": _safe_next(next), "error": None, "username": ""}
+    return render(request, "login.html", {**context, "oidc": bool(service.settings.oidc_issuer)})
 
 
 @router.post("/login")
@@ -197,7 +198,12 @@ def login(
     target = _safe_next(next)
 
     def again(message: str, status: int) -> Response:
-        context = {"next": target, "error": message, "username": username}
+        context = {
+            "next": target,
+            "error": message,
+            "username": username,
+            "oidc": bool(service.settings.oidc_issuer),
+        }
         return render(request, "login.html", context, status=status)
 
     if not _same_origin(request):
