@@ -27,6 +27,7 @@ FIXED = [
     "/upload",
     "/cases",
     "/search?q=tester",
+    "/notifications",
     "/no-such-page",
 ]
 

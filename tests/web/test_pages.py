@@ -37,6 +37,9 @@ PAGES = (
     "/upload",
     "/cases",
     "/cases?q=case&flagged=1",
+    "/flags?view=urgent",
+    "/flags?view=mine",
+    "/notifications",
 )
 
 
