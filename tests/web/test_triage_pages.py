@@ -36,6 +36,9 @@ def test_the_urgent_view_is_linked_from_every_page(dash: Dash) -> None:
     dash.login("rita")
     for path in PAGES:
         assert 'href="/flags?view=urgent"' in dash.client.get(path).text, path
+    flat = dash.client.get("/flags?view=urgent&group=0").text
+    count = len(_severities(flat))
+    assert count > 0 and f'<span class="badge count-urgent">{count}</span>' in flat
     html = dash.client.get("/flags?view=urgent").text
     assert "Critical and high, open, newest first" in html
     assert set(_severities(html)) == {"critical", "high"}
