@@ -71,6 +71,7 @@ bench: install system-deps
 	$(BIN)/python bench/chain_cost.py
 	$(BIN)/python bench/http_ingest.py
 	$(BIN)/python bench/page_render.py
+	$(BIN)/python bench/dialog_render.py
 	$(BIN)/python bench/ingest_memory.py
 	$(BIN)/python bench/query_scale.py
 	$(BIN)/python bench/detection.py

@@ -92,6 +92,18 @@ class Settings:
     # Logs: level, and ``json`` lines, ``text``, or ``auto`` (JSON unless on a terminal).
     log_level: str = "info"
     log_format: str = "auto"
+    # Webhook targets told about new and reopened flags (app/notify), and how often the
+    # notifier looks for them and sends what is due.
+    webhooks_file: Path | None = None
+    webhook_seconds: int = 5
+    # Login through an OpenID Connect provider (app/web/oidc.py), beside local accounts:
+    # the issuer, this service's client, the claim holding roles and how its values map.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    oidc_redirect_url: str | None = None
+    oidc_role_claim: str = "roles"
+    oidc_roles: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -152,6 +164,10 @@ class Settings:
                 f"not {self.log_format!r}"
             )
         _at_most("UPLOAD_REPORT_SECONDS", self.upload_report_seconds, 7 * 24 * 3600)
+        if self.oidc_issuer is not None:
+            _check_oidc(self)
+        _at_least("WEBHOOK_SECONDS", self.webhook_seconds, 1)
+        _at_most("WEBHOOK_SECONDS", self.webhook_seconds, 3600)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -181,6 +197,19 @@ class Settings:
                 raise SettingsError(
                     f"{PREFIX}REF_POLICY must be one of {choices}, not {policy!r}"
                 ) from None
+        webhooks = get(PREFIX + "WEBHOOKS_FILE")
+        if webhooks is not None:
+            values["webhooks_file"] = Path(webhooks)
+        for name in ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_redirect_url"):
+            text = get(PREFIX + name.upper())
+            if text is not None:
+                values[name] = text
+        claim = get(PREFIX + "OIDC_ROLE_CLAIM")
+        if claim is not None:
+            values["oidc_role_claim"] = claim
+        roles = get(PREFIX + "OIDC_ROLES")
+        if roles is not None:
+            values["oidc_roles"] = _role_map(roles)
         objects = get(PREFIX + "OBJECTS_DIR")
         if objects is not None:
             values["objects_dir"] = Path(objects)
@@ -254,6 +283,41 @@ class Settings:
 def default_store_url() -> str:
     """The embedded SQLite file, relative to the working directory."""
     return f"sqlite:///{(Path.cwd() / DEFAULT_DB_PATH).as_posix()}"
+
+
+_PERSON_ROLES = ("read", "operator", "admin")
+
+
+def _role_map(text: str) -> tuple[tuple[str, str], ...]:
+    """``group=role,group=role`` as pairs. Raises SettingsError."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        value, _, role = part.rpartition("=")
+        if not value or role not in _PERSON_ROLES:
+            raise SettingsError(
+                f"{PREFIX}OIDC_ROLES must be value=role pairs (roles: read, operator, admin), "
+                f"not {part[:60]!r}"
+            )
+        pairs.append((value, role))
+    return tuple(pairs)
+
+
+def _check_oidc(s: Settings) -> None:
+    """An identity provider needs a client id and at least one role mapping, and is spoken
+    to over TLS (plain http only on loopback, for a provider on the same machine)."""
+    issuer = s.oidc_issuer or ""
+    loopback = re.match(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)", issuer)
+    if not (issuer.startswith("https://") or loopback):
+        raise SettingsError(f"{PREFIX}OIDC_ISSUER must be an https:// URL, not {issuer[:60]!r}")
+    if not s.oidc_client_id:
+        raise SettingsError(f"{PREFIX}OIDC_CLIENT_ID is needed with {PREFIX}OIDC_ISSUER")
+    if not s.oidc_roles:
+        raise SettingsError(
+            f"{PREFIX}OIDC_ROLES is needed with {PREFIX}OIDC_ISSUER (e.g. ops=operator)"
+        )
+    for _, role in s.oidc_roles:
+        if role not in _PERSON_ROLES:
+            raise SettingsError(f"{PREFIX}OIDC_ROLES: {role!r} is not read, operator or admin")
 
 
 def check_database_url(url: str) -> str:

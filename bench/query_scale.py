@@ -660,16 +660,18 @@ def _flags_open(s: Any, rng: random.Random, d: Loaded) -> int:
 
 
 def _triage_open(s: Any, rng: random.Random, d: Loaded) -> int:
-    """The dashboard's triage queue: open, oldest first, a page of 50, and the total."""
-    found, _ = dashboard.triage(s, now=d.now, status="open", offset=50 * rng.randrange(10))
+    """The dashboard's triage queue: open, severity first then oldest, a page of 50, and
+    the total."""
+    open_only = dashboard.TriageFilter(status="open")
+    found, _ = dashboard.triage(s, now=d.now, filters=open_only, offset=50 * rng.randrange(10))
     return len(found)
 
 
 def _triage_severity(s: Any, rng: random.Random, d: Loaded) -> int:
     severity = rng.choice(("critical", "high", "medium", "low"))
-    found, _ = dashboard.triage(
-        s, now=d.now, status="open", severity=severity, oldest_first=rng.random() < 0.5
-    )
+    order = dashboard.Order.OLDEST if rng.random() < 0.5 else dashboard.Order.NEWEST
+    chosen = dashboard.TriageFilter(status="open", severities=(severity,))
+    found, _ = dashboard.triage(s, now=d.now, filters=chosen, order=order)
     return len(found)
 
 

@@ -124,10 +124,101 @@
   document.addEventListener("change", function (event) {
     if (event.target.matches && event.target.matches("input.all")) {
       var table = event.target.closest("table");
-      table.querySelectorAll('input[name="ids"]').forEach(function (box) {
+      table.querySelectorAll('input[name="ids"], input[name="groups"]').forEach(function (box) {
         box.checked = event.target.checked;
       });
     }
+  });
+
+  function pick(row) {
+    return row.querySelector('input[name="ids"], input[name="groups"]');
+  }
+
+  // The cursor the server asked for (?at=N after an action): the row now in that place.
+  function restoreCursor() {
+    var table = document.querySelector("table.triage[data-at]");
+    if (!table) return;
+    var all = rows();
+    var index = parseInt(table.getAttribute("data-at"), 10);
+    table.removeAttribute("data-at");
+    if (!all.length || isNaN(index)) return;
+    all.forEach(function (row) { row.classList.remove("current"); });
+    all[Math.min(index, all.length - 1)].classList.add("current");
+  }
+
+  // --- triage: unfold a group of similar flags under its row ----------------------------
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest ? event.target.closest("a.similar[data-similar]") : null;
+    if (!link || !window.htmx) return;
+    event.preventDefault();
+    var row = link.closest("tr");
+    if (link.getAttribute("aria-expanded") === "true") {
+      var next = row.nextElementSibling;
+      while (next && next.classList.contains("member")) {
+        var gone = next;
+        next = next.nextElementSibling;
+        gone.remove();
+      }
+      link.setAttribute("aria-expanded", "false");
+      return;
+    }
+    link.setAttribute("aria-expanded", "true");
+    window.htmx.ajax("GET", link.getAttribute("data-similar"), { target: row, swap: "afterend" });
+  });
+
+  // --- a dialog's tree: fold locally, unfold by fragment, the open nodes kept in the URL ------
+  function openNodes() {
+    var params = new URLSearchParams(window.location.search);
+    var text = params.get("open");
+    return text ? text.split(",") : [];
+  }
+  function keepOpen(node, isOpen) {
+    var params = new URLSearchParams(window.location.search);
+    var list = openNodes().filter(function (n) { return n !== node; });
+    if (isOpen) list.push(node);
+    if (list.length) params.set("open", list.join(",")); else params.delete("open");
+    params.delete("toggle");
+    var query = params.toString();
+    window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : "") + window.location.hash);
+  }
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest ? event.target.closest("ul.tree a.tog[data-node], ul.tree a.more-link[data-more]") : null;
+    if (!link || !window.htmx) return;
+    var wrap = link.closest(".tree-wrap");
+    if (!wrap) return;
+    event.preventDefault();
+    if (link.classList.contains("more-link")) {
+      var item = link.closest("li");
+      window.htmx.ajax("GET", link.getAttribute("data-more"), { target: item, swap: "outerHTML" });
+      return;
+    }
+    var li = link.closest("li");
+    var node = link.getAttribute("data-node");
+    var expanded = link.getAttribute("aria-expanded") === "true";
+    var list = li.querySelector(":scope > ul");
+    if (expanded) {
+      li.classList.add("folded");
+      link.setAttribute("aria-expanded", "false");
+      link.textContent = "▸";
+      keepOpen(node, false);
+      return;
+    }
+    link.setAttribute("aria-expanded", "true");
+    link.textContent = "▾";
+    keepOpen(node, true);
+    if (list) { li.classList.remove("folded"); return; }
+    var url = "/dialog-tree?dialog=" + encodeURIComponent(wrap.getAttribute("data-dialog")) +
+      "&node=" + encodeURIComponent(node);
+    var q = wrap.getAttribute("data-q");
+    if (q) url += "&q=" + encodeURIComponent(q);
+    var below = li.querySelector(":scope > .row .below");
+    if (below) below.remove();
+    window.htmx.ajax("GET", url, { target: li, swap: "beforeend" });
+  });
+  // A search opens the paths to its matches: bring the first into view.
+  document.addEventListener("DOMContentLoaded", function () {
+    var first = document.querySelector(".tree-wrap li.match");
+    if (first && !window.location.hash) first.scrollIntoView({ block: "center" });
   });
 
   function rows() {
@@ -157,19 +248,58 @@
     if (event.key === "j") { move(1); event.preventDefault(); }
     else if (event.key === "k") { move(-1); event.preventDefault(); }
     else if (event.key === "x" && current) {
-      var box = current.querySelector('input[name="ids"]');
-      box.checked = !box.checked;
+      var box = pick(current);
+      if (box) box.checked = !box.checked;
     } else if (event.key === "o" && current) {
       window.location.assign(current.getAttribute("data-href"));
     } else if (event.key === "a" && current) {
       // Acknowledge the current flag alone, through the same audited bulk form.
       var form = document.getElementById("bulk");
       if (!form || !form.querySelector('select[name="action"]')) return;
-      rows().forEach(function (row) { row.querySelector('input[name="ids"]').checked = row === current; });
+      var all = rows();
+      all.forEach(function (row) { var b = pick(row); if (b) b.checked = row === current; });
       form.querySelector('select[name="action"]').value = "acknowledge";
+      // The cursor's place travels with the form, so the queue comes back with the cursor
+      // on the row that took the acknowledged one's place.
+      var at = form.querySelector('input[name="at"]');
+      if (at) at.value = String(all.indexOf(current));
       form.requestSubmit();
     }
   });
+
+  // --- triage: the live queue keeps what the operator ticked and where the cursor is -------
+  var kept = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail.elt;
+    if (!elt || !elt.classList || !elt.classList.contains("live")) return;
+    // An unfolded group or a half-typed bulk form: do not pull rows out from under it.
+    var busy = document.querySelector('a.similar[aria-expanded="true"]') ||
+      (document.activeElement && document.activeElement.closest && document.activeElement.closest("#bulk fieldset"));
+    if (busy) event.preventDefault();
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (!event.detail.target || event.detail.target.id !== "queue_rows") return;
+    var current = document.querySelector("table.triage tr.row.current");
+    kept = {
+      current: current ? current.getAttribute("data-id") : null,
+      checked: Array.prototype.map.call(
+        document.querySelectorAll('#queue_rows input[type="checkbox"]:checked'),
+        function (box) { return box.name + "=" + box.value; })
+    };
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    if (!kept) return;
+    var state = kept;
+    kept = null;
+    rows().forEach(function (row) {
+      if (state.current && row.getAttribute("data-id") === state.current) row.classList.add("current");
+      var box = pick(row);
+      if (box && state.checked.indexOf(box.name + "=" + box.value) >= 0) box.checked = true;
+    });
+  });
+
+  document.addEventListener("DOMContentLoaded", restoreCursor);
+  document.addEventListener("htmx:afterSettle", restoreCursor);
 
   if (window.htmx) {
     window.htmx.onLoad(setUp);

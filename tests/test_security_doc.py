@@ -20,6 +20,16 @@ NOT_LIMITS = {
     "trust_file",
     "ref_policy",
     "sweep_seconds",
+    # Notifications go out to operators' own targets; they limit nothing a client sends.
+    "webhooks_file",
+    "webhook_seconds",
+    # Login through an identity provider: who vouches for people, not a client limit.
+    "oidc_issuer",
+    "oidc_client_id",
+    "oidc_client_secret",
+    "oidc_redirect_url",
+    "oidc_role_claim",
+    "oidc_roles",
     "lost_outcome_after",
     "cancel_grace",
     # Envelope handoffs (docs/envelopes.md): what is read and flagged, not what is accepted.

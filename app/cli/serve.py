@@ -131,6 +131,7 @@ def _add_tokens(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.notify.targets import TargetError, load_targets
     from app.web.logs import log_config
     from app.web.service import load_trust
 
@@ -140,6 +141,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Fail closed here, once, with one line (ServiceConfigError, which ``main`` prints): the
     # workers would each fail less clearly.
     load_trust(Settings(trust_file=trust_file))
+    try:
+        load_targets(settings.webhooks_file)
+    except TargetError as exc:
+        raise UsageError(str(exc)) from exc
     engine = open_engine(args, settings, migrate=False)
     try:
         db.upgrade(engine)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from handoff_context import digest_text
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlmodel import Session
 
 from app.store.models import (
@@ -41,14 +42,42 @@ def hop_states(session: Session) -> dict[str, int]:
     return {state: n for state, n in rows}
 
 
+# Severities worst first; anything unknown sorts last rather than first.
+SEVERITY_ORDER = ("critical", "high", "medium", "low")
+SEVERITY_RANK = case(
+    {name: rank for rank, name in enumerate(SEVERITY_ORDER)},
+    value=FlagRow.severity,
+    else_=len(SEVERITY_ORDER),
+)
+
+
+def severity_rank(name: str) -> int:
+    return SEVERITY_ORDER.index(name) if name in SEVERITY_ORDER else len(SEVERITY_ORDER)
+
+
 def open_flag_counts(session: Session, *, now: int) -> list[tuple[str, str, int]]:
-    """(kind, severity, count) of the flags open at ``now`` (a run-out snooze is open)."""
+    """(kind, severity, count) of the flags open at ``now`` (a run-out snooze is open),
+    worst severity first, then the most numerous."""
     query = (
         select(FlagRow.kind, FlagRow.severity, func.count())
         .where(effective_status(FlagStatus.OPEN, now))
         .group_by(FlagRow.kind, FlagRow.severity)
     )
-    return [(k, s, n) for k, s, n in session.execute(query)]
+    rows = [(k, s, int(n)) for k, s, n in session.execute(query)]
+    return sorted(rows, key=lambda r: (severity_rank(r[1]), -r[2], r[0]))
+
+
+def urgent_count(session: Session, *, now: int) -> int:
+    """Open critical and high flags: the number beside the header's triage link."""
+    query = (
+        select(func.count())
+        .select_from(FlagRow)
+        .where(effective_status(FlagStatus.OPEN, now), FlagRow.severity.in_(URGENT))
+    )
+    return int(session.execute(query).scalar_one())
+
+
+URGENT = ("critical", "high")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,56 +154,146 @@ class TriageRow:
     dialog: str | None
     aud: str | None
     state: str | None  # the hop's state, when the hop is known
+    count: int = 1  # flags in its group (same kind, issuer and variant); 1 when ungrouped
+
+
+@dataclass(frozen=True, slots=True)
+class TriageFilter:
+    """What the queue shows. ``agent`` is the hop's issuer or delegate; ``assignee`` "-"
+    means unassigned; ``severities`` any of them (empty: every severity)."""
+
+    kind: str | None = None
+    severities: tuple[str, ...] = ()
+    status: str | None = None
+    agent: str | None = None
+    dialog: str | None = None
+    assignee: str | None = None
+    variant: str | None = None
+    issuer: str | None = None  # the flag's own iss exactly (a group's members)
+
+
+class Order(StrEnum):
+    """Severity first, then age (the default, oldest first, so nothing waits forever);
+    ``severity-newest`` for an incident's "what just broke"; plain age either way."""
+
+    SEVERITY = "severity"
+    SEVERITY_NEWEST = "severity-newest"
+    OLDEST = "oldest"
+    NEWEST = "newest"
+
+
+_JOINED = and_(HopRow.iss == FlagRow.iss, HopRow.hop == FlagRow.hop, FlagRow.case_id.is_(None))
+
+
+def _where(f: TriageFilter, now: int) -> list[Any]:
+    where: list[Any] = []
+    if f.kind:
+        where.append(FlagRow.kind == f.kind)
+    if f.severities:
+        where.append(FlagRow.severity.in_(list(f.severities)))
+    if f.status:
+        where.append(effective_status(f.status, now))
+    if f.agent:
+        where.append(or_(FlagRow.iss == f.agent, HopRow.aud == f.agent))
+    if f.issuer:
+        where.append(FlagRow.iss == f.issuer)
+    if f.dialog:
+        where.append(HopRow.dialog == f.dialog)
+    if f.variant == "-":
+        where.append(FlagRow.variant.is_(None))
+    elif f.variant:
+        where.append(FlagRow.variant == f.variant)
+    if f.assignee == "-":
+        where.append(FlagRow.assignee.is_(None))
+    elif f.assignee:
+        where.append(FlagRow.assignee == f.assignee)
+    return where
+
+
+def _order(order: Order, opened: Any, ident: Any) -> tuple[Any, ...]:
+    newest = order in (Order.NEWEST, Order.SEVERITY_NEWEST)
+    age = (opened.desc(), ident.desc()) if newest else (opened, ident)
+    if order in (Order.SEVERITY, Order.SEVERITY_NEWEST):
+        return (SEVERITY_RANK, *age)
+    return age
 
 
 def triage(
     session: Session,
     *,
     now: int,
-    kind: str | None = None,
-    severity: str | None = None,
-    status: str | None = None,
-    agent: str | None = None,
-    dialog: str | None = None,
-    assignee: str | None = None,
-    oldest_first: bool = True,
+    filters: TriageFilter = TriageFilter(),  # frozen, so one shared default is safe
+    order: Order = Order.SEVERITY,
     offset: int = 0,
     limit: int = 50,
 ) -> tuple[list[TriageRow], int]:
-    """Flags matching every given filter, by age, and how many match in all. ``agent`` is
-    the hop's issuer or delegate; ``assignee`` ``"-"`` means unassigned."""
-    where: list[Any] = []
-    if kind:
-        where.append(FlagRow.kind == kind)
-    if severity:
-        where.append(FlagRow.severity == severity)
-    if status:
-        where.append(effective_status(status, now))
-    if agent:
-        where.append(or_(FlagRow.iss == agent, HopRow.aud == agent))
-    if dialog:
-        where.append(HopRow.dialog == dialog)
-    if assignee == "-":
-        where.append(FlagRow.assignee.is_(None))
-    elif assignee:
-        where.append(FlagRow.assignee == assignee)
-    # A case flag's iss and hop name an agent and a handoff id, never a signed hop.
-    joined = and_(HopRow.iss == FlagRow.iss, HopRow.hop == FlagRow.hop, FlagRow.case_id.is_(None))
-    base = select(FlagRow, HopRow.dialog, HopRow.aud, HopRow.state).outerjoin(HopRow, joined)
-    order = (
-        (FlagRow.opened_at, FlagRow.id)
-        if oldest_first
-        else (
-            FlagRow.opened_at.desc(),
-            FlagRow.id.desc(),
-        )
-    )
-    rows = session.execute(base.where(*where).order_by(*order).offset(offset).limit(limit))
+    """Flags matching every filter in ``order``, and how many match in all."""
+    where = _where(filters, now)
+    base = select(FlagRow, HopRow.dialog, HopRow.aud, HopRow.state).outerjoin(HopRow, _JOINED)
+    query = base.where(*where).order_by(*_order(order, FlagRow.opened_at, FlagRow.id))
+    rows = session.execute(query.offset(offset).limit(limit))
     found = [TriageRow(FlagListing(f, status_at(f, now)), d, a, s) for f, d, a, s in rows]
     total = session.execute(
-        select(func.count()).select_from(FlagRow).outerjoin(HopRow, joined).where(*where)
+        select(func.count()).select_from(FlagRow).outerjoin(HopRow, _JOINED).where(*where)
     ).scalar_one()
     return found, int(total)
+
+
+def triage_groups(
+    session: Session,
+    *,
+    now: int,
+    filters: TriageFilter = TriageFilter(),  # frozen, so one shared default is safe
+    order: Order = Order.SEVERITY,
+    offset: int = 0,
+    limit: int = 50,
+) -> tuple[list[TriageRow], int]:
+    """The queue with similar flags folded together, as Sentry folds similar issues: one
+    row per (kind, issuer, variant) (for a rejected element the variant is the reason), shown
+    by its newest member, with the group's size; and how many groups match in all."""
+    where = _where(filters, now)
+    key = (FlagRow.kind, FlagRow.iss, func.coalesce(FlagRow.variant, ""))
+    grouped = (
+        select(
+            func.max(FlagRow.id).label("newest"),
+            func.count().label("n"),
+            func.max(FlagRow.opened_at).label("opened"),
+            func.min(SEVERITY_RANK).label("rank"),
+        )
+        .select_from(FlagRow)
+        .outerjoin(HopRow, _JOINED)
+        .where(*where)
+        .group_by(*key)
+        .subquery()
+    )
+    age = _order(order, grouped.c.opened, grouped.c.newest)
+    if order in (Order.SEVERITY, Order.SEVERITY_NEWEST):
+        age = (grouped.c.rank, *age[1:])
+    page = session.execute(
+        select(grouped.c.newest, grouped.c.n).order_by(*age).offset(offset).limit(limit)
+    ).all()
+    total = session.execute(select(func.count()).select_from(grouped)).scalar_one()
+    counts = {int(i): int(n) for i, n in page}
+    base = select(FlagRow, HopRow.dialog, HopRow.aud, HopRow.state).outerjoin(HopRow, _JOINED)
+    rows = {
+        f.id: TriageRow(FlagListing(f, status_at(f, now)), d, a, s, counts[int(f.id or 0)])
+        for f, d, a, s in session.execute(base.where(FlagRow.id.in_(list(counts))))
+    }
+    return [rows[i] for i in counts if i in rows], int(total)
+
+
+def group_ids(session: Session, *, now: int, filters: TriageFilter, limit: int) -> list[int]:
+    """The ids of the flags matching ``filters`` (a group's members, for a bulk action),
+    at most ``limit``."""
+    query = (
+        select(FlagRow.id)
+        .select_from(FlagRow)
+        .outerjoin(HopRow, _JOINED)
+        .where(*_where(filters, now))
+        .order_by(FlagRow.id)
+        .limit(limit)
+    )
+    return [int(i) for (i,) in session.execute(query)]
 
 
 def assignees(session: Session) -> list[str]:

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from handoff_context import Flag, FlagKind, digest_text
-from sqlalchemy import bindparam, delete, insert, select, tuple_, update
+from sqlalchemy import bindparam, delete, insert, select, tuple_, union_all, update
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
 from app.store.db import execute, insert_ignore
-from app.store.models import ActionRow, FlagRow
+from app.store.models import ActionRow, CommentRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
 
@@ -50,7 +50,12 @@ _HOPS_FLAGS = select(FlagRow.iss, FlagRow.hop, *_FLAG_COLUMNS).where(
 _CASE_FLAGS = select(*_FLAG_COLUMNS).where(FlagRow.case_id == bindparam("b_case"))
 _UPDATE_FLAG = update(FlagRow).where(FlagRow.id == bindparam("b_id"))
 _DELETE_FLAG = delete(FlagRow).where(FlagRow.id == bindparam("b_id"))
-_ACTED = select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id"))
+# Someone worked on the flag: an audit entry or a comment (either keeps the flag, and the
+# comment's foreign key could not let it go anyway).
+_ACTED = union_all(
+    select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id")),
+    select(CommentRow.id).where(CommentRow.flag_id == bindparam("b_id")),
+)
 _AUDIT = insert(ActionRow)
 
 

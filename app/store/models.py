@@ -304,6 +304,54 @@ class ActionRow(SQLModel, table=True):
     at: int = _time()
     action: str = Field(sa_type=String(32))
     note: str | None = Field(default=None, sa_type=Text)
+    # A snooze's until time (alembic 0010), so the log says how long, not only that.
+    until: int | None = _time(default=None)
+
+
+class CommentRow(SQLModel, table=True):
+    """A comment on a flag (alembic 0010): the thread people keep while they work on it,
+    apart from the audit log of what they did."""
+
+    __tablename__ = "flag_comment"
+
+    id: int | None = _id()
+    flag_id: int = _ref("flag.id", index=True)
+    author: str = Field(sa_type=Text)
+    at: int = _time()
+    body: str = Field(sa_type=Text)
+
+
+class NotifyCursorRow(SQLModel, table=True):
+    """How far the notifier has read (alembic 0010): the last flag id and the last audit
+    entry id it considered, so each new flag and each reopen is announced once."""
+
+    __tablename__ = "notify_cursor"
+
+    name: str = Field(sa_type=String(32), primary_key=True)
+    value: int = Field(sa_type=BigInteger)
+
+
+class DeliveryRow(SQLModel, table=True):
+    """One webhook call for one flag event (alembic 0010): the body as it is sent (a retry
+    sends the same octets), and how its delivery went. No foreign key to the flag: the log
+    outlives a flag whose condition cleared."""
+
+    __tablename__ = "webhook_delivery"
+    __table_args__ = (Index("ix_webhook_delivery_due", "status", "next_at"),)
+
+    id: int | None = _id()
+    target: str = Field(sa_type=String(200))
+    flag_id: int = Field(sa_type=BigInteger)
+    event: str = Field(sa_type=String(16))  # opened | reopened
+    severity: str = Field(sa_type=String(16))
+    body: str = Field(sa_type=Text)
+    status: str = Field(default="pending", sa_type=String(16))  # pending | delivered | failed
+    attempts: int = 0
+    created_at: int = _time()
+    next_at: int = _time()
+    delivered_at: int | None = _time(default=None)
+    response: int | None = None  # the last HTTP status answered
+    error: str | None = Field(default=None, sa_type=Text)
 
 
 class ReplayRow(SQLModel, table=True):

@@ -333,7 +333,12 @@ def act_on_flag(
     session.execute(update(FlagRow).where(FlagRow.id == flag_id).values(**changes))
     session.execute(
         ActionRow.__table__.insert().values(
-            flag_id=flag_id, actor=actor, at=now, action=action.value, note=note
+            flag_id=flag_id,
+            actor=actor,
+            at=now,
+            action=action.value,
+            note=note,
+            until=snoozed_until if action is FlagAction.SNOOZE else None,
         )
     )
     session.refresh(flag)

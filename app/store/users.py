@@ -92,6 +92,31 @@ def list_users(session: Session) -> list[UserRow]:
     return list(session.execute(select(UserRow).order_by(UserRow.username)).scalars())
 
 
+# The password hash of an account that logs in through an identity provider: not an argon2
+# hash, so no password ever matches it (argon2 refuses it as InvalidHashError).
+SSO_HASH = "!sso"
+
+
+def sso_user(session: Session, *, username: str, role: Role, now: int) -> UserRow | None:
+    """The account of a person the identity provider vouched for, made on first login and
+    given ``role`` at every login; None when the account is disabled. Raises UserError for
+    a name a local account already holds (one with a password)."""
+    check_name(username)
+    row = session.execute(select(UserRow).where(UserRow.username == username)).scalar_one_or_none()
+    if row is None:
+        row = UserRow(username=username, role=role.value, password_hash=SSO_HASH, created_at=now)
+        session.add(row)
+        session.flush()
+        return row
+    if row.password_hash != SSO_HASH:
+        raise UserError(f"the user name {username} belongs to a local account")
+    if row.disabled_at is not None:
+        return None
+    row.role = role.value
+    session.flush()
+    return row
+
+
 def check_password(session: Session, *, username: str, password: str) -> UserRow | None:
     """The active account with this name and password, else None. Takes one argon2 verify
     whether or not the name exists (no user-name enumeration by timing)."""

@@ -21,11 +21,13 @@ from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
+from app.notify.targets import TargetError, load_targets
+from app.notify.worker import Notifier
 from app.settings import Settings
 from app.web import api, errors, metrics, pages
 from app.web.guard import Guard
 from app.web.observe import Observe
-from app.web.service import Clock, Service, wall_clock
+from app.web.service import Clock, Service, ServiceConfigError, wall_clock
 
 # How often every instance looks at its trust file (a stat; the file is read when it changed).
 TRUST_CHECK_SECONDS = 2.0
@@ -48,17 +50,33 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         start = functools.partial(Service.start, settings, clock=clock)
         service = await anyio.to_thread.run_sync(start)
+        try:
+            targets = load_targets(settings.webhooks_file)
+        except TargetError as exc:
+            service.close()
+            raise ServiceConfigError(str(exc)) from exc
         app.state.service = service
-        sweeper = asyncio.create_task(_sweep_forever(service))
         hangup = _on_sighup()
-        watcher = asyncio.create_task(_watch_trust(service, hangup))
+        tasks = [
+            asyncio.create_task(_sweep_forever(service)),
+            asyncio.create_task(_watch_trust(service, hangup)),
+        ]
+        notifier = Notifier(service.engine, targets) if targets else None
+        app.state.notifier = notifier
+        if notifier is not None:
+            # Before the first request: the notifier's cursors start here, so every flag
+            # opened from now on is announced, and none from before.
+            await anyio.to_thread.run_sync(notifier.collect)
+            tasks.append(asyncio.create_task(_notify_forever(notifier, settings.webhook_seconds)))
         try:
             yield
         finally:
-            for task in (watcher, sweeper):
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if notifier is not None:
+                notifier.close()
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             app.state.service = None
@@ -134,3 +152,16 @@ async def _sweep_forever(service: Service) -> None:
         except Exception:
             log.exception("sweep failed; trying again in %d s", service.settings.sweep_seconds)
         await asyncio.sleep(service.settings.sweep_seconds)
+
+
+async def _notify_forever(notifier: Notifier, seconds: int) -> None:
+    """Queue and send webhook deliveries every ``seconds``; a failing round is logged and
+    tried again (a delivery's own failure is its retry schedule, not an error here)."""
+    while True:
+        try:
+            queued, sent = await anyio.to_thread.run_sync(notifier.run_once)
+            if queued or sent:
+                log.info("webhooks: %d queued, %d delivered", queued, sent)
+        except Exception:
+            log.exception("the notifier failed; trying again in %d s", seconds)
+        await asyncio.sleep(seconds)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from handoff_context import HopState, digest_text
@@ -72,6 +71,17 @@ def _layout(**extra: Any) -> dict[str, Any]:
     }
 
 
+def _whole_step(largest: int, ticks: int = 5) -> int:
+    """The smallest tick step of 1, 2 or 5 times a power of ten that needs at most
+    ``ticks`` ticks to reach ``largest``."""
+    base = 1
+    while True:
+        for factor in (1, 2, 5):
+            if -(-largest // (base * factor)) <= ticks:
+                return base * factor
+        base *= 10
+
+
 def activity_figure(act: Activity) -> dict[str, Any]:
     """Hops offered per time bucket, stacked by their state now, and flags opened."""
     buckets = sorted(set(act.hops) | set(act.flags))
@@ -113,6 +123,11 @@ def activity_figure(act: Activity) -> dict[str, Any]:
             "rangemode": "tozero",
             "showgrid": False,
             "tickformat": "d",
+            # Whole flags only: with automatic ticks a maximum of 1 gives 0, 0.5, 1 and
+            # the "d" format prints them as 0, 1, 1.
+            "tickmode": "linear",
+            "tick0": 0,
+            "dtick": _whole_step(max(act.flags.values(), default=1)),
         },
         bargap=0.15,
     )
@@ -201,118 +216,6 @@ def plotly_text(text: str) -> str:
     in ``<b>`` would restyle the chart (and trip the CSP with a style attribute); Plotly
     turns these entities back into the characters they name."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-# --- the chain graph ----------------------------------------------------------------------
-
-ROW = 34
-COLUMN = 180
-PAGE = 100  # nodes per page of a large dialog
-
-
-@dataclass
-class GraphNode:
-    node: TreeNode | None  # None: a ``prev`` this dialog does not hold (a broken link)
-    digest: str
-    depth: int
-    row: int = 0
-    parent_row: int | None = None
-    continued: bool = False  # the parent is on an earlier page
-    untrusted: bool = False
-    equivocation: bool = False
-    flags: tuple[str, ...] = ()
-
-    @property
-    def x(self) -> int:
-        return 16 + self.depth * COLUMN
-
-    @property
-    def y(self) -> int:
-        return 20 + self.row * ROW
-
-
-@dataclass
-class Graph:
-    nodes: list[GraphNode]
-    page: int
-    pages: int
-    total: int
-    width: int = 0
-    height: int = 0
-    first: int = 1  # the number of this page's first row
-    ordered: list[TreeNode] = field(default_factory=list)  # this page's hops, graph order
-    numbers: list[int] = field(default_factory=list)  # their row numbers in the graph
-
-
-def chain_graph(nodes: Sequence[TreeNode], *, trusted: set[str], page: int = 1) -> Graph:
-    """The dialog's hops as an indented tree (depth-first, children by iat), one row per
-    hop, paged by ``PAGE`` rows so a dialog of thousands of hops stays light. A ``prev``
-    the dialog does not hold appears once as a broken-link node above its children."""
-    by_offer = {n.hop.hop.offer: n for n in nodes}
-    children: dict[bytes | None, list[TreeNode]] = {}
-    ghosts: list[bytes] = []
-    for n in nodes:
-        parent = n.parent if n.parent in by_offer else None
-        if n.parent is not None and parent is None:
-            if n.parent not in children:
-                ghosts.append(n.parent)
-            children.setdefault(n.parent, []).append(n)
-        else:
-            children.setdefault(parent, []).append(n)
-    order: list[GraphNode] = []
-
-    def walk(node: TreeNode, depth: int, parent_index: int | None) -> None:
-        stack = [(node, depth, parent_index)]
-        while stack:
-            current, d, p = stack.pop()
-            h = current.hop
-            order.append(
-                GraphNode(
-                    current,
-                    digest_text(h.hop.offer),
-                    d,
-                    parent_row=p,
-                    untrusted=h.hop.iss not in trusted or h.hop.aud not in trusted,
-                    equivocation="equivocation" in h.flags,
-                    flags=h.flags,
-                )
-            )
-            index = len(order) - 1
-            below = children.get(h.hop.offer, [])
-            stack.extend((c, d + 1, index) for c in reversed(below))
-
-    roots = children.get(None, [])
-    for ghost in ghosts:
-        order.append(GraphNode(None, digest_text(ghost), 0))
-        ghost_index = len(order) - 1
-        for child in children[ghost]:
-            walk(child, 1, ghost_index)
-    for root in roots:
-        walk(root, 0, None)
-    total = len(order)
-    pages = max(1, -(-total // PAGE))
-    page = min(max(page, 1), pages)
-    start = (page - 1) * PAGE
-    shown = order[start : start + PAGE]
-    for i, g in enumerate(shown):
-        g.row = i
-        if g.parent_row is not None:
-            if g.parent_row < start:
-                g.continued, g.parent_row = True, None
-            else:
-                g.parent_row -= start
-    depth = max((g.depth for g in shown), default=0)
-    return Graph(
-        nodes=shown,
-        page=page,
-        pages=pages,
-        total=total,
-        width=16 + depth * COLUMN + 560,
-        height=ROW * max(len(shown), 1) + 8,
-        ordered=[g.node for g in shown if g.node is not None],
-        numbers=[start + 1 + g.row for g in shown if g.node is not None],
-        first=start + 1,
-    )
 
 
 # --- a case's ownership timeline (docs/envelopes.md) ----------------------------------------
@@ -447,3 +350,73 @@ def _event_text(ev: CaseEvent, stale: bool) -> str:
     if ev.detail:
         parts.append(_plain(ev.detail))
     return "<br>".join(parts)
+
+
+# --- a large dialog's timeline, aggregated ----------------------------------------------------
+
+TIMELINE_ROWS = 300  # above this many hops a dialog's timeline is counted per time bucket
+
+
+def dialog_activity_figure(nodes: Sequence[TreeNode], *, buckets: int = 60) -> dict[str, Any]:
+    """Hops offered per time bucket (by offer ``iat``), stacked by their state, and flagged
+    hops: one bar per bucket whatever the dialog's size, so 20,000 hops draw as fast as 20."""
+    if not nodes:
+        return {"data": [], "layout": _layout(height=240)}
+    times = [n.hop.hop.iat for n in nodes]
+    low, high = min(times), max(times)
+    width = max(1, -(-(max(high - low, 1)) // buckets))
+    counts: dict[str, dict[int, int]] = {}
+    flagged: dict[int, int] = {}
+    for n in nodes:
+        b = low + (n.hop.hop.iat - low) // width * width
+        counts.setdefault(n.hop.hop.state, {})[b] = counts.get(n.hop.hop.state, {}).get(b, 0) + 1
+        if n.hop.flags:
+            flagged[b] = flagged.get(b, 0) + 1
+    data: list[dict[str, Any]] = []
+    for state, colour in STATE_COLOURS.items():
+        per = counts.get(state.value)
+        if not per:
+            continue
+        xs = sorted(per)
+        data.append(
+            {
+                "type": "bar",
+                "name": state.value,
+                "x": [_iso(b) for b in xs],
+                "y": [per[b] for b in xs],
+                "marker": {"color": colour},
+                "hovertemplate": f"%{{y}} {state.value}<extra></extra>",
+            }
+        )
+    marks = sorted(flagged)
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "flagged hops",
+            "x": [_iso(b) for b in marks],
+            "y": [flagged[b] for b in marks],
+            "yaxis": "y2",
+            "marker": {"color": FLAG_COLOUR, "size": 9, "symbol": "diamond"},
+            "hovertemplate": "%{y} flagged<extra></extra>",
+        }
+    )
+    layout = _layout(
+        barmode="stack",
+        height=260,
+        xaxis={"type": "date"},
+        yaxis={"title": {"text": "hops"}, "rangemode": "tozero"},
+        yaxis2={
+            "title": {"text": "flagged"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+            "tickmode": "linear",
+            "tick0": 0,
+            "dtick": _whole_step(max(flagged.values(), default=1)),
+        },
+        bargap=0.1,
+    )
+    layout["margin"]["r"] = 48
+    return {"data": data, "layout": layout}

@@ -8,6 +8,7 @@ and paging live in the URL, so every view is a deep link and the back button wor
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -22,11 +23,13 @@ from handoff_context import (
     parse_digest_text,
 )
 from handoff_context.errors import MalformedError
+from starlette.exceptions import HTTPException
 
 from app.store import dashboard
+from app.store.cases import list_cases
 from app.store.queries import (
-    dialog_tree,
     get_element,
+    get_flag,
     hop_elements,
     hop_for_offer,
     list_agents,
@@ -37,7 +40,14 @@ from app.store.rejected import filed_under, get_refused, receipts_of, refused_of
 from app.web import charts
 from app.web.render import STATIC, plotly_path, render, secure
 from app.web.service import Service, ServiceDep
-from app.web.sessions import LoginRequired, PageError, Viewer, login_redirect, page_error
+from app.web.sessions import (
+    LoginRequired,
+    PageError,
+    Viewer,
+    login_redirect,
+    not_found,
+    page_error,
+)
 
 router = APIRouter(include_in_schema=False)
 Page = Annotated[int, Query(ge=1, le=1_000_000)]
@@ -59,6 +69,8 @@ def _read(service: Service) -> Any:
 
 @router.get("/")
 def overview(request: Request, user: Viewer, service: ServiceDep) -> Response:
+    # The store's clock judges snoozes; the "as of" line is the wall clock, so each refresh
+    # of the live block shows that it really was read again.
     now = service.clock()
     with _read(service) as session:
         states = dashboard.hop_states(session)
@@ -74,9 +86,10 @@ def overview(request: Request, user: Viewer, service: ServiceDep) -> Response:
         "now": now,
         "states": [(s.value, states.get(s.value, 0)) for s in HopState],
         "hop_total": sum(states.values()),
-        "flag_counts": sorted(flag_counts, key=lambda r: (-r[2], r[0])),
+        "flag_counts": flag_counts,  # worst severity first (dashboard.open_flag_counts)
         "severities": severities,
         "figure": figure,
+        "read_at": int(time.time()),
         "agents": agents,
         "rejected": rejected,
     }
@@ -103,36 +116,6 @@ def dialogs(request: Request, user: Viewer, service: ServiceDep, after: Text = N
         "colours": charts.STATE_COLOURS,
     }
     return render(request, "dialogs.html", context)
-
-
-@router.get("/dialogs/{dialog:path}")
-def dialog_page(
-    request: Request, dialog: str, user: Viewer, service: ServiceDep, page: Page = 1
-) -> Response:
-    if len(dialog) > 1024:
-        raise PageError(404, "No dialog has that name.")
-    with _read(service) as session:
-        nodes = dialog_tree(session, dialog=dialog)
-        if not nodes:
-            raise PageError(404, "No hop is stored for that dialog.")
-        graph = charts.chain_graph(nodes, trusted=set(service.trust.issuers), page=page)
-        statuses = dashboard.statuses_of(session, offers=[n.hop.hop.offer for n in graph.ordered])
-    states: dict[str, int] = {}
-    for n in nodes:
-        states[n.hop.hop.state] = states.get(n.hop.hop.state, 0) + 1
-    figure = charts.timeline_figure(
-        graph.ordered, statuses, skew=service.settings.skew, numbers=graph.numbers
-    )
-    context = {
-        "nav": "dialogs",
-        "now": service.clock(),
-        "dialog": dialog,
-        "graph": graph,
-        "figure": figure,
-        "states": states,
-        "flagged": sum(1 for n in nodes if n.hop.flags),
-    }
-    return render(request, "dialog.html", context)
 
 
 # --- hops -------------------------------------------------------------------------------
@@ -342,6 +325,7 @@ def trust(request: Request, user: Viewer, service: ServiceDep) -> Response:
 def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) -> Response:
     text = (q or "").strip()
     found = None
+    cases: list[Any] = []
     if text:
         with service.reading() as session:
             # An exact offer digest goes straight to its hop.
@@ -352,8 +336,15 @@ def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) 
                     listing = None
                 if listing is not None:
                     return secure(RedirectResponse(f"/hops/{text}", status_code=303))
+            # A flag number (#145 or 145) goes straight to its flag.
+            number = text.removeprefix("#")
+            if number.isdigit() and len(number) < 16:
+                flag = get_flag(session, flag_id=int(number), now=service.clock())
+                if flag is not None:
+                    return secure(RedirectResponse(f"/flags/{int(number)}", status_code=303))
             found = dashboard.search(session, text=text)
-    context = {"nav": "", "now": service.clock(), "q": text, "found": found}
+            cases = list_cases(session, q=text, limit=20)
+    context = {"nav": "", "now": service.clock(), "q": text, "found": found, "cases": cases}
     return render(request, "search.html", context)
 
 
@@ -373,13 +364,19 @@ def plotly_js() -> Response:
 
 def install(app: FastAPI) -> None:
     """Add the dashboard to the app: pages, login, static files and their error pages."""
-    from app.web import cases, sessions, triage, upload
+    from app.web import actions, cases, dialogs, notifications, oidc, sessions, triage, upload
 
     app.include_router(sessions.router)
+    app.include_router(oidc.router)
     app.include_router(router)
+    app.include_router(dialogs.router)
     app.include_router(cases.router)
     app.include_router(triage.router)
+    app.include_router(actions.router)
+    app.include_router(notifications.router)
     app.include_router(upload.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_exception_handler(LoginRequired, login_redirect)
     app.add_exception_handler(PageError, page_error)
+    # After errors.install: an unknown route gets the designed page in a browser.
+    app.add_exception_handler(HTTPException, not_found)

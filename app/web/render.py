@@ -216,6 +216,23 @@ def secure(response: Any) -> Any:
     return response
 
 
+def _urgent(request: Request, values: dict[str, Any]) -> int | None:
+    """Open critical and high flags, for the header's link to them (None: no one is logged
+    in, or the store cannot say; the link is there either way)."""
+    service = getattr(request.app.state, "service", None)
+    if values.get("user") is None or service is None:
+        return None
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.store.dashboard import urgent_count
+
+    try:
+        with service.reading() as session:
+            return urgent_count(session, now=service.clock())
+    except SQLAlchemyError:
+        return None
+
+
 def render(
     request: Request, name: str, context: dict[str, Any], *, status: int = 200
 ) -> HTMLResponse:
@@ -237,7 +254,7 @@ def render(
     if partial:
         html = "".join(template.blocks[target](template.new_context(values)))
     else:
-        html = template.render(values)
+        html = template.render({**values, "urgent": _urgent(request, values)})
     response = HTMLResponse(html, status_code=status)
     if partial:
         # The same URL answers a page or a fragment; caches must keep them apart.

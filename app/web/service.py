@@ -231,13 +231,19 @@ class Service:
         )
 
     def verify(
-        self, inputs: list[tuple[str, bytes]], options: VerifyOptions, *, content_type: str | None
+        self,
+        inputs: list[tuple[str, bytes]],
+        options: VerifyOptions,
+        *,
+        content_type: str | None,
+        trust: TrustStore | None = None,
     ) -> Report:
         """Verify without storing, with the same trust and objects as ``pipeline``: every
-        entry point judges with the same inputs (``/verify``, ``/ingest``, the upload page)."""
+        entry point judges with the same inputs (``/verify``, ``/ingest``, the upload page).
+        ``trust``: the caller's own keys instead (the upload page's verify-only mode)."""
         return verify_inputs(
             inputs,
-            trust=self.trust,
+            trust=self.trust if trust is None else trust,
             options=options,
             objects=self.objects,
             content_type=content_type,

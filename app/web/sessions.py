@@ -174,7 +174,8 @@ Leaver = Annotated[WebUser, Depends(requires(Permission.READ, change=True))]
 def login_page(request: Request, service: ServiceDep, next: str = "/") -> Response:
     if web_user(request, service) is not None:
         return secure(RedirectResponse(_safe_next(next), status_code=303))
-    return render(request, "login.html", {"next": _safe_next(next), "error": None, "username": ""})
+    context = {"next": _safe_next(next), "error": None, "username": ""}
+    return render(request, "login.html", {**context, "oidc": bool(service.settings.oidc_issuer)})
 
 
 @router.post("/login")
@@ -188,7 +189,12 @@ def login(
     target = _safe_next(next)
 
     def again(message: str, status: int) -> Response:
-        context = {"next": target, "error": message, "username": username}
+        context = {
+            "next": target,
+            "error": message,
+            "username": username,
+            "oidc": bool(service.settings.oidc_issuer),
+        }
         return render(request, "login.html", context, status=status)
 
     if not _same_origin(request):
@@ -247,6 +253,32 @@ def login_redirect(request: Request, exc: Exception) -> Response:
         # page into a fragment.
         return secure(Response(status_code=200, headers={"HX-Redirect": url}))
     return secure(RedirectResponse(url, status_code=303))
+
+
+def wants_page(request: Request) -> bool:
+    """A browser asking for a dashboard address (not the API, which always answers JSON)."""
+    path = request.url.path
+    api = path == "/api" or path.startswith("/api/")
+    return not api and "text/html" in request.headers.get("accept", "")
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """An unknown route: the designed page for a browser, the one JSON error shape for the
+    API and for every other client."""
+    from starlette.exceptions import HTTPException
+
+    from app.web import errors
+
+    if not (isinstance(exc, HTTPException) and exc.status_code == 404 and wants_page(request)):
+        return await errors.handle(request, exc)
+    service = getattr(request.app.state, "service", None)
+    if service is not None:
+        request.state.user = await run_in_threadpool(web_user, request, service)
+    context = {
+        "status": 404,
+        "message": "There is no page at this address. It may have moved, or the link is cut.",
+    }
+    return render(request, "error.html", context, status=404)
 
 
 def page_error(request: Request, exc: Exception) -> Response:

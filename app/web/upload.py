@@ -17,15 +17,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, UploadFile
 from fastapi.responses import Response
-from handoff_context import Form as ElementForm
-from handoff_context import Outcome, parse_element
-from handoff_context.errors import HandoffError
+from handoff_context import Outcome
 from starlette.concurrency import run_in_threadpool
 
 from app.ingest.pipeline import ingest
 from app.store import db
 from app.store.reports import get_report, keep_report
 from app.web.auth import GRANTS, Permission
+from app.web.inspect import CHECK_SENTENCES, MAX_KEYS_TEXT, KeysError, own_trust, read_paste
 from app.web.render import render, secure
 from app.web.service import ServiceDep
 from app.web.sessions import PageError, Verifier, Viewer
@@ -34,7 +33,6 @@ router = APIRouter(include_in_schema=False)
 KEEP_REPORTS = 32
 MAX_REPORT = 32 * 1024 * 1024
 _MULTIPART_SLACK = 64 * 1024  # room for the form's other fields and boundaries
-_JWS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
 def _keep(service: Any, user_id: int, body: bytes) -> str | None:
@@ -69,25 +67,10 @@ def _context(service: Any, user: Any, **extra: Any) -> dict[str, Any]:
         "can_verify": user.role in GRANTS[Permission.VERIFY],
         "can_store": user.role in GRANTS[Permission.INGEST],
         "error": None,
+        "pasted": [],
+        "sentences": CHECK_SENTENCES,
         **extra,
     }
-
-
-def _pasted(text: str) -> tuple[str, bytes]:
-    """A pasted handoff/status object (JSON) as is; a bare compact JWS wrapped in the
-    object its payload's ``type`` names (an offer when it cannot be read)."""
-    text = text.strip()
-    if text.startswith(("{", "[")):
-        return "pasted.json", text.encode()
-    compact = "".join(text.split())
-    member = "offer"
-    if compact and set(compact) <= _JWS:
-        try:
-            if not parse_element(compact.encode(), ElementForm.JWS).is_offer:
-                member = "status"
-        except HandoffError:
-            pass  # the verifier reports what is wrong with it
-    return "pasted.json", json.dumps({member: compact}).encode()
 
 
 @router.post("/upload")
@@ -98,8 +81,18 @@ async def upload(
     file: UploadFile | None = None,
     paste: Annotated[str, Form(max_length=1024 * 1024)] = "",
     mode: Annotated[str, Form(max_length=16)] = "verify",
+    keys: Annotated[str, Form(max_length=MAX_KEYS_TEXT)] = "",
+    keys_file: UploadFile | None = None,
+    issuer: Annotated[str, Form(max_length=2048)] = "",
 ) -> Response:
     limit = _limit(service)
+    pasted: list[Any] = []
+    if keys_file is not None and keys_file.filename:
+        keys = (await keys_file.read(MAX_KEYS_TEXT + 1)).decode("utf-8", "replace")
+    try:
+        trust = own_trust(keys[: MAX_KEYS_TEXT + 1], issuer)
+    except KeysError as exc:
+        raise PageError(422, str(exc)) from exc
     if file is not None and file.filename:
         data = await file.read(limit + 1)
         # The name labels every verdict's source and is stored with each receipt: no NUL,
@@ -109,7 +102,7 @@ async def upload(
             "?" if unicodedata.category(c) in ("Cc", "Cs") else c for c in file.filename[:200]
         )
     elif paste.strip():
-        name, data = _pasted(paste)
+        name, data, pasted = read_paste(paste)
     else:
         raise PageError(422, "Choose a capture file or paste a handoff object or JWS.")
     if len(data) > limit:
@@ -117,6 +110,12 @@ async def upload(
     store = mode == "store"
     if store and user.role not in GRANTS[Permission.INGEST]:
         raise PageError(403, "Only an admin may store uploads; choose “verify only”.")
+    if store and trust is not None:
+        # What is stored is judged against the service's trust store alone, so the verdicts
+        # in the store never depend on keys someone brought to one upload.
+        raise PageError(
+            422, "Your own keys verify only: choose “verify only”, or remove the keys to store."
+        )
     now = service.clock()
     s = service.settings
     options = s.verify_options(at=now)
@@ -127,7 +126,9 @@ async def upload(
         verdicts, skipped, errors = result.verdicts, result.skipped, result.errors
         envelope_errors = result.envelopes.errors
     else:
-        report = await run_in_threadpool(service.verify, [(name, data)], options, content_type=None)
+        report = await run_in_threadpool(
+            service.verify, [(name, data)], options, content_type=None, trust=trust
+        )
         verdicts, skipped = report.verdicts, report.skipped
     counts = {o.value: sum(1 for v in verdicts if v.outcome is o) for o in Outcome}
     body = json.dumps(
@@ -152,7 +153,10 @@ async def upload(
             "skipped": skipped,
             "errors": errors,
             "key": key,
+            "own_keys": None if trust is None else sorted(trust.issuers),
         },
+        pasted=pasted,
+        sentences=CHECK_SENTENCES,
     )
     return render(request, "upload.html", context)
 

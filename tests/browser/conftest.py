@@ -68,9 +68,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 @contextlib.contextmanager
-def serve_store(store: Path, trust: Path, now: int) -> Iterator[str]:
-    """Serve the SQLite file ``store`` (clock pinned to ``now``) with the accounts ``otto``
-    (operator) and ``ada`` (admin) added; yields the base URL."""
+def serve_store(store: Path, trust: Path, now: int, **settings: Any) -> Iterator[str]:
+    """Serve the SQLite file ``store`` (clock pinned to ``now``; ``settings`` added) with
+    the accounts ``otto`` (operator) and ``ada`` (admin) added; yields the base URL."""
     import uvicorn
 
     url = f"sqlite:///{store}"
@@ -81,7 +81,7 @@ def serve_store(store: Path, trust: Path, now: int) -> Iterator[str]:
             create_user(session, username="ada", role=Role.ADMIN, password=PASSWORD, now=now)
     finally:
         engine.dispose()
-    app = create_app(Settings(database_url=url, trust_file=trust), clock=lambda: now)
+    app = create_app(Settings(database_url=url, trust_file=trust, **settings), clock=lambda: now)
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
@@ -148,7 +148,8 @@ class Tab:
 
 
 def open_tab(browser: Any, served: Served, *, user: str | None = "otto", **options: Any) -> Tab:
-    context = browser.new_context(viewport=VIEWPORT, accept_downloads=True, **options)
+    options.setdefault("viewport", VIEWPORT)
+    context = browser.new_context(accept_downloads=True, **options)
     page = context.new_page()
     tab = Tab(page, served.base, served.data)
     page.on("console", lambda m: tab.console.append(f"{m.type}: {m.text}"))

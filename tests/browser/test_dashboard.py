@@ -1,4 +1,4 @@
-"""The dashboard in a real browser: login, upload and report, a dialog's graph and timeline,
+"""The dashboard in a real browser: login, upload and report, a dialog's tree and timeline,
 acknowledging an equivocation, hostile identifiers, the CSP, and a screenshot of each page.
 """
 
@@ -52,15 +52,15 @@ def test_upload_a_capture_and_read_the_report(tab: Tab) -> None:
     assert tab.errors() == []
 
 
-def test_a_dialog_shows_its_graph_and_timeline(tab: Tab) -> None:
+def test_a_dialog_shows_its_tree_and_timeline(tab: Tab) -> None:
     tab.go(f"/flags/{tab.data.equivocation_flag}")
     tab.page.click(".card dl.facts a[href^='/dialogs/']")
-    tab.page.wait_for_selector("svg.graph g.node")
+    tab.page.wait_for_selector("ul.tree li.n")
     tab.page.wait_for_selector(".plot .main-svg g.barlayer path")
-    assert tab.page.locator("svg.graph g.node").count() >= 2
-    assert tab.page.locator("svg.graph g.node.equivocation").count() >= 1
+    assert tab.page.locator("ul.tree li.n").count() >= 2
+    assert tab.page.locator("ul.tree li.n.equivocation").count() >= 1
     tab.shot("dialog")
-    tab.page.locator("svg.graph g.node.equivocation").first.click()
+    tab.page.locator("ul.tree li.n.equivocation > .row a.hop").first.click()
     tab.page.wait_for_url(re.compile(r".*/hops/[A-Za-z0-9_-]{43}$"))
     tab.page.wait_for_selector("ol.checks li")
     checks = tab.page.locator("ol.checks").first.locator("li .cname")
@@ -110,7 +110,7 @@ def test_hostile_identifiers_render_as_text_and_run_nothing(tab: Tab) -> None:
     assert "U+202E" in text  # the bidi override in a status detail is made visible
     assert tab.page.locator("main img, main script, main svg[onload]").count() == 0
     tab.go("/dialogs/" + HOSTILE_DIALOG)
-    tab.page.wait_for_selector("svg.graph g.node.untrusted")
+    tab.page.wait_for_selector("ul.tree li.n.untrusted")
     tab.go("/agents")
     tab.shot("agents")
     assert tab.dialogs == [], "a hostile identifier ran script"

@@ -81,6 +81,14 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "POST /flags/bulk": TRIAGE,
     "POST /flags/{flag_id}/action": TRIAGE,
     "GET /flags/{flag_id}": READ,
+    "GET /flags/similar": READ,
+    "POST /flags/{flag_id}/comments": TRIAGE,
+    "GET /dialog-tree": READ,
+    "GET /notifications": READ,
+    # Login through an identity provider: public, as the login form is (it answers 404
+    # here, where none is configured).
+    "GET /oidc/start": EVERYONE,
+    "GET /oidc/callback": EVERYONE,
     "GET /cases": READ,
     "GET /cases/{case_id}": READ,
     "GET /upload": READ,

@@ -37,6 +37,9 @@ PAGES = (
     "/upload",
     "/cases",
     "/cases?q=case&flagged=1",
+    "/flags?view=urgent",
+    "/flags?view=mine",
+    "/notifications",
 )
 
 
@@ -378,7 +381,7 @@ def test_every_flag_page_shows_its_kinds_evidence(dash: Dash) -> None:
     expected = {
         "equivocation": "Two signed offers for one hop",
         "lost-outcome": "missing: completed or failed",
-        "cancel-not-propagated": "Downstream offers not canceled in time",
+        "cancel-not-propagated": "Downstream offers and when they were canceled",
         "cancel-race": "Hop timeline",
         "partial-failure": "Hop timeline",
         "rejected-element": "Evidence",

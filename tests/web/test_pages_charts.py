@@ -1,5 +1,6 @@
-"""The dialog page's pictures stay light for a dialog of 2,000 hops: the chain graph is
-paged (depth-first, so subtrees stay together) and the timeline shows one page of hops."""
+"""The dialog page's pictures stay light for a dialog of 2,000 hops: the whole chain tree is
+one tree, drawn where it is open (flagged paths and search matches), folded with counts
+elsewhere; the timeline draws each hop of a small dialog and counts a large one per bucket."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from app.store.dashboard import Activity
 from app.store.models import ElementRow, HopRow
 from app.store.queries import HopListing, TreeNode
 from app.web import charts
+from app.web import tree as tree_view
 
 T = 1_793_000_000
 
@@ -46,30 +48,48 @@ def _big_dialog(size: int = 2000) -> list[TreeNode]:
     return nodes
 
 
-def test_a_dialog_of_2000_hops_is_paged() -> None:
+def test_a_dialog_of_2000_hops_is_one_tree_with_its_flags_open() -> None:
     nodes = _big_dialog()
-    trusted = {f"spiffe://x.example/agent/a{i}" for i in range(7)}
-    # How long the layout takes is measured in bench/page_render.py, not asserted here.
-    first = charts.chain_graph(nodes, trusted=trusted, page=1)
-    assert first.total == 2000 and first.pages == 20
-    assert len(first.nodes) == charts.PAGE and first.first == 1
-    assert first.height <= charts.ROW * charts.PAGE + 8
-    # Every node of a page but those whose parent is on an earlier page has its edge.
-    last = charts.chain_graph(nodes, trusted=trusted, page=20)
-    assert last.first == 1901 and len(last.nodes) == 100
-    assert any(g.continued for g in last.nodes)
-    shown = {
-        g.digest
-        for p in range(1, 21)
-        for g in charts.chain_graph(nodes, trusted=trusted, page=p).nodes
-    }
-    assert len(shown) == 2000  # every hop is on exactly one page
-    assert charts.chain_graph(nodes, trusted=trusted, page=999).page == 20
+    tree = tree_view.build(nodes)
+    opened = tree_view.default_open(tree)
+    rows = tree_view.draw(tree, opened)
+    # How long this takes is measured in bench/dialog_render.py, not asserted here.
+    assert tree.size[tree.roots[0]] == 2000 and tree.max_depth == 200
+    drawn = [r.node for r in rows if r.kind == "item"]
+    assert 0 < len(drawn) <= tree_view.HOT_ROWS + tree_view.FIRST_ROWS
+    # The flagged hop, 124 levels down, is drawn: its whole path is open.
+    flagged = next(i for i, n in enumerate(tree.nodes) if n.hop.flags)
+    assert flagged in drawn
+    # Every hop is drawn or counted under a folded one.
+    folded = sum(tree.size[r.node] - 1 for r in rows if r.kind == "item" and not r.expanded)
+    assert len(drawn) + folded == 2000
+    # Opening and closing tags balance.
+    assert sum(r.kind == "open" for r in rows) == sum(r.kind == "close" for r in rows)
 
 
-def test_the_timeline_of_a_page_is_small() -> None:
+def test_a_search_opens_the_paths_to_its_matches() -> None:
     nodes = _big_dialog()
-    graph = charts.chain_graph(nodes, trusted=set(), page=3)
+    tree = tree_view.build(nodes)
+    hits = tree_view.matches(tree, "hop-001999")
+    assert [tree.nodes[i].hop.hop.hop for i in hits] == ["hop-001999-aaaaaaaaaaaaaaaa"]
+    rows = tree_view.draw(tree, tree_view.paths_to(tree, hits))
+    assert hits[0] in {r.node for r in rows if r.kind == "item"}
+    assert tree_view.matches(tree, "equivocation") == [1234]
+    assert len(tree_view.matches(tree, "completed")) == 2000
+
+
+def test_a_wide_fan_is_drawn_in_parts() -> None:
+    nodes = [_node(0, None)] + [_node(n, 0) for n in range(1, 501)]
+    tree = tree_view.build(nodes)
+    rows = tree_view.draw(tree, {0})
+    more = [r for r in rows if r.kind == "more"]
+    assert len(more) == 1 and more[0].node == 0 and more[0].skip == tree_view.CHILDREN
+    rest = tree_view.draw(tree, set(), start=tree.children[0], skip=tree_view.CHILDREN)
+    assert sum(r.kind == "item" for r in rest) == tree_view.CHILDREN
+
+
+def test_the_timeline_of_a_small_dialog_draws_each_hop() -> None:
+    nodes = _big_dialog(120)
     statuses = {
         n.hop.hop.offer: [
             ElementRow(
@@ -88,26 +108,30 @@ def test_the_timeline_of_a_page_is_small() -> None:
                 first_seen=T,
             )
         ]
-        for i, n in enumerate(graph.ordered)
+        for i, n in enumerate(nodes)
     }
-    figure = charts.timeline_figure(graph.ordered, statuses, skew=60, numbers=graph.numbers)
+    figure = charts.timeline_figure(nodes, statuses, skew=60)
     rows = {y for trace in figure["data"] for y in trace["y"]}
-    assert len(rows) == 100
-    assert min(int(label.split(".", 1)[0]) for label in rows) == graph.first == 201
-    assert len(json.dumps(figure)) < 120_000
+    assert len(rows) == 120
     clicks = [c for trace in figure["data"] for c in trace.get("customdata", [])]
     assert clicks and all(c.startswith("/hops/") and len(c) == 6 + 43 for c in clicks)
 
 
-def test_a_prev_the_dialog_does_not_hold_is_a_broken_link() -> None:
+def test_the_timeline_of_a_large_dialog_is_counted_per_bucket() -> None:
+    nodes = _big_dialog()
+    figure = charts.dialog_activity_figure(nodes)
+    bars = [t for t in figure["data"] if t["type"] == "bar"]
+    assert sum(sum(t["y"]) for t in bars) == 2000
+    assert len(json.dumps(figure)) < 20_000
+    flagged = next(t for t in figure["data"] if t["name"] == "flagged hops")
+    assert sum(flagged["y"]) == 1
+
+
+def test_a_prev_the_dialog_does_not_hold_makes_a_root_not_a_broken_link() -> None:
     nodes = [_node(1, None), _node(2, 1), _node(3, 99)]  # 99 is not stored
-    graph = charts.chain_graph(nodes, trusted=set(), page=1)
-    ghosts = [g for g in graph.nodes if g.node is None]
-    assert len(ghosts) == 1 and ghosts[0].depth == 0
-    child = next(
-        g for g in graph.nodes if g.node is not None and g.node.hop.hop.offer == _digest(3)
-    )
-    assert child.parent_row == ghosts[0].row and child.untrusted
+    tree = tree_view.build(nodes)
+    assert tree.roots == [0, 2] and tree.orphan == {2}
+    assert tree.children[0] == [1]
 
 
 def test_the_activity_chart_counts_flags_on_a_second_axis() -> None:

@@ -1,0 +1,1 @@
+"""Notifications: webhook targets told about new and reopened flags (README "Notifications")."""
