@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.errors import HandoffTraceError
+
 SHAPES = ("alertmanager", "slack", "generic")
 SEVERITIES = ("critical", "high", "medium", "low")
 MAX_FILE = 1024 * 1024
 
 
-class TargetError(ValueError):
+class TargetError(HandoffTraceError, ValueError):
     """The webhooks file cannot be used; ``str(exc)`` says what to fix."""
+
+    reason = "webhook-target"
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,16 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlmodel import Session
 
+from app.errors import HandoffTraceError
 from app.store.models import CommentRow, FlagRow
 
 MAX_COMMENT = 4000
 
 
-class CommentError(ValueError):
+class CommentError(HandoffTraceError, ValueError):
     """A comment that cannot be added (no such flag, empty, too long)."""
+
+    reason = "bad-comment"
 
 
 def add_comment(session: Session, *, flag_id: int, author: str, body: str, now: int) -> CommentRow:

@@ -437,3 +437,13 @@ def store_counts(session: Session, *, now: int) -> StoreCounts:
         flags=flags,
         open_flags=open_flags,
     )
+
+
+def observations_of(session: Session, *, digests: Sequence[bytes]) -> list[ObservationRow]:
+    """Every receipt of the elements ``digests``, in the order they were received."""
+    query = (
+        select(ObservationRow)
+        .where(ObservationRow.digest.in_(list(digests)))
+        .order_by(ObservationRow.received_at, ObservationRow.id)
+    )
+    return list(session.execute(query).scalars())

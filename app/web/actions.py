@@ -20,6 +20,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import RedirectResponse, Response
 from handoff_context import MAX_SAFE_INT
 
+from app.errors import HandoffTraceError
 from app.store import dashboard, db
 from app.store.comments import CommentError, add_comment
 from app.store.queries import FlagAction, FlagActionError, FlagStatus, act_on_flag
@@ -35,8 +36,10 @@ BULK_LIMIT = 200
 DAY = 86400
 
 
-class FormError(ValueError):
+class FormError(HandoffTraceError, ValueError):
     """A form that cannot apply as sent; the message says what to fix."""
+
+    reason = "bad-form"
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,14 @@ class Decoded:
     signature: str = ""  # base64url (JWS) or hex (COSE)
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """JSON-able: bytes (COSE) as hex, maps with text keys."""
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
@@ -50,8 +50,8 @@ def decode(row: ElementRow) -> Decoded:
     return Decoded(
         digest_text(row.digest),
         row.form,
-        _plain(dict(element.raw_header)),
-        _plain(dict(element.raw_payload)),
+        plain(dict(element.raw_header)),
+        plain(dict(element.raw_payload)),
         raw,
         digest_text(row.content),
         signature=signature,

@@ -20,7 +20,8 @@ import cbor2
 from handoff_context import Form, TrustStore, digest_text, handoff_digest, parse_element
 from handoff_context.errors import HandoffError, TrustConfigError
 
-from app.web.evidence import _plain
+from app.errors import HandoffTraceError
+from app.web.evidence import plain
 
 _JWS = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*$")
 _HEX = re.compile(r"^(?:[0-9a-fA-F]{2}){16,}$")
@@ -60,7 +61,7 @@ def _loose(octets: bytes, form: Form) -> tuple[Any, Any]:
         if isinstance(value, list) and len(value) == 4:
             protected = cbor2.loads(value[0]) if value[0] else {}
             payload = cbor2.loads(value[2]) if isinstance(value[2], bytes) else value[2]
-            return _plain(protected), _plain(payload)
+            return plain(protected), plain(payload)
     except (ValueError, cbor2.CBORDecodeError, UnicodeError, TypeError):
         pass
     return None, None
@@ -77,7 +78,7 @@ def decode_pasted(octets: bytes, form: Form) -> Pasted:
         )
         return Pasted(member, form.value, octets, digest, header, payload, str(exc))
     member = "offer" if element.is_offer else "status"
-    header, payload = _plain(dict(element.raw_header)), _plain(dict(element.raw_payload))
+    header, payload = plain(dict(element.raw_header)), plain(dict(element.raw_payload))
     return Pasted(member, form.value, octets, digest, header, payload, None)
 
 
@@ -106,8 +107,10 @@ def read_paste(text: str) -> tuple[str, bytes, list[Pasted]]:
     return "pasted.json", json.dumps({"offer": compact}).encode(), []
 
 
-class KeysError(ValueError):
+class KeysError(HandoffTraceError, ValueError):
     """Keys that cannot be used; the message says what to fix."""
+
+    reason = "bad-keys"
 
 
 def own_trust(text: str, issuer: str) -> TrustStore | None:

@@ -35,13 +35,14 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
+from app.errors import HandoffTraceError
 from app.settings import Settings
 from app.store import db
 from app.store.tokens import Role
 from app.store.users import open_session, sso_user
 from app.web.render import render, secure
 from app.web.service import ServiceDep
-from app.web.sessions import COOKIE, _is_tls, _safe_next
+from app.web.sessions import COOKIE, is_tls, safe_next
 
 router = APIRouter(include_in_schema=False)
 FLOW_COOKIE = "ht_oidc"
@@ -51,8 +52,10 @@ ALGORITHMS = ["RS256", "ES256", "PS256", "EdDSA", "Ed25519"]
 _NAME = re.compile(r"[^A-Za-z0-9._@-]")
 
 
-class OidcError(Exception):
+class OidcError(HandoffTraceError):
     """A login through the provider that cannot complete; the message is for people."""
+
+    reason = "oidc-failed"
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def oidc_start(request: Request, service: ServiceDep, next: str = "/") -> Respon
         "state": _b64(secrets.token_bytes(24)),
         "nonce": _b64(secrets.token_bytes(24)),
         "verifier": verifier,
-        "next": _safe_next(next),
+        "next": safe_next(next),
     }
     query = {
         "response_type": "code",
@@ -160,7 +163,7 @@ def oidc_start(request: Request, service: ServiceDep, next: str = "/") -> Respon
         max_age=FLOW_SECONDS,
         httponly=True,
         samesite="lax",
-        secure=_is_tls(request),
+        secure=is_tls(request),
         path="/oidc",
     )
     return secure(response)
@@ -291,7 +294,7 @@ def oidc_callback(
         max_age=lifetime,
         httponly=True,
         samesite="lax",
-        secure=_is_tls(request),
+        secure=is_tls(request),
         path="/",
     )
     response.delete_cookie(FLOW_COOKIE, path="/oidc")

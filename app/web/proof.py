@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from handoff_context import digest_text
-from sqlalchemy import select
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseEvent, Epoch, Item
 from app.store import dashboard
 from app.store.cases import case_detail
 from app.store.envelopes import case_items
-from app.store.models import ElementRow, FlagRow, ObservationRow
-from app.store.queries import HopListing, hop_for_offer
+from app.store.models import ElementRow, FlagRow
+from app.store.queries import HopListing, hop_for_offer, observations_of
 
 
 @dataclass(frozen=True)
@@ -42,14 +41,9 @@ def receipts(session: Session, offers: Sequence[ElementRow]) -> list[Receipt]:
     """Every receipt of each offer, labelled A, B... as the comparison table labels them,
     in the order they were received."""
     labels = {o.digest: "ABCDEFGHIJ"[i] if i < 10 else str(i + 1) for i, o in enumerate(offers)}
-    query = (
-        select(ObservationRow)
-        .where(ObservationRow.digest.in_(list(labels)))
-        .order_by(ObservationRow.received_at, ObservationRow.id)
-    )
     return [
         Receipt(labels[o.digest], o.digest, o.received_by, o.received_at, o.source, o.carrier)
-        for o in session.execute(query).scalars()
+        for o in observations_of(session, digests=list(labels))
     ]
 
 

@@ -92,7 +92,7 @@ def login_wait(service: Service, *, name_key: str, address_key: str, now: int) -
         )
 
 
-def _is_tls(request: Request) -> bool:
+def is_tls(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
@@ -101,7 +101,7 @@ def _here(request: Request) -> str:
     return request.url.path + query
 
 
-def _safe_next(value: str | None) -> str:
+def safe_next(value: str | None) -> str:
     """Only a path on this site (never ``//host`` or a scheme) is followed after login."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
         return "/"
@@ -173,8 +173,8 @@ Leaver = Annotated[WebUser, Depends(requires(Permission.READ, change=True))]
 @router.get("/login")
 def login_page(request: Request, service: ServiceDep, next: str = "/") -> Response:
     if web_user(request, service) is not None:
-        return secure(RedirectResponse(_safe_next(next), status_code=303))
-    context = {"next": _safe_next(next), "error": None, "username": ""}
+        return secure(RedirectResponse(safe_next(next), status_code=303))
+    context = {"next": safe_next(next), "error": None, "username": ""}
     return render(request, "login.html", {**context, "oidc": bool(service.settings.oidc_issuer)})
 
 
@@ -186,7 +186,7 @@ def login(
     password: Annotated[str, Form(max_length=2000)] = "",
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
-    target = _safe_next(next)
+    target = safe_next(next)
 
     def again(message: str, status: int) -> Response:
         context = {
@@ -230,7 +230,7 @@ def login(
         max_age=lifetime,  # the browser forgets it when the server would refuse it
         httponly=True,
         samesite="lax",
-        secure=_is_tls(request),
+        secure=is_tls(request),
         path="/",
     )
     return secure(response)
@@ -241,7 +241,7 @@ def logout(request: Request, user: Leaver, service: ServiceDep) -> Response:
     token = request.cookies.get(COOKIE, "")
     db.run(service.engine, lambda s: close_session(s, token=token))
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="lax", secure=_is_tls(request))
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="lax", secure=is_tls(request))
     return secure(response)
 
 
