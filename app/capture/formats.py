@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import io
-import math
 import re
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +23,8 @@ from typing import Any, BinaryIO
 import cbor2
 from handoff_context.encoding import MAX_DEPTH, MAX_SAFE_INT, strict_json_loads
 from handoff_context.errors import MalformedError
+
+from app.capture import sse
 
 
 class CaptureFormat(StrEnum):
@@ -47,7 +50,12 @@ class CaptureItem:
 
     source: str
     value: object
-    received_at: int | None = None  # HAR: the entry's startedDateTime
+    received_at: float | None = None  # HAR: the entry's startedDateTime, sub-second
+    # The item's position within what shares its receive time (an event of a HAR stream),
+    # so that host task states from one stream are judged in stream order.
+    seq: int = 0
+    # HAR: the request's URL path; the A2A HTTP+JSON binding names the method in it.
+    path: str | None = None
 
 
 # An item that holds no payload at all (a HAR body that is not JSON) is None: it is counted
@@ -225,30 +233,64 @@ def _har_entries(
                 f"{name}:{where}", f"{where}.startedDateTime is not an ISO 8601 date-time"
             )
             continue
+        path = _har_path(entry)
         for side, body_member in (("request", "postData"), ("response", "content")):
             message = entry.get(side)
             body = message.get(body_member) if isinstance(message, dict) else None
             if not isinstance(body, dict) or not isinstance(body.get("text"), str):
                 continue  # no body: nothing was carried, and it is not an item
-            if body["text"]:
-                yield _har_body(
+            if not body["text"]:
+                continue
+            source, what = f"{name}:{where}.{side}", f"{where}.{side}"
+            # --- seam: an event-stream body is many payloads (app.capture.sse) ---
+            stream = sse.is_event_stream(body.get("mimeType"), body["text"])
+            if stream and body.get("encoding") is None:
+                for event, value in sse.payloads(body["text"], watch=watch):
+                    at = f"{source} event {event.index} (line {event.line})"
+                    if isinstance(value, MalformedError):
+                        yield CarrierError(at, f"{what} {value.detail}")
+                    elif value is not None:
+                        yield CaptureItem(at, value, received_at, event.index, path)
+                    else:
+                        yield None
+                continue
+            # --- end of seam ---
+            yield _at(
+                _har_body(
                     body["text"],
                     body.get("encoding"),
-                    source=f"{name}:{where}.{side}",
-                    what=f"{where}.{side}",
+                    source=source,
+                    what=what,
                     received_at=received_at,
                     watch=watch,
-                )
+                ),
+                received_at,
+                path,
+            )
 
 
-def _har_time(value: object) -> int:
-    """HAR startedDateTime -> NumericDate seconds (floored). Raises ValueError."""
+def _at(item: ItemOrError, received_at: float, path: str | None) -> ItemOrError:
+    """A HAR item with its entry's receive time and request path."""
+    if isinstance(item, CaptureItem):
+        return dataclasses.replace(item, received_at=received_at, path=path)
+    return item
+
+
+def _har_path(entry: dict[str, Any]) -> str | None:
+    request = entry.get("request")
+    url = request.get("url") if isinstance(request, dict) else None
+    return urllib.parse.urlsplit(url).path if isinstance(url, str) else None
+
+
+def _har_time(value: object) -> float:
+    """HAR startedDateTime -> seconds since the epoch, with its fraction (milliseconds in
+    HAR). Freshness floors it to NumericDate seconds later. Raises ValueError."""
     if not isinstance(value, str):
         raise ValueError("startedDateTime must be a string")
     moment = datetime.fromisoformat(value)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)  # HAR requires an offset; assume UTC without one
-    seconds = math.floor(moment.timestamp())
+    seconds = moment.timestamp()
     if not 0 <= seconds <= MAX_SAFE_INT:
         raise ValueError("startedDateTime is before 1970")
     return seconds
@@ -260,7 +302,7 @@ def _har_body(
     *,
     source: str,
     what: str,
-    received_at: int,
+    received_at: float,
     watch: tuple[bytes, ...],
 ) -> ItemOrError:
     if encoding == "base64":
