@@ -54,7 +54,7 @@ class CaptureItem:
     # The item's position within what shares its receive time (an event of a HAR stream),
     # so that host task states from one stream are judged in stream order.
     seq: int = 0
-    # HAR: the request's URL path; the A2A HTTP+JSON binding names the method in it.
+    # HAR, a request body: the URL path (the A2A HTTP+JSON binding names the method in it).
     path: str | None = None
 
 
@@ -233,8 +233,9 @@ def _har_entries(
                 f"{name}:{where}", f"{where}.startedDateTime is not an ISO 8601 date-time"
             )
             continue
-        path = _har_path(entry)
         for side, body_member in (("request", "postData"), ("response", "content")):
+            # The A2A HTTP+JSON binding names a request's method in its path.
+            path = _har_path(entry) if side == "request" else None
             message = entry.get(side)
             body = message.get(body_member) if isinstance(message, dict) else None
             if not isinstance(body, dict) or not isinstance(body.get("text"), str):
