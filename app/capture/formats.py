@@ -395,13 +395,20 @@ def stream_head(stream: BinaryIO) -> bytes:
     """The first bytes of ``stream``, as many as ``detect_format`` looks at (the first line
     and the start of the next; at most ~1 MiB more than a chunk); ``read_stream`` reads
     them again."""
-    head = stream.read(STREAM_CHUNK)
+    head = _read_some(stream, STREAM_CHUNK)
     while len(head) < _HEAD_OCTETS and not _sniffable(head):
-        more = stream.read(STREAM_CHUNK)
+        more = _read_some(stream, STREAM_CHUNK)
         if not more:
             break
         head += more
     return head
+
+
+def _read_some(stream: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes, returning as soon as some are there: on a pipe fed live (a tap),
+    ``read(n)`` would wait for all ``n``."""
+    read1 = getattr(stream, "read1", None)
+    return bytes(read1(n)) if read1 is not None else stream.read(n)
 
 
 def _sniffable(head: bytes) -> bool:
@@ -453,7 +460,7 @@ class _Prefixed(io.RawIOBase):
             self._head = self._head[n:]
             self._read += n
             return n
-        data = self._stream.read(len(buffer))
+        data = _read_some(self._stream, len(buffer))
         buffer[: len(data)] = data
         self._read += len(data)
         return len(data)

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,8 +81,10 @@ class EnvelopeIngest:
     def read(self, item: CaptureItem) -> bool:
         """Keep the item's envelope items for ``flush``; whether it had any (an envelope,
         acceptance, rejection or case event, valid or not)."""
+        # Envelope times are NumericDate seconds; a capture's receive time has a fraction.
+        at = None if item.received_at is None else math.floor(item.received_at)
         found = find_items(
-            item.value, source=item.source, received_at=item.received_at, accepted=self.config.types
+            item.value, source=item.source, received_at=at, accepted=self.config.types
         )
         if found:
             self.pending.append((item, found))

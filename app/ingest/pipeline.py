@@ -64,10 +64,12 @@ from sqlmodel import Session
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
 from app.ingest.envelope import EnvelopeConfig, EnvelopeIngest, EnvelopeReport
+from app.ingest.live import HostStates, timed_batches
 from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_for
 from app.store import db
 from app.store.db import Locks, NeedLocks, digest_lock, execute, hop_lock
 from app.store.derive import HopKey, affected_hops, derive_hops
+from app.store.host import stored_keys
 from app.store.memory import StoreMemory, store_element, store_verifier
 from app.store.models import ElementRow
 from app.store.records import (
@@ -134,6 +136,9 @@ class IngestReport:
     errors: list[ItemError] = field(default_factory=list)
     skipped: int = 0  # items with neither a signed handoff nor an envelope item
     stored: int = 0  # elements stored for the first time
+    # Observations whose observation id was stored already (a shipper's retry): neither
+    # stored nor judged again, and never counted as a duplicate.
+    redelivered: int = 0
     envelopes: EnvelopeReport = field(default_factory=EnvelopeReport)
     sink: Callable[[Verdict], None] | None = None
     _outcomes: Counter[str] = field(default_factory=Counter)
@@ -146,6 +151,7 @@ class IngestReport:
         counts = {o.value: self._outcomes[o.value] for o in Outcome}
         counts.update(verdicts=self._first + len(self.verdicts), skipped=self.skipped)
         counts.update(errors=len(self.errors), stored=self.stored, **self.envelopes.counts)
+        counts.update(redelivered=self.redelivered)
         return counts
 
     def add(self, verdict: Verdict, observation: int | None = None) -> None:
@@ -203,22 +209,45 @@ def ingest(
     clock = int(time.time()) if now is None else now
     report = IngestReport(sink=on_verdict)
     envelopes = EnvelopeIngest(pipeline.engine, pipeline.envelope, pipeline.objects, clock)
+    host = HostStates(receiver=pipeline.options.receiver, at=pipeline.options.at)
     for name, data in inputs:
         stats = ExtractStats()
         items = read_capture(
-            data, name=name, content_type=content_type, stats=stats, on_item=envelopes.read
+            data,
+            name=name,
+            content_type=content_type,
+            stats=stats,
+            on_item=envelopes.read,
+            on_host=host.read,
         )
         done = 0
-        for batch in _batches(items):
+        for batch in _batches(items, live=_is_pipe(data)):
+            # --- live hook (app.ingest.live): a long-running input is judged at the
+            # store's clock of each batch, not of its start ---
+            clock = int(time.time()) if now is None else now
             for outcome in _run_batch(pipeline, batch, clock):
                 _report(report, outcome)
+            _flush_host(pipeline, host, report, clock)
+            # --- end of live hook ---
             done += len(batch)
             if progress is not None:
                 progress(name, done, _fraction_read(data))
+        _flush_host(pipeline, host, report, clock)
         report.skipped += stats.without_handoff
         envelopes.flush(report.envelopes)  # docs/envelopes.md
+    report.redelivered += host.redelivered
     report.finish()
     return report
+
+
+def _flush_host(pipeline: Pipeline, host: HostStates, report: IngestReport, now: int) -> None:
+    """Store the host task states read so far (app.ingest.live); a database failure is
+    reported, never raised."""
+    try:
+        host.flush(pipeline.engine, now=now, timing=pipeline.timing)
+    except SQLAlchemyError as exc:
+        first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        report.errors.append(ItemError("host task states", f"database error: {first_line}"))
 
 
 def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) -> IngestReport:
@@ -233,10 +262,26 @@ def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) ->
     return report
 
 
-def _batches(items: Iterable[Found]) -> Iterator[list[Found]]:
+def _batches(items: Iterable[Found], *, live: bool = False) -> Iterator[list[Found]]:
+    """Batches of ``BATCH_ITEMS``; from a stream (``live``), also cut after
+    ``live.FLUSH_SECONDS``, so that a trickling pipe is committed at least once a second."""
+    if live:
+        yield from timed_batches(items, size=BATCH_ITEMS)
+        return
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, BATCH_ITEMS)):
         yield batch
+
+
+def _is_pipe(data: Capture) -> bool:
+    """A stream that cannot seek (stdin on a pipe): it may trickle, so it is batched by
+    time too (``app.ingest.live``)."""
+    if isinstance(data, bytes):
+        return False
+    try:
+        return not data.seekable()
+    except (OSError, ValueError):
+        return True
 
 
 def _fraction_read(data: Capture) -> float | None:
@@ -252,6 +297,9 @@ def _fraction_read(data: Capture) -> float | None:
 def _report(report: IngestReport, outcome: _Done | ItemError) -> None:
     if isinstance(outcome, ItemError):
         report.errors.append(outcome)
+        return
+    if outcome.verdict is None:
+        report.redelivered += 1
         return
     report.add(outcome.verdict, outcome.observation)
     report.stored += outcome.new
@@ -371,7 +419,7 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
 
 @dataclass
 class _Done:
-    verdict: Verdict
+    verdict: Verdict | None  # None: a redelivered observation (its id is stored already)
     observation: int | None = None
     new: int = 0
     judged_again: dict[int, Verdict] = field(default_factory=dict)
@@ -443,6 +491,8 @@ class _Item:
         return self._verifier(fresh=True)
 
     def run(self, item: Carried, obj: HandoffObject | StatusObject, element: Element) -> _Done:
+        if item.key is not None and stored_keys(self.session, [item.key]):
+            return _Done(None)  # a shipper's retry of a stored observation (app.store.host)
         ctx = context_for(item, self.p.options)
         obj = self._with_stored_chain(obj, element)
         new = self._is_new(element.digest)

@@ -7,7 +7,6 @@ persistence around the same calls.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path

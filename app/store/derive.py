@@ -47,6 +47,7 @@ from app.envelope.ledger import CaseRules
 from app.store.db import Locks, digest_lock, execute, hop_lock, upsert
 from app.store.envelopes import case_due_conditions, sweep_cases
 from app.store.flags import sync_flags
+from app.store.host import host_observations
 from app.store.models import (
     ElementRow,
     HopRow,
@@ -231,15 +232,9 @@ def _downstream(session: Session, offers: Sequence[bytes]) -> list[DownstreamFac
     return [DownstreamFact(r.digest, r.iss, r.hop, canceled.get(r.digest)) for r in rows]
 
 
-_HOST = select(ObservationRow.task_state, ObservationRow.received_at).where(
-    ObservationRow.digest.in_(bindparam("b_digests", expanding=True)),
-    ObservationRow.task_state.is_not(None),
-)
-
-
 def _host(session: Session, digests: Sequence[bytes]) -> list[HostObservation]:
-    rows = execute(session, _HOST, {"b_digests": list(digests)})
-    return [HostObservation(r.task_state, r.received_at) for r in rows]
+    # Every captured state of the hop's tasks, with or without an element (app.store.host).
+    return host_observations(session, digests)
 
 
 _REJECTIONS = (

@@ -1,0 +1,118 @@
+"""Host task states (SPEC 8: the host keeps its own task state beside the hop's) and the
+observation ids that make a shipper's retry harmless.
+
+Every captured A2A Task or status update with a task id and a state is a ``HostStateRow``,
+whether or not it carried a handoff element; a hop reads those of the tasks its own
+observations name (and its offer's ``task``). They are kept in their own table because most
+of them carry no element to hang an observation on (a delegate that cancels without
+echoing a signed ``canceled`` still says CANCELED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+from handoff_context.lifecycle import HostObservation
+from sqlalchemy import bindparam, insert, select, union
+from sqlmodel import Session
+
+from app.capture.carriers import Carried, HostState
+from app.store.db import execute
+from app.store.models import ElementRow, HostStateRow, ObservationRow
+
+_ADD = insert(HostStateRow)
+
+
+def host_values(
+    state: Carried | HostState, *, received_at: int, received_by: str | None, now: int
+) -> dict[str, Any]:
+    """A row for one captured task state; ``received_at`` is what the checks used."""
+    assert state.task_id is not None and state.task_state is not None
+    key = state.key if isinstance(state, HostState) else None
+    return {
+        "task_id": state.task_id,
+        "task_state": state.task_state,
+        "dialog": state.dialog,
+        "received_at": received_at,
+        "received_exact": state.received_at,
+        "seq": state.seq,
+        "received_by": received_by,
+        "source": state.source,
+        "carrier": state.carrier.value,
+        "ingested_at": now,
+        "observation_key": key,
+    }
+
+
+def add_host_states(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    if rows:
+        session.connection().execute(_ADD, list(rows))
+
+
+_KNOWN_OBSERVATIONS = select(ObservationRow.observation_key).where(
+    ObservationRow.observation_key.in_(bindparam("b_keys", expanding=True))
+)
+_KNOWN_HOST = select(HostStateRow.observation_key).where(
+    HostStateRow.observation_key.in_(bindparam("b_keys", expanding=True))
+)
+
+
+def stored_keys(session: Session, keys: Collection[str]) -> set[str]:
+    """Which of these observation ids are stored already (a shipper's retry)."""
+    if not keys:
+        return set()
+    params = {"b_keys": list(keys)}
+    found = set(execute(session, _KNOWN_OBSERVATIONS, params).scalars())
+    return found | set(execute(session, _KNOWN_HOST, params).scalars())
+
+
+_TASK_HOPS = union(
+    select(ElementRow.hop_iss, ElementRow.hop)
+    .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
+    .where(ObservationRow.task_id.in_(bindparam("b_tasks", expanding=True))),
+    select(ElementRow.hop_iss, ElementRow.hop).where(
+        ElementRow.type == "offer", ElementRow.task.in_(bindparam("b_tasks", expanding=True))
+    ),
+)
+
+
+def hops_of_tasks(session: Session, task_ids: Iterable[str]) -> set[tuple[str, str]]:
+    """The hops whose elements were observed in (or whose offer names) one of these tasks."""
+    tasks = sorted(set(task_ids))
+    if not tasks:
+        return set()
+    return {(r.hop_iss, r.hop) for r in execute(session, _TASK_HOPS, {"b_tasks": tasks})}
+
+
+_HOP_TASKS = union(
+    select(ObservationRow.task_id).where(
+        ObservationRow.digest.in_(bindparam("b_digests", expanding=True)),
+        ObservationRow.task_id.is_not(None),
+    ),
+    select(ElementRow.task).where(
+        ElementRow.digest.in_(bindparam("b_digests", expanding=True)),
+        ElementRow.task.is_not(None),
+    ),
+).subquery()
+_HOST = select(
+    HostStateRow.id,
+    HostStateRow.task_state,
+    HostStateRow.received_at,
+    HostStateRow.received_exact,
+    HostStateRow.seq,
+).where(HostStateRow.task_id.in_(select(_HOP_TASKS.c[0])))
+
+
+def host_observations(session: Session, digests: Sequence[bytes]) -> list[HostObservation]:
+    """Every captured state of the tasks these elements were observed in, with the order
+    key ``derive_hop`` judges them by: receive time, position in its stream, arrival."""
+    rows = execute(session, _HOST, {"b_digests": list(digests)})
+    return [
+        HostObservation(
+            r.task_state,
+            r.received_exact if r.received_exact is not None else float(r.received_at),
+            order=(r.seq, r.id),
+        )
+        for r in rows
+    ]
