@@ -42,7 +42,10 @@ class HandoffTap:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        exchange = _Exchange(self.reporter, str(scope.get("path", "")))
+        # The raw path: a task id may hold an escaped "/" (the cancel's path names it).
+        raw = scope.get("raw_path")
+        path = raw.decode("latin-1") if isinstance(raw, bytes) else str(scope.get("path", ""))
+        exchange = _Exchange(self.reporter, path.split("?", 1)[0])
 
         async def tapped_receive() -> Message:
             message = await receive()
