@@ -19,10 +19,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
+def serving(app: Any, *, port: int | None = None, lifespan: str = "off") -> Iterator[str]:
     """Serve ``app`` on a loopback port until the block ends; yields its base URL."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -34,10 +36,12 @@ def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
         thread.join(30)
 
 
-def wait_until(ready: Any, *, what: str, timeout: float = 30.0) -> None:
-    """Poll a readiness condition (never a fixed sleep standing in for it)."""
+def wait_until(ready: Any, *, what: Any, timeout: float = 30.0, interval: float = 0.01) -> None:
+    """Poll a readiness condition (never a fixed sleep standing in for it). ``what``: a
+    text, or a callable giving one, for the error."""
     deadline = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} was not ready within {timeout} s")
-        time.sleep(0.01)
+            said = what() if callable(what) else what
+            raise TimeoutError(f"{said} was not ready within {timeout} s")
+        time.sleep(interval)

@@ -6,17 +6,19 @@ from handoff_context.taps.httpx import async_hooks
 client = httpx.AsyncClient(event_hooks=async_hooks(reporter))  # or sync_hooks for Client
 ```
 
-The a2a-sdk and mcp clients take an ``httpx.AsyncClient``. Each request body is reported
-(``observe_sent``, with ``to`` as its receiver when given) and each response
-(``observe_received``): a JSON body once read, an event stream event by event as the
-client reads it. The response's byte stream is wrapped, not read ahead: the client gets
-every chunk unchanged and as soon as httpx has it. httpx is the agent's dependency, not
-the library's; it is imported only when these hooks are made.
+The a2a-sdk client takes an ``httpx.AsyncClient``, the mcp 2.x client an
+``httpx2.AsyncClient`` (its fork with the same API): the hooks serve both. Each request body
+is reported (``observe_sent``, with ``to`` as its receiver when given) and each response
+(``observe_received``): a JSON body once read, an event stream event by event as the client
+reads it. The response's byte stream is wrapped, not read ahead: the client gets every
+chunk unchanged and as soon as httpx has it. httpx is the agent's dependency, not the
+library's: the wrapper's base class is taken from the package of the response it wraps.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -51,11 +53,11 @@ def _safely(step: Callable[[], None]) -> None:
         log.debug("handoff tap: could not read a response", exc_info=True)
 
 
-def async_hooks(reporter: Reporter, *, to: str | None = None) -> dict[str, list[Any]]:
-    """Event hooks for ``httpx.AsyncClient(event_hooks=...)``."""
-    import httpx
+@functools.cache
+def _async_tee(package: str) -> type:
+    base = importlib.import_module(package).AsyncByteStream
 
-    class Tee(httpx.AsyncByteStream):
+    class Tee(base):  # type: ignore[misc,valid-type]
         def __init__(self, inner: Any, reader: ResponseReader) -> None:
             self.inner, self.reader = inner, reader
 
@@ -68,20 +70,14 @@ def async_hooks(reporter: Reporter, *, to: str | None = None) -> dict[str, list[
         async def aclose(self) -> None:
             await self.inner.aclose()
 
-    async def on_request(request: httpx.Request) -> None:
-        _report_request(reporter, request, to)
-
-    async def on_response(response: httpx.Response) -> None:
-        response.stream = Tee(response.stream, _reader(reporter, response))
-
-    return {"request": [on_request], "response": [on_response]}
+    return Tee
 
 
-def sync_hooks(reporter: Reporter, *, to: str | None = None) -> dict[str, list[Any]]:
-    """Event hooks for ``httpx.Client(event_hooks=...)``."""
-    import httpx
+@functools.cache
+def _sync_tee(package: str) -> type:
+    base = importlib.import_module(package).SyncByteStream
 
-    class Tee(httpx.SyncByteStream):
+    class Tee(base):  # type: ignore[misc,valid-type]
         def __init__(self, inner: Any, reader: ResponseReader) -> None:
             self.inner, self.reader = inner, reader
 
@@ -94,10 +90,36 @@ def sync_hooks(reporter: Reporter, *, to: str | None = None) -> dict[str, list[A
         def close(self) -> None:
             self.inner.close()
 
-    def on_request(request: httpx.Request) -> None:
+    return Tee
+
+
+def _package(response: Any) -> str:
+    return type(response).__module__.split(".", 1)[0]  # "httpx" or "httpx2"
+
+
+def async_hooks(reporter: Reporter, *, to: str | None = None) -> dict[str, list[Any]]:
+    """Event hooks for ``httpx.AsyncClient(event_hooks=...)`` (or httpx2's)."""
+
+    async def on_request(request: Any) -> None:
         _report_request(reporter, request, to)
 
-    def on_response(response: httpx.Response) -> None:
-        response.stream = Tee(response.stream, _reader(reporter, response))
+    async def on_response(response: Any) -> None:
+        response.stream = _async_tee(_package(response))(
+            response.stream, _reader(reporter, response)
+        )
+
+    return {"request": [on_request], "response": [on_response]}
+
+
+def sync_hooks(reporter: Reporter, *, to: str | None = None) -> dict[str, list[Any]]:
+    """Event hooks for ``httpx.Client(event_hooks=...)`` (or httpx2's)."""
+
+    def on_request(request: Any) -> None:
+        _report_request(reporter, request, to)
+
+    def on_response(response: Any) -> None:
+        response.stream = _sync_tee(_package(response))(
+            response.stream, _reader(reporter, response)
+        )
 
     return {"request": [on_request], "response": [on_response]}
