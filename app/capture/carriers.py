@@ -184,8 +184,9 @@ def read_capture(
         fmt = detect_format(data, name=name, content_type=content_type)
         items = read_items(data, name=name, fmt=fmt, watch=watch)
     else:
-        head = stream_head(data)
-        fmt = detect_format(head, name=name, content_type=content_type)
+        live = _is_pipe(data)
+        head = stream_head(data, live=live)
+        fmt = detect_format(head, name=name, content_type=content_type, live=live)
         items = read_stream(data, head, name=name, fmt=fmt, watch=watch)
     for item in items:
         counts.items += 1
@@ -209,6 +210,14 @@ def read_capture(
             else:
                 counts.errors += 1
             yield one
+
+
+def _is_pipe(stream: BinaryIO) -> bool:
+    """A stream that cannot seek (stdin on a pipe) may be a live feed."""
+    try:
+        return not stream.seekable()
+    except (OSError, ValueError):
+        return True
 
 
 # --- extraction from one payload --------------------------------------------------------

@@ -90,7 +90,7 @@ _HAR_START = re.compile(rb'\{[ \t\r\n]*"log"[ \t\r\n]*:[ \t\r\n]*\{')
 
 
 def detect_format(
-    data: bytes, *, name: str | None = None, content_type: str | None = None
+    data: bytes, *, name: str | None = None, content_type: str | None = None, live: bool = False
 ) -> CaptureFormat:
     """Pick the capture format: by content type, else by file extension, else by content.
 
@@ -107,7 +107,22 @@ def detect_format(
         dot = name.rfind(".")
         if dot > name.rfind("/") and name[dot:].lower() in _EXTENSIONS:
             return _EXTENSIONS[name[dot:].lower()]
+    # --- live pipes: one whole JSON line so far is a JSON Lines feed (``stream_head``) ---
+    if live and _one_whole_line(data):
+        return CaptureFormat.JSONL
     return _sniff(data)
+
+
+def _one_whole_line(head: bytes) -> bool:
+    """The head is one whole JSON object or array on its line, and nothing after it yet."""
+    first = _NON_SPACE.search(head)
+    end = -1 if first is None else head.find(b"\n", first.start())
+    if first is None or end < 0 or _NON_SPACE.search(head, end) or head[first.start()] != ord("{"):
+        return False
+    try:
+        return isinstance(strict_json_loads(head[first.start() : end], what="line"), dict)
+    except MalformedError:
+        return False
 
 
 def _sniff(data: bytes) -> CaptureFormat:
@@ -391,12 +406,16 @@ MAX_ITEM_OCTETS = 16 << 20
 _HEAD_OCTETS = 1 << 20  # enough to sniff: the first line, or the start of a document
 
 
-def stream_head(stream: BinaryIO) -> bytes:
+def stream_head(stream: BinaryIO, *, live: bool = False) -> bytes:
     """The first bytes of ``stream``, as many as ``detect_format`` looks at (the first line
     and the start of the next; at most ~1 MiB more than a chunk); ``read_stream`` reads
     them again."""
     head = _read_some(stream, STREAM_CHUNK)
+    # A live pipe (a feed from running agents) stops at one whole JSON line: waiting for
+    # the next would hold the first until more traffic comes (``detect_format(live=)``).
     while len(head) < _HEAD_OCTETS and not _sniffable(head):
+        if live and _one_whole_line(head):
+            break
         more = _read_some(stream, STREAM_CHUNK)
         if not more:
             break
