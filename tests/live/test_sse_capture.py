@@ -225,3 +225,29 @@ def test_real_streams_read_event_by_event(binding: str, version: str, streaming:
     last = [h for h in host if h.task_id == canceled_task][-1]
     assert last.task_state == "TASK_STATE_CANCELED"
     assert all(isinstance(h.received_at, float) for h in host)
+
+
+def test_an_event_stream_request_body_is_read_too() -> None:
+    # Some clients stream their requests (MCP's server-to-client requests travel the other
+    # way): a request body in text/event-stream is read event by event like a response.
+    send = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "build", "_meta": {MCP_META_KEY: {"offer": "o"}}},
+    }
+    body = f"id: 1\nevent: message\ndata: {json.dumps(send)}\n\n"
+    entry = {
+        "startedDateTime": "2026-09-21T14:13:20Z",
+        "request": {
+            "method": "POST",
+            "url": "http://tools/mcp",
+            "postData": {"mimeType": "text/event-stream", "text": body},
+        },
+        "response": {"status": 202, "content": {"mimeType": "text/plain", "text": ""}},
+    }
+    carried, errors, _ = _read(_har([entry]))
+    assert errors == []
+    assert [(c.source, c.role) for c in carried] == [
+        ("s.har:entries[0].request event 0 (line 1)", Role.OFFER)
+    ]
