@@ -53,7 +53,7 @@ def test_events_lf_crlf_cr_multiline_comments_and_fields() -> None:
     assert [(e.index, e.line, e.data, e.event, e.id) for e in found] == [
         (0, 2, '{"a":\n 1}', "message", "7"),
         (1, 7, "two", None, "7"),
-        (2, 10, "three", None, "7"),
+        (2, 9, "three", None, "7"),
         (3, 15, "last, without a blank line", None, ""),
     ]
 

@@ -101,8 +101,8 @@ class Decoder:
             return self._dispatch()
         if line.startswith(":"):
             return None  # a comment (sse-starlette's keep-alive pings are these)
-        if not self._data and self._event is None:
-            self._start = self._line
+        if not self._start:
+            self._start = self._line  # the event's first field line
         name, colon, value = line.partition(":")
         if colon and value.startswith(" "):
             value = value[1:]
@@ -116,10 +116,10 @@ class Decoder:
 
     def _dispatch(self) -> Event | None:
         data, event = self._data, self._event
-        self._data, self._event = [], None
+        self._data, self._event, start, self._start = [], None, self._start, 0
         if not data:
             return None
-        found = Event(self._index, self._start, "\n".join(data), event, self._id)
+        found = Event(self._index, start, "\n".join(data), event, self._id)
         self._index += 1
         return found
 
