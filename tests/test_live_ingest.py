@@ -3,14 +3,18 @@ batches cut by time (app.ingest.live, app.store.host; docs/capture-streaming.md)
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from handoff_context.sign import trust_document
 from sqlalchemy import Engine, select
 
+from app.cli import main
 from app.ingest.live import timed_batches
-from app.store.db import transaction
+from app.store.db import make_engine, transaction
 from app.store.models import HostStateRow, ObservationRow
 from tests.conftest import World
 from tests.store.builders import (
@@ -123,3 +127,38 @@ def test_a_trickling_input_is_cut_into_batches_by_time() -> None:
 
 def test_size_still_cuts_batches() -> None:
     assert list(timed_batches(iter(range(5)), size=2, seconds=60)) == [[0, 1], [2, 3], [4]]
+
+
+def test_host_states_without_an_element_survive_export_and_import(
+    engine: Engine, world: World, tmp_path: Path
+) -> None:
+    o = offer(world.planner, world.coder, task="task-1")
+    accepted = status(world.coder, o, "accepted", iat=T0 + 1)
+    run(
+        engine,
+        world.trust,
+        [rec(bundle(o), T0 + 1), rec(a2a_task(accepted, "TASK_STATE_WORKING"), T0 + 1)],
+    )
+    run(engine, world.trust, [rec(bare_task("TASK_STATE_COMPLETED"), T0 + 3)])
+    assert kinds(engine) == [("host-divergence", None)]  # the host says completed, hop accepted
+    source = str(engine.url.render_as_string(hide_password=False))
+    export, trust = tmp_path / "store.jsonl", tmp_path / "trust.json"
+    trust.write_text(json.dumps(trust_document([world.planner, world.coder])))
+    assert main(["export", "--db", source, "--out", str(export)]) == 0
+    target = f"sqlite:///{tmp_path / 'moved.db'}"
+    assert main(["import", "--db", target, "--trust", str(trust), str(export)]) == 0
+    moved = make_engine(target)
+    try:
+        with transaction(moved) as session:
+            states = session.execute(
+                select(HostStateRow.task_state, HostStateRow.element).order_by(HostStateRow.id)
+            ).all()
+        assert sorted(map(tuple, states)) == [
+            ("TASK_STATE_COMPLETED", False),
+            ("TASK_STATE_WORKING", True),
+        ]
+        # Judged again at the import's clock, years later: the accepted hop is also a lost
+        # outcome by now; the host state without an element still says completed.
+        assert ("host-divergence", None) in kinds(moved)
+    finally:
+        moved.dispose()

@@ -48,6 +48,7 @@ def upgrade() -> None:
         sa.Column("received_by", sa.Text(), nullable=True),
         sa.Column("source", sa.Text(), nullable=False),
         sa.Column("carrier", sa.String(16), nullable=True),
+        sa.Column("element", sa.Boolean(), nullable=False),
         sa.Column("ingested_at", TIME, nullable=False),
         sa.Column("observation_key", sa.String(160), nullable=True),
         sa.UniqueConstraint("observation_key"),
@@ -55,9 +56,9 @@ def upgrade() -> None:
     op.create_index("ix_host_state_task_id", "host_state", ["task_id"])
     op.execute(
         "INSERT INTO host_state (task_id, task_state, dialog, received_at, seq, received_by,"
-        " source, carrier, ingested_at)"
+        " source, carrier, element, ingested_at)"
         " SELECT task_id, task_state, dialog, received_at, 0, received_by, source, carrier,"
-        " ingested_at FROM observation"
+        " TRUE, ingested_at FROM observation"
         " WHERE task_id IS NOT NULL AND task_state IS NOT NULL ORDER BY id"
     )
 

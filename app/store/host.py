@@ -40,6 +40,7 @@ def host_values(
         "received_by": received_by,
         "source": state.source,
         "carrier": state.carrier.value,
+        "element": isinstance(state, Carried),
         "ingested_at": now,
         "observation_key": key,
     }

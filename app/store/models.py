@@ -154,6 +154,9 @@ class HostStateRow(SQLModel, table=True):
     received_by: str | None = Field(default=None, sa_type=Text)
     source: str = Field(sa_type=Text)
     carrier: str | None = Field(default=None, sa_type=String(16))
+    # True when it rode with an element: an import re-creates it from that observation, so
+    # only the others are exported (app.store.transfer).
+    element: bool = False
     ingested_at: int = _time()
     observation_key: str | None = _observation_key()
 
