@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -138,6 +139,10 @@ def build_tap(upstream: str, reporter: Reporter, client: httpx.AsyncClient) -> H
     return HandoffTap(forwarding_app(upstream, client), reporter)
 
 
+def _exit_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
 def cmd_tap(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -145,6 +150,10 @@ def cmd_tap(args: argparse.Namespace) -> int:
     reporter = Reporter(args.service, args.token, receiver=args.receiver)
     # No timeout on reading: a stream may stay open as long as its task runs.
     client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None), trust_env=False)
+    # uvicorn shuts down gracefully on SIGTERM and then raises the signal again, which by
+    # default ends the process at once: the reporter would lose what it still holds. Made
+    # an exit instead, the ``finally`` below flushes first.
+    signal.signal(signal.SIGTERM, _exit_on_term)
     try:
         uvicorn.run(
             build_tap(args.upstream, reporter, client),

@@ -28,6 +28,9 @@ service's ``POST /api/v1/ingest``. What it promises the agent:
   ``redelivered``, never as a retransmission (``duplicate``).
 - **Flush**: ``flush()`` waits (up to a timeout) until everything queued was delivered or
   given up; the reporter flushes at interpreter exit too. ``close()`` flushes and stops.
+  A process ended by a signal's default action runs no exit handlers: uvicorn, after a
+  graceful shutdown on SIGTERM, raises SIGTERM again. Call ``close()`` in the server's
+  shutdown (an ASGI lifespan handler), or make SIGTERM an exit (``handoff-trace tap`` does).
 
 It finds the handoff elements itself: a message is queued when it carries our A2A extension
 key or MCP ``_meta`` key, or is an A2A Task or status update (the host keeps its own task
