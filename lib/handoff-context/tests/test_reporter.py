@@ -175,3 +175,29 @@ def test_it_flushes_at_interpreter_exit(service: Service) -> None:
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert [r["payload"] for r in service.records] == [a2a_send(9)]
+
+
+def test_an_asyncio_agent_reports_and_flushes_without_blocking_its_loop(service: Service) -> None:
+    import asyncio
+
+    async def agent() -> tuple[bool, int]:
+        reporter = Reporter(service.url, "t", receiver=RECEIVER, interval=0.01)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        running = asyncio.create_task(ticker())
+        for n in range(3):
+            reporter.observe_received(a2a_send(n))
+        flushed = await reporter.aflush(10)
+        running.cancel()
+        reporter.close()
+        return flushed, ticks
+
+    flushed, ticks = asyncio.run(agent())
+    assert flushed and len(service.records) == 3
+    assert ticks > 0  # the loop kept running while the flush waited
