@@ -28,14 +28,25 @@ Choices this module makes where SPEC is silent:
   status object is ``offer-carrier`` when it has ``offer``, else ``status-carrier`` (a
   ``canceled`` is only known once the element is decoded); a bare A2A message takes its
   sender's role (user: offer, agent: status).
-- A capture record's ``received_at`` may be a float (floored to whole seconds); a null member
-  counts as absent; a record inside a record is an error. An array payload is a JSON-RPC
-  batch (one level), its items named ``source[i]``.
+- A capture record's ``received_at`` may be a float: it is kept with its fraction (the order
+  of events within a second), and the checks floor it to NumericDate seconds; a null member
+  counts as absent; a record inside a record is an error. A record's ``id`` (an observation
+  id, 1 to 128 printable ASCII characters) names the observation, so that a shipper's retry
+  of it is stored once (``Carried.key``); ids are unique per sender, not checked here.
+- Host task states (``HostState``) are read from every A2A Task and status update with a
+  task id and a state, whether or not it carries a handoff element; ``read_capture`` hands
+  those without an element to ``on_host`` (those with one travel in their ``Carried``).
+- The A2A HTTP+JSON binding: bodies are the JSON-RPC ``params`` and ``result`` without their
+  envelope, which the A2A objects' own shapes identify; only a cancel
+  (``POST .../tasks/{id}:cancel``) is known by its path, which also names the task.
+- An array payload is a JSON-RPC batch (one level), its items named ``source[i]``.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -65,6 +76,7 @@ __all__ = [
     "CarrierError",
     "ExtractStats",
     "Found",
+    "HostState",
     "Role",
     "detect_format",
     "extract",
@@ -101,12 +113,30 @@ class Carried:
     value: Mapping[str, Any]
     carrier: Carrier
     dialog: str | None
-    received_at: int | None
+    received_at: float | None  # seconds with their fraction; the checks floor it
     received_by: str | None
     record_dialog: str | None
     task_id: str | None
     task_state: str | None
     role: Role
+    key: str | None = None  # the observation id of its capture record, made unique per object
+    seq: int = 0  # position among what shares its receive time (a stream's events)
+
+
+@dataclass(frozen=True)
+class HostState:
+    """An A2A task state as captured (SPEC 8: the host keeps its own task state), from a
+    Task or a status update, with or without a handoff element in it."""
+
+    source: str
+    carrier: Carrier
+    task_id: str
+    task_state: str  # the A2A 1.0 name
+    dialog: str | None
+    received_at: float | None
+    received_by: str | None
+    key: str | None = None
+    seq: int = 0
 
 
 @dataclass
@@ -132,6 +162,7 @@ def read_capture(
     content_type: str | None = None,
     stats: ExtractStats | None = None,
     on_item: Callable[[CaptureItem], bool] | None = None,
+    on_host: Callable[[HostState], None] | None = None,
 ) -> Iterator[Found]:
     """Yield every carried object and every item error of a capture file, in file order.
 
@@ -139,7 +170,8 @@ def read_capture(
     (``detect_format``). ``stats``, when given, is updated as the items are read.
     ``on_item`` sees every decoded payload too (envelope handoffs are read from it) and says
     whether it found something there, so an item it claims is not counted as without a
-    handoff. Never
+    handoff. ``on_host`` receives the host task states that carry no element
+    (``HostState``), in file order, before the item's carried objects. Never
     raises on bad input: a bad item yields a ``CarrierError`` and reading goes on (SPEC 10),
     except inside a CBOR sequence, which cannot be resynchronised after a broken item.
 
@@ -154,8 +186,9 @@ def read_capture(
         fmt = detect_format(data, name=name, content_type=content_type)
         items = read_items(data, name=name, fmt=fmt, watch=watch)
     else:
-        head = stream_head(data)
-        fmt = detect_format(head, name=name, content_type=content_type)
+        live = _is_pipe(data)
+        head = stream_head(data, live=live)
+        fmt = detect_format(head, name=name, content_type=content_type, live=live)
         items = read_stream(data, head, name=name, fmt=fmt, watch=watch)
     for item in items:
         counts.items += 1
@@ -164,7 +197,12 @@ def read_capture(
         if isinstance(item, CarrierError):
             found = [item]
         elif isinstance(item, CaptureItem):
-            found = extract(item.value, source=item.source, received_at=item.received_at)
+            found = []
+            for one in _found(item.value, _item_context(item)):
+                if not isinstance(one, HostState):
+                    found.append(one)
+                elif on_host is not None:
+                    on_host(one)
             claimed = on_item is not None and on_item(item)
         if not found and not claimed:
             counts.without_handoff += 1
@@ -176,24 +214,47 @@ def read_capture(
             yield one
 
 
+def _is_pipe(stream: BinaryIO) -> bool:
+    """A stream that cannot seek (stdin on a pipe) may be a live feed."""
+    try:
+        return not stream.seekable()
+    except (OSError, ValueError):
+        return True
+
+
 # --- extraction from one payload --------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Context:
     source: str
-    received_at: int | None = None
+    received_at: float | None = None
     received_by: str | None = None
     record_dialog: str | None = None
     in_record: bool = False
     in_batch: bool = False
+    key: str | None = None  # the capture record's observation id
+    seq: int = 0
+    path: str | None = None  # HAR: the request's URL path
+
+
+def _item_context(item: CaptureItem) -> _Context:
+    return _Context(source=item.source, received_at=item.received_at, seq=item.seq, path=item.path)
+
+
+def _found(payload: object, context: _Context) -> Iterator[Found | HostState]:
+    """``_payload``, with each object of a keyed record given its own key (``id:n``)."""
+    for n, one in enumerate(_payload(payload, context)):
+        if isinstance(one, Carried | HostState) and one.key is not None:
+            one = replace(one, key=f"{one.key}:{n}")
+        yield one
 
 
 def extract(
     payload: object,
     *,
     source: str,
-    received_at: int | None = None,
+    received_at: float | None = None,
     received_by: str | None = None,
     record_dialog: str | None = None,
 ) -> list[Found]:
@@ -212,7 +273,7 @@ def extract(
         received_by=received_by,
         record_dialog=record_dialog,
     )
-    return list(_payload(payload, context))
+    return [one for one in _found(payload, context) if not isinstance(one, HostState)]
 
 
 def _type_name(value: object) -> str:
@@ -226,7 +287,7 @@ def _type_name(value: object) -> str:
     return names.get(type(value), f"a {type(value).__name__}")
 
 
-def _payload(value: object, context: _Context) -> Iterator[Found]:
+def _payload(value: object, context: _Context) -> Iterator[Found | HostState]:
     if isinstance(value, list):
         # A JSON-RPC batch. One level only: an array inside a batch is no payload.
         if context.in_batch:
@@ -245,6 +306,8 @@ def _payload(value: object, context: _Context) -> Iterator[Found]:
         yield _carried(value, context, "the object", carrier=Carrier.RAW, role=role)
     elif "payload" in value:
         yield from _capture_record(value, context)
+    elif context.path is not None and (task := _rest_cancel(context.path)) is not None:
+        yield from _cancel(value, context, carrier=Carrier.A2A_1_0, task_id=task)
     elif isinstance(value.get("method"), str):
         yield from _request(value, context)
     elif "result" in value:
@@ -292,6 +355,8 @@ def _carried(
         task_id=task_id,
         task_state=task_state,
         role=role,
+        key=context.key,
+        seq=context.seq,
     )
 
 
@@ -317,6 +382,9 @@ def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Fo
         record_dialog = context.record_dialog
         if record.get("dialog") is not None:
             record_dialog = check_identifier(record["dialog"], what="dialog")
+        key = context.key
+        if record.get("id") is not None:
+            key = check_identifier(record["id"], what="id", limit=_MAX_KEY)
     except MalformedError as exc:
         yield CarrierError(context.source, f"capture record: {exc.detail}")
         return
@@ -326,18 +394,22 @@ def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Fo
         received_by=received_by,
         record_dialog=record_dialog,
         in_record=True,
+        key=key,
     )
     yield from _payload(record["payload"], inner)
 
 
-def _seconds(value: object) -> int:
-    """A capture record's received_at: NumericDate seconds, a fraction floored."""
+# An observation id: long enough for a UUID or a sender-prefixed counter, short enough to
+# index.
+_MAX_KEY = 128
+
+
+def _seconds(value: object) -> float:
+    """A capture record's received_at: seconds, its fraction kept (the checks floor it)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MalformedError("received_at must be a number of seconds")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise MalformedError("received_at must be a finite number")
-        value = math.floor(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise MalformedError("received_at must be a finite number")
     if not 0 <= value <= MAX_SAFE_INT:
         raise MalformedError(f"received_at must be between 0 and {MAX_SAFE_INT}")
     return value
@@ -379,23 +451,40 @@ def _request(value: Mapping[str, Any], context: _Context) -> Iterator[Found]:
         carrier = _A2A_SEND[method]
         yield from _a2a_message(params.get("message"), context, carrier=carrier, role=Role.OFFER)
     elif method in _A2A_CANCEL:
-        # SPEC 9: a delegator's canceled rides in the cancel request's own metadata. The
-        # request names the task ("id") but no context, so the carrier dialog is unknown.
-        metadata = params.get("metadata")
-        if isinstance(metadata, Mapping) and A2A_EXTENSION_URI in metadata:
-            yield _carried(
-                metadata[A2A_EXTENSION_URI],
-                context,
-                "params.metadata",
-                carrier=_A2A_CANCEL[method],
-                role=Role.CANCEL,
-                task_id=_text(params.get("id")),
-            )
+        carrier = _A2A_CANCEL[method]
+        yield from _cancel(params, context, carrier=carrier, task_id=_text(params.get("id")))
     elif method in _MCP_METHODS:
         yield from _mcp_meta(params, context, "params._meta", role=_MCP_METHODS[method])
 
 
-def _response(result: object, context: _Context) -> Iterator[Found]:
+def _cancel(
+    params: Mapping[str, Any], context: _Context, *, carrier: Carrier, task_id: str | None
+) -> Iterator[Found]:
+    # SPEC 9: a delegator's canceled rides in the cancel request's own metadata. The
+    # request names the task but no context, so the carrier dialog is unknown.
+    metadata = params.get("metadata")
+    if isinstance(metadata, Mapping) and A2A_EXTENSION_URI in metadata:
+        yield _carried(
+            metadata[A2A_EXTENSION_URI],
+            context,
+            "params.metadata",
+            carrier=carrier,
+            role=Role.CANCEL,
+            task_id=task_id,
+        )
+
+
+# The A2A HTTP+JSON binding's cancel: POST [/{tenant}]/v1/tasks/{id}:cancel (a2a-sdk serves
+# it under any prefix, so only the end of the path is matched).
+_REST_CANCEL = re.compile(r"/tasks/([^/]+):cancel$")
+
+
+def _rest_cancel(path: str) -> str | None:
+    match = _REST_CANCEL.search(path)
+    return urllib.parse.unquote(match.group(1)) if match else None
+
+
+def _response(result: object, context: _Context) -> Iterator[Found | HostState]:
     if not isinstance(result, Mapping):
         return
     if isinstance(result.get("_meta"), Mapping):  # only MCP results have "_meta"
@@ -423,7 +512,9 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _a2a_object(obj: Mapping[str, Any], context: _Context, *, role: Role | None) -> Iterator[Found]:
+def _a2a_object(
+    obj: Mapping[str, Any], context: _Context, *, role: Role | None
+) -> Iterator[Found | HostState]:
     """A result or bare A2A object: Message, Task, status update, or a 1.0 wrapper of one."""
     kind = obj.get("kind")
     if kind is not None:  # A2A 0.3 names every object's kind
@@ -510,8 +601,9 @@ def _a2a_message(
 
 def _a2a_task(
     task: Mapping[str, Any], context: _Context, *, carrier: Carrier | None
-) -> Iterator[Found]:
-    """A Task or a status update event: the status rides in ``status.message``."""
+) -> Iterator[Found | HostState]:
+    """A Task or a status update event: the status rides in ``status.message``; the host
+    task state is read whether or not it carries one."""
     status = task.get("status")
     if not isinstance(status, Mapping):
         return
@@ -519,12 +611,30 @@ def _a2a_task(
     normal_state = None
     if isinstance(state, str):
         normal_state = state if state in _TASK_STATES_1_0 else _TASK_STATES_0_3.get(state)
-    yield from _a2a_message(
-        status.get("message"),
-        context,
-        carrier=carrier or _version_of(task),
-        role=Role.STATUS,
-        task_id=_text(task.get("id")) or _text(_field(task, "taskId", "task_id")),
-        task_context=_text(_field(task, "contextId", "context_id")),
-        task_state=normal_state,
+    carrier = carrier or _version_of(task)
+    task_id = _text(task.get("id")) or _text(_field(task, "taskId", "task_id"))
+    task_context = _text(_field(task, "contextId", "context_id"))
+    carried = list(
+        _a2a_message(
+            status.get("message"),
+            context,
+            carrier=carrier,
+            role=Role.STATUS,
+            task_id=task_id,
+            task_context=task_context,
+            task_state=normal_state,
+        )
     )
+    yield from carried
+    if not carried and task_id is not None and normal_state is not None and _storable(task_id):
+        yield HostState(
+            source=context.source,
+            carrier=carrier,
+            task_id=task_id,
+            task_state=normal_state,
+            dialog=task_context if task_context and _storable(task_context) else None,
+            received_at=context.received_at,
+            received_by=context.received_by,
+            key=context.key,
+            seq=context.seq,
+        )

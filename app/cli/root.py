@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.cli.transfer import add_transfer_commands
 
     add_transfer_commands(sub)
+    from app.cli.tap import add_tap_command
+
+    add_tap_command(sub)
     return parser
 
 
