@@ -110,6 +110,19 @@ def test_a_retried_batch_is_stored_once_and_never_counted_as_a_retransmission(
     assert observations(engine, o) == 2
 
 
+def test_an_id_repeated_within_one_batch_is_stored_once(engine: Engine, world: World) -> None:
+    # A second record with the same id in the same batch, signed element or bare host
+    # state, is a redelivery too, not only one in a later batch or request.
+    o = offer(world.planner, world.coder, task="task-1")
+    record = keyed(rec(bundle(o), T0 + 1), "r-1")
+    bare = keyed(rec(bare_task("TASK_STATE_WORKING"), T0 + 2), "r-2")
+    report = run(engine, world.trust, [record, bare, record, bare])
+    assert (report.counts["accept"], report.counts["redelivered"]) == (1, 2)
+    assert observations(engine, o) == 1
+    with transaction(engine) as session:
+        assert len(session.execute(select(HostStateRow.id)).all()) == 1
+
+
 def test_a_trickling_input_is_cut_into_batches_by_time() -> None:
     released = threading.Event()
 
