@@ -53,7 +53,8 @@ class HostStates:
 
     def flush(self, engine: Engine, *, now: int, timing: Timing) -> None:
         """Store what was read (each observation id once) and re-derive the hops of its
-        tasks, in one transaction. Raises SQLAlchemyError."""
+        tasks, in one transaction. Raises SQLAlchemyError, or BatchFailed when the hops'
+        locks stayed taken."""
         with self._lock:
             states, self._pending = self._pending, []
         if not states:
@@ -61,7 +62,8 @@ class HostStates:
         keys: frozenset[str] = frozenset()
         for _ in range(_RESTARTS):
             try:
-                db.run(
+                # Counted once it committed: a transaction run again must not count twice.
+                self.redelivered += db.run(
                     engine,
                     functools.partial(
                         self._store, states=states, now=now, timing=timing, keys=keys
@@ -82,7 +84,8 @@ class HostStates:
         now: int,
         timing: Timing,
         keys: frozenset[str],
-    ) -> None:
+    ) -> int:
+        """Store the states and derive their hops; how many were redelivered."""
         known = stored_keys(session, {s.key for s in states if s.key is not None})
         rows, fresh, seen = [], [], set(known)
         for state in states:
@@ -94,10 +97,10 @@ class HostStates:
             at = math.floor(state.received_at) if state.received_at is not None else self._at
             by = state.received_by if state.received_by is not None else self._receiver
             rows.append(host_values(state, received_at=at, received_by=by, now=now))
-        self.redelivered += len(states) - len(fresh)
         add_host_states(session, rows)
         hops = hops_of_tasks(session, {s.task_id for s in fresh})
         derive_hops(session, hops, now=now, timing=timing, locks=Locks(session, keys))
+        return len(states) - len(fresh)
 
 
 _END = object()
