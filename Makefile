@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install system-deps browser-deps lint typecheck vectors bench soak fuzz clean
+.PHONY: run test install system-deps browser-deps lint typecheck vectors conformance bench soak fuzz clean
 
 $(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,11 +49,19 @@ typecheck: install
 	$(BIN)/mypy
 
 test: system-deps browser-deps lint typecheck
-	$(BIN)/python tests/vectors/generate.py --check
+	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py --check
 	$(BIN)/pytest -q
 
 vectors: install
-	$(BIN)/python tests/vectors/generate.py
+	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py
+
+# Every published vector through `handoff-trace verify` with the library's conformance kit
+# (one process per vector: a few minutes); the tests run a subset.
+conformance: install
+	$(BIN)/python -m handoff_context.conformance --jobs 2 --verify-cmd \
+	  "$(BIN)/handoff-trace verify --json --trust {trust} --receiver {receiver} --at {at} \
+	  --dialog {dialog} --skew {skew} --max-lifetime {max_lifetime} --max-chain {max_chain} \
+	  --ref-policy {ref_policy} --objects {objects} {input}"
 
 # Benchmarks of issue 5 (see BENCHMARKS.md); the ingest and query ones start a throwaway
 # PostgreSQL too, and every one cleans up what it started, even when interrupted.
@@ -74,7 +82,7 @@ soak: install
 	$(BIN)/python bench/soak.py
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of every target in fuzz/ for FUZZ_SECONDS each,
-# seeded from tests/vectors; the corpus grows in var/fuzz/corpus/TARGET, and a crashing input
+# seeded from the library's vectors; the corpus grows in var/fuzz/corpus/TARGET, and a crashing input
 # is written to var/fuzz/crashes/TARGET/ (make it a vector in tests/vectors/fuzz once fixed).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= jws cose handoff capture carriers verify http

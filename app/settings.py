@@ -8,6 +8,7 @@ store never see this object: they receive the plain values they need.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -15,9 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from handoff_context.encoding import MAX_ELEMENT_OCTETS
-from handoff_context.lifecycle import Timing
-from handoff_context.refs import RefPolicy
+from handoff_context import MAX_ELEMENT_OCTETS, RefPolicy, Timing
 
 from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import DEFAULT_TYPES
@@ -36,6 +35,8 @@ _MAX_LIFETIME = 7 * 24 * 3600
 _MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
 # A login that outlives a month outlives the person's reason to hold it.
 _MAX_SESSION = 30 * 24 * 3600
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+_LOG_FORMATS = ("auto", "json", "text")
 
 
 class SettingsError(HandoffTraceError):
@@ -74,6 +75,23 @@ class Settings:
     login_failures_per_name: int = 5
     login_failures_per_address: int = 30
     login_window_seconds: int = 300
+    # An upload report can be downloaded (from any instance) for this long.
+    upload_report_seconds: int = 3600
+    # ``serve``: where to listen, how many worker processes, and connections per process.
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    db_pool_size: int = 5
+    # Proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (comma-separated
+    # addresses or networks, ``*`` for any); none by default, so a client cannot pick its
+    # own address for the login limits by sending the header itself.
+    forwarded_allow_ips: tuple[str, ...] = ()
+    # Whether GET /api/v1/metrics needs a bearer token (any role). Off only where the
+    # scraper's network is trusted.
+    metrics_require_token: bool = True
+    # Logs: level, and ``json`` lines, ``text``, or ``auto`` (JSON unless on a terminal).
+    log_level: str = "info"
+    log_format: str = "auto"
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -115,6 +133,25 @@ class Settings:
         _at_most("LOGIN_FAILURES_PER_ADDRESS", self.login_failures_per_address, 1000)
         _at_least("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 10)
         _at_most("LOGIN_WINDOW_SECONDS", self.login_window_seconds, 24 * 3600)
+        _at_least("UPLOAD_REPORT_SECONDS", self.upload_report_seconds, 60)
+        _at_least("PORT", self.port, 1)
+        _at_most("PORT", self.port, 65535)
+        _at_least("WORKERS", self.workers, 1)
+        _at_most("WORKERS", self.workers, 64)
+        _at_least("DB_POOL_SIZE", self.db_pool_size, 1)
+        _at_most("DB_POOL_SIZE", self.db_pool_size, 100)
+        for entry in self.forwarded_allow_ips:
+            _check_proxy(entry)
+        if self.log_level not in _LOG_LEVELS:
+            raise SettingsError(
+                f"{PREFIX}LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)}, not {self.log_level!r}"
+            )
+        if self.log_format not in _LOG_FORMATS:
+            raise SettingsError(
+                f"{PREFIX}LOG_FORMAT must be one of {', '.join(_LOG_FORMATS)}, "
+                f"not {self.log_format!r}"
+            )
+        _at_most("UPLOAD_REPORT_SECONDS", self.upload_report_seconds, 7 * 24 * 3600)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -152,6 +189,23 @@ class Settings:
             values["envelope_types"] = frozenset(
                 t.strip().lower() for t in types.split(",") if t.strip()
             )
+        host = get(PREFIX + "HOST")
+        if host is not None:
+            values["host"] = host
+        proxies = get(PREFIX + "FORWARDED_ALLOW_IPS")
+        if proxies is not None:
+            values["forwarded_allow_ips"] = tuple(
+                p.strip() for p in proxies.split(",") if p.strip()
+            )
+        needs_token = get(PREFIX + "METRICS_REQUIRE_TOKEN")
+        if needs_token is not None:
+            values["metrics_require_token"] = _parse_bool(
+                PREFIX + "METRICS_REQUIRE_TOKEN", needs_token
+            )
+        for name in ("log_level", "log_format"):
+            text = get(PREFIX + name.upper())
+            if text is not None:
+                values[name] = text.lower()
         for f in fields(cls):
             if f.type != "int":
                 continue
@@ -210,6 +264,26 @@ def check_database_url(url: str) -> str:
     except UnsupportedDatabase as exc:
         raise SettingsError(exc.detail) from exc
     return url
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name} must be true or false, not {text!r}")
+
+
+def _check_proxy(entry: str) -> None:
+    """A trusted proxy: ``*``, an IP address or a network (CIDR)."""
+    if entry == "*":
+        return
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        raise SettingsError(
+            f"{PREFIX}FORWARDED_ALLOW_IPS: {entry!r} is not an address, a network or *"
+        ) from None
 
 
 def _parse_int(name: str, text: str) -> int:

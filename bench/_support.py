@@ -31,11 +31,14 @@ from cryptography.exceptions import InvalidSignature  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature  # noqa: E402
 from cryptography.hazmat.primitives.hashes import SHA256  # noqa: E402
+from handoff_context import (  # noqa: E402
+    Element,
+    StatusObject,
+    TrustStore,
+    parse_element,
+    parse_object,
+)
 from handoff_context.errors import HandoffError  # noqa: E402
-from handoff_context.handoff import StatusObject, parse_object  # noqa: E402
-from handoff_context.model import Element  # noqa: E402
-from handoff_context.trust import TrustStore  # noqa: E402
-from handoff_context.verify import parse_element  # noqa: E402
 
 from tests import pg  # noqa: E402
 

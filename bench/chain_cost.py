@@ -37,13 +37,19 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-import handoff_context.signature as signature_module
-import handoff_context.verify as verify_module
+import handoff_context._signature as signature_module
+import handoff_context._verify as verify_module
 from _support import RawVerifier, interruptible, postgres, raw_case, write_results
-from handoff_context.model import Form
-from handoff_context.sign import Signer, handoff_object, make_chain, trust_document
-from handoff_context.trust import TrustStore
-from handoff_context.verify import Verifier, parse_element
+from handoff_context import (
+    Form,
+    Signer,
+    TrustStore,
+    Verifier,
+    handoff_object,
+    make_chain,
+    parse_element,
+    trust_document,
+)
 from sqlalchemy import event
 
 from app.ingest.pipeline import Pipeline, ingest

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from _support import interruptible, write_results
-from handoff_context.lifecycle import FlagKind
+
+from app.envelope.flags import FlagKind
 
 BIN = Path(sys.executable).parent / "handoff-trace"
 FLAG_KINDS = {k.value for k in FlagKind}

@@ -56,7 +56,7 @@ from _support import (
     top_element,
     write_results,
 )
-from handoff_context.trust import TrustStore
+from handoff_context import TrustStore
 
 from app.capture.carriers import Carried, read_capture
 from app.demo import DemoConfig, DemoPaths, write_demo

@@ -112,8 +112,7 @@ class _Budget(Exception):
 
 
 def _ingest_job(job: dict[str, Any]) -> dict[str, Any]:
-    from handoff_context.refs import RefPolicy
-    from handoff_context.trust import TrustStore
+    from handoff_context import RefPolicy, TrustStore
     from sqlalchemy import text
 
     from app.ingest.pipeline import Pipeline, ingest

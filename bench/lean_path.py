@@ -41,13 +41,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import handoff_context.signature as signature_module
+import handoff_context._signature as signature_module
 from _support import RawCase, RawVerifier, interruptible, raw_case, top_element, write_results
-from handoff_context.model import Form
-from handoff_context.sign import Signer, handoff_object, make_chain, make_offer, trust_document
-from handoff_context.signature import verify_element
-from handoff_context.trust import TrustStore
-from handoff_context.verify import parse_element
+from handoff_context import (
+    Form,
+    Signer,
+    TrustStore,
+    handoff_object,
+    make_chain,
+    make_offer,
+    parse_element,
+    trust_document,
+)
+from handoff_context._signature import verify_element
 from sqlalchemy import Engine, event
 
 from app.capture.carriers import Carried, read_capture
@@ -311,7 +317,7 @@ def _capture_items(paths: Sequence[Path]) -> tuple[int, list[RawCase]]:
 
 def _ingest_part(job: dict[str, Any]) -> dict[str, Any]:
     """One ingest process: waits for the start, ingests its files, counts statements."""
-    from handoff_context.refs import RefPolicy
+    from handoff_context import RefPolicy
 
     from app.ingest.pipeline import Pipeline, ingest
     from app.ingest.verifying import load_objects

@@ -1,6 +1,6 @@
 """Page render of one dialog of ``--hops`` (2,000) hops: server time and HTML size.
 
-The dialog is a three-level delegation tree signed with the toolkit (``handoff_context.sign``,
+The dialog is a three-level delegation tree signed with the toolkit (``handoff_context``,
 ES256, JWS): agent A hands to B (the root hop), B fans out to ``--fanout`` (40) agents C_j,
 and each C_j hands on to agents of a pool D until the dialog holds ``--hops`` hops. Every hop
 gets a ``completed`` status from its delegate (``--no-statuses``: offers only). Each offer
@@ -39,11 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from _support import RawVerifier, interruptible, raw_case, top_element, write_results
-from handoff_context.encoding import handoff_digest
-from handoff_context.model import StatusState
-from handoff_context.sign import Signer, handoff_object, make_offer, make_status, status_object
-from handoff_context.sign import trust_document as make_trust
-from handoff_context.trust import TrustStore
+from handoff_context import (
+    Signer,
+    StatusState,
+    TrustStore,
+    handoff_digest,
+    handoff_object,
+    make_offer,
+    make_status,
+    status_object,
+)
+from handoff_context import trust_document as make_trust
 
 from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import VerifyOptions

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from _support import RawVerifier, interruptible, write_results
-from handoff_context.refs import RefPolicy
-from handoff_context.trust import TrustStore
+from handoff_context import RefPolicy, TrustStore
 from ingest_bulk import make_capture
 from sqlalchemy import event
 

@@ -22,7 +22,7 @@ by the Alembic migrations). The rows are shaped as ``app.store.derive`` and
   element, observation and ``reject`` verdict, equivocations with their second offer.
 
 Element octets: the first ``--signed`` hops (2,000 by default) are signed for real with the
-toolkit (``handoff_context.sign``, ES256 JWS, keys for the 200 agents) and their digests are
+toolkit (``handoff_context``, ES256 JWS, keys for the 200 agents) and their digests are
 the real handoff digests; every other element's octets are synthetic base64url text of the
 same length as the signed ones, and its digest is the SHA-256 of those octets, as for a
 real element. Secondary indexes are dropped before the load and recreated from their own
@@ -64,9 +64,19 @@ from typing import Any
 
 import psycopg
 from _support import interruptible, postgres, write_results
-from handoff_context.encoding import b64url_encode, digest_text, handoff_digest
-from handoff_context.lifecycle import A2A_STATE, SEVERITY, FlagKind, HopState, Timing
-from handoff_context.sign import Signer, make_offer, make_status
+from handoff_context import (
+    A2A_STATE,
+    SEVERITY,
+    FlagKind,
+    HopState,
+    Signer,
+    Timing,
+    b64url_encode,
+    digest_text,
+    handoff_digest,
+    make_offer,
+    make_status,
+)
 from sqlalchemy import event
 
 from app.store import dashboard, db, queries

@@ -34,8 +34,8 @@ from a2a.types import a2a_pb2 as pb
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.hashes import SHA256
 from google.protobuf import json_format
+from handoff_context import Signer, handoff_object, make_offer
 from handoff_context.reporter import A2A_EXTENSION_URI, Reporter
-from handoff_context.sign import Signer, handoff_object, make_offer
 
 RESULTS = Path(__file__).parent / "results"
 

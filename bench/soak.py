@@ -4,7 +4,7 @@
 - **server**: ``handoff-trace serve --host 127.0.0.1`` on a free port, in its own process
   group, on a fresh SQLite file (default) or a fresh database on a throwaway PostgreSQL
   cluster (``--db postgresql``, ``tests/pg.py``), with the trust file of the traffic below.
-- **traffic**: the demo simulator (``app.demo``, signed with ``handoff_context.sign``; fault
+- **traffic**: the demo simulator (``app.demo``, signed with ``handoff_context``; fault
   rate 0.02, 12 agents, its clock starting now) writes a JSON Lines capture large enough for
   the run; its records are cut into chunks of ``--chunk`` (10).
 - **ingest clients** (``--ingest-clients``, 3): each POSTs the next chunk to

@@ -22,12 +22,18 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.hazmat.primitives.hashes import SHA256
-from handoff_context import jws
-from handoff_context.model import Form
-from handoff_context.sign import Signer, handoff_object, make_offer, trust_document
-from handoff_context.signature import verify_element
-from handoff_context.trust import TrustStore
-from handoff_context.verify import Context, Verifier
+from handoff_context import (
+    Context,
+    Form,
+    Signer,
+    TrustStore,
+    Verifier,
+    handoff_object,
+    make_offer,
+    trust_document,
+)
+from handoff_context import _jws as jws
+from handoff_context._signature import verify_element
 
 RESULTS = Path(__file__).parent / "results"
 T0 = 1_793_000_000

@@ -6,7 +6,7 @@
 
 The carrier messages are produced with the real SDKs (a2a-sdk for A2A 1.0 protobuf-JSON and
 A2A 0.3, mcp for MCP) and the elements with the project's signing toolkit
-(``handoff_context.sign``). Every input is fixed: keys come from fixed seeds, times are
+(``handoff_context``). Every input is fixed: keys come from fixed seeds, times are
 constants, hops are derived from names, and ES256 signs with deterministic ECDSA (RFC 6979),
 so running this again reproduces the files byte for byte.
 """
@@ -26,17 +26,17 @@ from a2a import types as a2a
 from a2a.compat.v0_3 import types as a2a03
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from google.protobuf import json_format
-from joserfc.jwk import ECKey, OKPKey
-
-from handoff_context.encoding import b64url_encode, handoff_digest
-from handoff_context.sign import (
+from handoff_context import (
     Signer,
+    b64url_encode,
+    handoff_digest,
     handoff_object,
     make_offer,
     make_status,
     status_object,
     trust_document,
 )
+from joserfc.jwk import ECKey, OKPKey
 
 HERE = Path(__file__).resolve().parent
 T0 = 1_793_000_000  # `make run` judges at --at 1793000030; capture records say when each came

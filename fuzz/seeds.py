@@ -1,5 +1,5 @@
-"""Seed inputs for every fuzz target, taken from tests/vectors (valid and invalid) and the
-fuzz regression vectors (tests/vectors/fuzz), so a fuzzer starts from well-formed
+"""Seed inputs for every fuzz target, taken from the library's published vectors (valid and
+invalid) and the fuzz regression vectors (tests/vectors/fuzz), so a fuzzer starts from well-formed
 elements, objects and captures in every format and every carrier rather than from nothing.
 
     python -m fuzz.seeds OUT_DIR      # writes OUT_DIR/<target>/<n>, one seed per file
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 from app.capture.formats import CaptureFormat, detect_format
 
-from .targets import AT, CONTENT_TYPES, VECTORS
+from .targets import AT, CONTENT_TYPES, FUZZ_VECTORS, VECTORS
 
 TARGETS = ("jws", "cose", "handoff", "capture", "carriers", "verify", "http")
 
@@ -146,9 +146,9 @@ def captures() -> Iterator[tuple[str | None, bytes]]:
 def regressions(target: str) -> Iterator[bytes]:
     """The fuzz regression vectors for ``target`` (tests/vectors/fuzz/index.json), as its
     harness reads them."""
-    for entry in json.loads((VECTORS / "fuzz" / "index.json").read_bytes()):
+    for entry in json.loads((FUZZ_VECTORS / "index.json").read_bytes()):
         if entry["target"] == target:
-            data = (VECTORS / "fuzz" / f"{entry['name']}.bin").read_bytes()
+            data = (FUZZ_VECTORS / f"{entry['name']}.bin").read_bytes()
             yield _with_type(entry["content_type"], data) if target == "http" else data
 
 

@@ -26,21 +26,22 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from handoff_context import cose, jws
+from handoff_context import Context, Element, TrustStore, Verdict, Verifier, parse_object
+from handoff_context import _cose as cose
+from handoff_context import _jws as jws
+from handoff_context._signature import verify_element
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError
-from handoff_context.handoff import parse_object
-from handoff_context.model import Element
-from handoff_context.signature import verify_element
-from handoff_context.trust import TrustStore
-from handoff_context.verdict import Verdict
-from handoff_context.verify import Context, Verifier
+from handoff_context.vectors import DIRECTORY
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY, Carried, extract, read_capture
+from app.capture.carriers import Carried, extract, read_capture
 from app.capture.formats import CaptureFormat, CaptureItem, CarrierError, detect_format, read_items
 from app.ingest.verifying import VerifyOptions, verify_inputs
 
-VECTORS = Path(__file__).resolve().parents[1] / "tests" / "vectors"
-# The vectors' clock and receiver (tests/vectors/README.md), so that seeds taken from the
+# The library's published vectors, and the service's own fuzz regression vectors.
+VECTORS = DIRECTORY
+FUZZ_VECTORS = Path(__file__).resolve().parents[1] / "tests" / "vectors" / "fuzz"
+# The vectors' clock and receiver (handoff_context/vectors/README.md), so that seeds from the
 # vectors get past freshness and audience and the fuzzer reaches the checks behind them.
 AT = 1_793_000_030
 RECEIVER = "spiffe://c.example/agent/tester"
@@ -58,7 +59,7 @@ CONTENT_TYPES = (
 
 @cache
 def trust() -> TrustStore:
-    """The vectors' trust store: every seed from tests/vectors is signed by its keys."""
+    """The vectors' trust store: every seed from the vectors is signed by its keys."""
     return TrustStore.from_mapping(json.loads((VECTORS / "trust.json").read_bytes()))
 
 

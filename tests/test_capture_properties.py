@@ -14,13 +14,13 @@ import json
 from typing import Any
 
 import cbor2
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import JSON_VALUES, mutated
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 from app.capture.formats import CaptureFormat
 from fuzz import seeds, targets
-from tests.strategies import JSON_VALUES, mutated
 
 FUZZ = settings(
     deadline=None, derandomize=True, max_examples=150, suppress_health_check=list(HealthCheck)

@@ -26,6 +26,7 @@ from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
+from handoff_context import carry
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonrpc.jsonrpc2 import JSONRPC20Request, JSONRPC20Response
@@ -35,7 +36,6 @@ from mcp.client.client import Client as McpClient
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
-from app.capture import carriers
 from app.capture.carriers import (
     A2A_EXTENSION_URI,
     MCP_META_KEY,
@@ -822,8 +822,8 @@ def test_random_cbor_sequences_only_yield(values: list[Any], cut: int) -> None:
 
 
 def test_task_state_names_match_the_sdks() -> None:
-    assert set(pb.TaskState.keys()) == carriers._TASK_STATES_1_0
-    assert {state.value for state in types_v03.TaskState} == set(carriers._TASK_STATES_0_3)
+    assert set(pb.TaskState.keys()) == set(carry.TASK_STATES_0_3.values())
+    assert {state.value for state in types_v03.TaskState} == set(carry.TASK_STATES_0_3)
 
 
 def sample_captures() -> list[tuple[bytes, str]]:

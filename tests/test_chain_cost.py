@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import handoff_context.signature as signature_module
+import handoff_context._signature as signature_module
 import pytest
-from handoff_context.sign import Signer, handoff_object, make_chain, trust_document
-from handoff_context.trust import TrustStore
+from handoff_context import Signer, TrustStore, handoff_object, make_chain, trust_document
 from sqlalchemy import Engine, event
 
 from app.ingest.pipeline import Pipeline, ingest

@@ -23,12 +23,16 @@ from typing import Any
 import cbor2
 import pytest
 from fastapi.testclient import TestClient
+from handoff_context import (
+    Element,
+    Offer,
+    RefPolicy,
+    StatusObject,
+    TrustStore,
+    parse_element,
+    parse_object,
+)
 from handoff_context.errors import HandoffError
-from handoff_context.handoff import StatusObject, parse_object
-from handoff_context.model import Element, Offer
-from handoff_context.refs import RefPolicy
-from handoff_context.trust import TrustStore
-from handoff_context.verify import parse_element
 from sqlalchemy import Engine
 
 from app.capture.carriers import Carried, read_capture

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from handoff_context.encoding import handoff_digest
-from handoff_context.sign import handoff_object, make_offer
+from handoff_context import handoff_digest, handoff_object, make_offer
 from sqlalchemy import Engine
 
 from app.ingest.pipeline import Pipeline, ingest

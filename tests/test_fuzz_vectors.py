@@ -1,5 +1,5 @@
 """Every crashing input found by fuzzing or the hostile-input tests, kept as a named
-regression vector (tests/vectors/fuzz, listed in tests/vectors/README.md): each must now
+regression vector (tests/vectors/fuzz, listed in its README.md): each must now
 get its expected error, on SQLite and PostgreSQL where it reaches the store."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from handoff_context import jws
+from handoff_context import _jws as jws
 from handoff_context.errors import MalformedError
 
 from fuzz import targets
 from tests.databases import Databases
 from tests.web.conftest import Api, start
 
-FOLDER = targets.VECTORS / "fuzz"
+FOLDER = targets.FUZZ_VECTORS
 INDEX = json.loads((FOLDER / "index.json").read_bytes())
 
 
@@ -26,7 +26,7 @@ def octets(entry: dict[str, Any]) -> bytes:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def vectors_api(request: pytest.FixtureRequest, databases: Databases) -> Iterator[Api]:
-    for api in start(databases.new(request.param), FOLDER.parent / "trust.json"):
+    for api in start(databases.new(request.param), targets.VECTORS / "trust.json"):
         api.clock.now = targets.AT
         yield api
 
@@ -35,6 +35,17 @@ def test_the_index_names_every_file() -> None:
     names = {p.stem for p in FOLDER.glob("*.bin")}
     assert names == {e["name"] for e in INDEX}
     assert {e["target"] for e in INDEX} <= {"jws", "cose", "http", "capture", "carriers"}
+
+
+def test_the_readme_lists_every_vector() -> None:
+    """The README's table is written by hand from the index: the two must agree."""
+    readme = (FOLDER / "README.md").read_text()
+    for entry in INDEX:
+        row = (
+            f"| [{entry['name']}]({entry['name']}.bin) | {entry['target']} | {entry['rule']} "
+            f"| {entry['expect']} | {entry['description']} |"
+        )
+        assert row in readme, entry["name"]
 
 
 @pytest.mark.parametrize(

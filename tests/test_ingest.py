@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import handoff_context.verify as verify_module
+import handoff_context._verify as verify_module
 import pytest
-from handoff_context.encoding import digest_text
-from handoff_context.sign import Signer, trust_document
-from handoff_context.trust import TrustStore
+from handoff_context import Signer, TrustStore, digest_text, trust_document
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import OperationalError
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from handoff_context.sign import trust_document
+from handoff_context import trust_document
 from sqlalchemy import Engine, select
 
 from app.cli import main

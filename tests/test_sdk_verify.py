@@ -11,7 +11,7 @@ import pytest
 from a2a.compat.v0_3 import conversions
 from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
-from handoff_context.sign import (
+from handoff_context import (
     Signer,
     handoff_object,
     make_chain,
@@ -20,9 +20,9 @@ from handoff_context.sign import (
     status_object,
     trust_document,
 )
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 from mcp import types as mcp_types
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 from app.cli import main
 
 T0 = 1_793_000_000

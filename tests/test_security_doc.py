@@ -27,6 +27,14 @@ NOT_LIMITS = {
     "accept_window",
     "transcript_bytes",
     "objects_dir",
+    # Where and how the service runs, and what it says about itself.
+    "host",
+    "port",
+    "workers",
+    "db_pool_size",
+    "log_level",
+    "log_format",
+    "upload_report_seconds",
 }
 
 

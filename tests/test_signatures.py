@@ -7,10 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from handoff_context.model import Form
-from handoff_context.sign import Signer, handoff_object, make_offer, trust_document
-from handoff_context.trust import TrustStore
-from handoff_context.verify import Verifier, parse_element
+from handoff_context import (
+    Form,
+    Signer,
+    TrustStore,
+    Verifier,
+    handoff_object,
+    make_offer,
+    parse_element,
+    trust_document,
+)
 
 from app.ingest import signatures
 from app.ingest.verifying import VerifyOptions, verify_inputs

@@ -1,7 +1,7 @@
 """Time as observed, observation ids, host task states without an element.
 
 Revision ID: 0009_live
-Revises: 0007
+Revises: 0008_instances
 Create Date: 2026-12-01
 
 Written by hand to match app/store/models.py (``ObservationRow.received_exact`` and
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009_live"
-down_revision: str | None = "0007"
+down_revision: str | None = "0008_instances"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -3,59 +3,42 @@
 Bytes in, carried objects out. ``app.capture.formats`` splits a capture file into payloads; this
 module knows where A2A and MCP put a handoff object inside each. It never decodes or verifies
 an element: each object found is handed over as found (a map), with where it came from and
-what its carrier said about it, so that ``handoff.parse_object`` and the checks can judge it.
+what its carrier said about it, so that ``parse_object`` and the checks can judge it.
 
 The shape of the answer is the same everywhere: ``read_capture`` yields, and ``extract``
 returns, a sequence of ``Carried | CarrierError`` in input order. Nothing here raises on bad
 input: a bad line, entry or item becomes a ``CarrierError`` naming its position, and the
 rest of the file is still read (SPEC 10).
 
-Choices this module makes where SPEC is silent:
-- A2A statuses are read from the reply Message, the returned Task's status message and the
-  status message of a streamed status update. ``Task.history`` is not read: it repeats
-  earlier messages (the offer that started the task among them), so reading it would report
-  the same object twice under the wrong role. ``Task.metadata`` and artifacts are not
-  carrying places either.
-- A message whose metadata holds the extension key but whose ``extensions`` list lacks the
-  URI is still read: the key alone says what the value is, and the URI is only a label.
-- A metadata or ``_meta`` entry under our key that is not a map is a ``CarrierError`` (the
-  item was malformed); a host message without the key is skipped and counted.
-- The key is only looked for where SPEC 9 puts it: ``params._meta`` of ``tools/call`` and
-  ``notifications/cancelled``, ``result._meta`` of any MCP result (a response does not name
-  its method), the message of A2A send requests and replies, ``params.metadata`` of A2A
-  cancel requests.
-- ``role`` is positional: where the object sat, not what it claims to be. A bare handoff or
-  status object is ``offer-carrier`` when it has ``offer``, else ``status-carrier`` (a
-  ``canceled`` is only known once the element is decoded); a bare A2A message takes its
-  sender's role (user: offer, agent: status).
+Where A2A and MCP put a handoff inside one message is the library's business
+(``handoff_context.carry``, whose docstring lists the choices it makes where SPEC is
+silent); this module adds what only capture files have. Its own choices:
+- Host text (an A2A contextId or task id) with NUL or a lone surrogate makes the item a
+  ``CarrierError``: it is kept with each receipt, and cannot be stored or encoded.
 - A capture record's ``received_at`` may be a float: it is kept with its fraction (the order
   of events within a second), and the checks floor it to NumericDate seconds; a null member
   counts as absent; a record inside a record is an error. A record's ``id`` (an observation
   id, 1 to 128 printable ASCII characters) names the observation, so that a shipper's retry
   of it is stored once (``Carried.key``); ids are unique per sender, not checked here.
-- Host task states (``HostState``) are read from every A2A Task and status update with a
-  task id and a state, whether or not it carries a handoff element; ``read_capture`` hands
-  those without an element to ``on_host`` (those with one travel in their ``Carried``).
-- The A2A HTTP+JSON binding: bodies are the JSON-RPC ``params`` and ``result`` without their
-  envelope, which the A2A objects' own shapes identify; only a cancel
-  (``POST .../tasks/{id}:cancel``) is known by its path, which also names the task.
+- Host task states (``HostState``, from ``carry.find_all``'s ``TaskState``) are read from
+  every A2A Task and status update with a task id and a state that carries no handoff
+  element; ``read_capture`` hands them to ``on_host`` (those with an element travel in
+  their ``Carried``).
+- A HAR request body's URL path is handed to ``carry.find_all`` (the A2A HTTP+JSON binding
+  names its cancel by path).
 - An array payload is a JSON-RPC batch (one level), its items named ``source[i]``.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any, BinaryIO
 
-from handoff_context.encoding import MAX_SAFE_INT
+from handoff_context import MAX_SAFE_INT, carry, check_identifier
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY, Carrier, Role
 from handoff_context.errors import MalformedError
-from handoff_context.handoff import is_handoff_like
-from handoff_context.model import check_identifier
 
 from app.capture.formats import (
     CaptureFormat,
@@ -83,27 +66,6 @@ __all__ = [
     "read_capture",
 ]
 
-# SPEC 9: the carrying keys. Both are labels; nothing is ever fetched from them.
-A2A_EXTENSION_URI = "https://quantumlearningmachines.com/a2a/ext/agent-handoff/v1"
-MCP_META_KEY = "quantumlearningmachines.com/agent-handoff"
-
-
-class Carrier(StrEnum):
-    """The host protocol an object travelled in (``raw``: not wrapped in a host message)."""
-
-    RAW = "raw"
-    A2A_1_0 = "a2a-1.0"
-    A2A_0_3 = "a2a-0.3"
-    MCP = "mcp"
-
-
-class Role(StrEnum):
-    """Where in the host exchange the object was found."""
-
-    OFFER = "offer-carrier"  # a send request (A2A SendMessage, MCP tools/call)
-    STATUS = "status-carrier"  # a reply: A2A Message/Task/status update, MCP CallToolResult
-    CANCEL = "cancel-carrier"  # A2A CancelTask / tasks/cancel, MCP notifications/cancelled
-
 
 @dataclass(frozen=True)
 class Carried:
@@ -126,7 +88,7 @@ class Carried:
 @dataclass(frozen=True)
 class HostState:
     """An A2A task state as captured (SPEC 8: the host keeps its own task state), from a
-    Task or a status update, with or without a handoff element in it."""
+    Task or a status update that carries no handoff element."""
 
     source: str
     carrier: Carrier
@@ -276,17 +238,6 @@ def extract(
     return [one for one in _found(payload, context) if not isinstance(one, HostState)]
 
 
-def _type_name(value: object) -> str:
-    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
-    if value is None:
-        return "null"
-    if isinstance(value, bytes):
-        return "a byte string"
-    if isinstance(value, list):
-        return "an array"
-    return names.get(type(value), f"a {type(value).__name__}")
-
-
 def _payload(value: object, context: _Context) -> Iterator[Found | HostState]:
     if isinstance(value, list):
         # A JSON-RPC batch. One level only: an array inside a batch is no payload.
@@ -298,63 +249,56 @@ def _payload(value: object, context: _Context) -> Iterator[Found | HostState]:
                 item, replace(context, source=f"{context.source}[{index}]", in_batch=True)
             )
         return
-    if not isinstance(value, Mapping):
-        yield CarrierError(context.source, f"the payload is {_type_name(value)}, not an object")
-        return
-    if _is_raw_object(value):
-        role = Role.OFFER if "offer" in value else Role.STATUS
-        yield _carried(value, context, "the object", carrier=Carrier.RAW, role=role)
-    elif "payload" in value:
+    if isinstance(value, Mapping) and "payload" in value and not carry.is_bare_object(value):
         yield from _capture_record(value, context)
-    elif context.path is not None and (task := _rest_cancel(context.path)) is not None:
-        yield from _cancel(value, context, carrier=Carrier.A2A_1_0, task_id=task)
-    elif isinstance(value.get("method"), str):
-        yield from _request(value, context)
-    elif "result" in value:
-        yield from _response(value.get("result"), context)
-    elif "error" not in value:
-        yield from _a2a_object(value, context, role=None)
+        return
+    for found in carry.find_all(value, path=context.path):
+        if isinstance(found, carry.TaskState):
+            if (state := _host_state(found, context)) is not None:
+                yield state
+        else:
+            yield _carried(found, context)
 
 
-def _is_raw_object(value: Mapping[str, Any]) -> bool:
-    # A handoff or status object at the top (SPEC 1.4). An A2A Task or status update also has
-    # a "status" member, but it is a map; a status object's is a JWS string or COSE bytes.
-    return is_handoff_like(value) and not isinstance(value.get("status"), Mapping)
-
-
-def _carried(
-    value: object,
-    context: _Context,
-    where: str,
-    *,
-    carrier: Carrier,
-    role: Role,
-    dialog: str | None = None,
-    task_id: str | None = None,
-    task_state: str | None = None,
-) -> Found:
-    if not isinstance(value, Mapping):
-        return CarrierError(
-            context.source,
-            f"the handoff entry in {where} is {_type_name(value)}, not an object",
-        )
-    for name, text in (("contextId", dialog), ("task id", task_id)):
-        if text is not None and not _storable(text):
-            return CarrierError(
-                context.source,
-                f"the {name} of the message carrying {where} holds NUL or a lone surrogate",
-            )
-    return Carried(
+def _host_state(found: carry.TaskState, context: _Context) -> HostState | None:
+    # A task id that cannot be stored makes no host state (there is no element to report
+    # an error about); a dialog that cannot be stored is dropped.
+    if not _storable(found.task_id):
+        return None
+    dialog = found.dialog if found.dialog and _storable(found.dialog) else None
+    return HostState(
         source=context.source,
-        value=value,
-        carrier=carrier,
+        carrier=found.carrier,
+        task_id=found.task_id,
+        task_state=found.task_state,
         dialog=dialog,
         received_at=context.received_at,
         received_by=context.received_by,
+        key=context.key,
+        seq=context.seq,
+    )
+
+
+def _carried(found: carry.Found | carry.Unreadable, context: _Context) -> Found:
+    if isinstance(found, carry.Unreadable):
+        return CarrierError(context.source, found.detail)
+    for name, text in (("contextId", found.dialog), ("task id", found.task_id)):
+        if text is not None and not _storable(text):
+            return CarrierError(
+                context.source,
+                f"the {name} of the message carrying {found.where} holds NUL or a lone surrogate",
+            )
+    return Carried(
+        source=context.source,
+        value=found.value,
+        carrier=found.carrier,
+        dialog=found.dialog,
+        received_at=context.received_at,
+        received_by=context.received_by,
         record_dialog=context.record_dialog,
-        task_id=task_id,
-        task_state=task_state,
-        role=role,
+        task_id=found.task_id,
+        task_state=found.task_state,
+        role=found.role,
         key=context.key,
         seq=context.seq,
     )
@@ -368,7 +312,7 @@ def _storable(text: str) -> bool:
 
 
 # SPEC 10 capture record: {"received_at", "received_by", "dialog", "payload"}.
-def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Found]:
+def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Found | HostState]:
     if context.in_record:
         yield CarrierError(context.source, "a capture record must not wrap another record")
         return
@@ -413,228 +357,3 @@ def _seconds(value: object) -> float:
     if not 0 <= value <= MAX_SAFE_INT:
         raise MalformedError(f"received_at must be between 0 and {MAX_SAFE_INT}")
     return value
-
-
-# --- A2A and MCP ------------------------------------------------------------------------
-
-_A2A_SEND = {
-    "SendMessage": Carrier.A2A_1_0,
-    "SendStreamingMessage": Carrier.A2A_1_0,
-    "message/send": Carrier.A2A_0_3,
-    "message/stream": Carrier.A2A_0_3,
-}
-_A2A_CANCEL = {"CancelTask": Carrier.A2A_1_0, "tasks/cancel": Carrier.A2A_0_3}
-_MCP_METHODS = {"tools/call": Role.OFFER, "notifications/cancelled": Role.CANCEL}
-
-# A2A 0.3 task state names and their A2A 1.0 equivalents.
-_TASK_STATES_0_3 = {
-    "submitted": "TASK_STATE_SUBMITTED",
-    "working": "TASK_STATE_WORKING",
-    "input-required": "TASK_STATE_INPUT_REQUIRED",
-    "completed": "TASK_STATE_COMPLETED",
-    "canceled": "TASK_STATE_CANCELED",
-    "failed": "TASK_STATE_FAILED",
-    "rejected": "TASK_STATE_REJECTED",
-    "auth-required": "TASK_STATE_AUTH_REQUIRED",
-    "unknown": "TASK_STATE_UNSPECIFIED",
-}
-# The 0.3 names cover every 1.0 state.
-_TASK_STATES_1_0 = frozenset(_TASK_STATES_0_3.values())
-
-
-def _request(value: Mapping[str, Any], context: _Context) -> Iterator[Found]:
-    method = value["method"]
-    params = value.get("params")
-    if not isinstance(params, Mapping):
-        return
-    if method in _A2A_SEND:
-        carrier = _A2A_SEND[method]
-        yield from _a2a_message(params.get("message"), context, carrier=carrier, role=Role.OFFER)
-    elif method in _A2A_CANCEL:
-        carrier = _A2A_CANCEL[method]
-        yield from _cancel(params, context, carrier=carrier, task_id=_text(params.get("id")))
-    elif method in _MCP_METHODS:
-        yield from _mcp_meta(params, context, "params._meta", role=_MCP_METHODS[method])
-
-
-def _cancel(
-    params: Mapping[str, Any], context: _Context, *, carrier: Carrier, task_id: str | None
-) -> Iterator[Found]:
-    # SPEC 9: a delegator's canceled rides in the cancel request's own metadata. The
-    # request names the task but no context, so the carrier dialog is unknown.
-    metadata = params.get("metadata")
-    if isinstance(metadata, Mapping) and A2A_EXTENSION_URI in metadata:
-        yield _carried(
-            metadata[A2A_EXTENSION_URI],
-            context,
-            "params.metadata",
-            carrier=carrier,
-            role=Role.CANCEL,
-            task_id=task_id,
-        )
-
-
-# The A2A HTTP+JSON binding's cancel: POST [/{tenant}]/v1/tasks/{id}:cancel (a2a-sdk serves
-# it under any prefix, so only the end of the path is matched).
-_REST_CANCEL = re.compile(r"/tasks/([^/]+):cancel$")
-
-
-def _rest_cancel(path: str) -> str | None:
-    match = _REST_CANCEL.search(path)
-    return urllib.parse.unquote(match.group(1)) if match else None
-
-
-def _response(result: object, context: _Context) -> Iterator[Found | HostState]:
-    if not isinstance(result, Mapping):
-        return
-    if isinstance(result.get("_meta"), Mapping):  # only MCP results have "_meta"
-        yield from _mcp_meta(result, context, "result._meta", role=Role.STATUS)
-    else:
-        yield from _a2a_object(result, context, role=Role.STATUS)
-
-
-def _mcp_meta(
-    container: Mapping[str, Any], context: _Context, where: str, *, role: Role
-) -> Iterator[Found]:
-    # Only our key counts; io.modelcontextprotocol/* and every other _meta key are ignored.
-    meta = container.get("_meta")
-    if isinstance(meta, Mapping) and MCP_META_KEY in meta:
-        yield _carried(meta[MCP_META_KEY], context, where, carrier=Carrier.MCP, role=role)
-
-
-def _field(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
-    # Protobuf JSON parsers accept the original snake_case names too, so A2A 1.0 senders
-    # may use either.
-    return obj[camel] if camel in obj else obj.get(snake)
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _a2a_object(
-    obj: Mapping[str, Any], context: _Context, *, role: Role | None
-) -> Iterator[Found | HostState]:
-    """A result or bare A2A object: Message, Task, status update, or a 1.0 wrapper of one."""
-    kind = obj.get("kind")
-    if kind is not None:  # A2A 0.3 names every object's kind
-        if kind == "message":
-            yield from _a2a_message(obj, context, carrier=Carrier.A2A_0_3, role=role)
-        elif kind in ("task", "status-update"):
-            yield from _a2a_task(obj, context, carrier=Carrier.A2A_0_3)
-        return
-    # A2A 1.0 SendMessageResponse / StreamResponse: exactly one of these members. (A bare
-    # send request's params look the same; the message's own clues then give the version.)
-    message = obj.get("message")
-    task = obj.get("task")
-    update = _field(obj, "statusUpdate", "status_update")
-    if isinstance(message, Mapping):
-        yield from _a2a_message(message, context, carrier=None, role=role)
-    elif isinstance(task, Mapping):
-        yield from _a2a_task(task, context, carrier=None)
-    elif isinstance(update, Mapping):
-        yield from _a2a_task(update, context, carrier=Carrier.A2A_1_0)
-    elif _field(obj, "messageId", "message_id") is not None:
-        yield from _a2a_message(obj, context, carrier=None, role=role)
-    elif isinstance(obj.get("status"), Mapping):
-        yield from _a2a_task(obj, context, carrier=None)
-
-
-def _version_of(obj: Mapping[str, Any]) -> Carrier:
-    """A2A version of an object without a version-bearing envelope (0.3 clues, else 1.0)."""
-    status = obj.get("status")
-    state = status.get("state") if isinstance(status, Mapping) else None
-    if (
-        "kind" in obj
-        or obj.get("role") in ("user", "agent")
-        or (isinstance(state, str) and state in _TASK_STATES_0_3)
-    ):
-        return Carrier.A2A_0_3
-    return Carrier.A2A_1_0
-
-
-_SENDER_ROLES = {
-    "ROLE_USER": Role.OFFER,
-    "user": Role.OFFER,
-    "ROLE_AGENT": Role.STATUS,
-    "agent": Role.STATUS,
-}
-
-
-def _sender_role(sender: object, value: object) -> Role:
-    """A bare message's role: the user side sends offers, the agent side answers with
-    statuses. Without a known sender role the object itself tells."""
-    if isinstance(sender, str) and sender in _SENDER_ROLES:
-        return _SENDER_ROLES[sender]
-    return Role.OFFER if isinstance(value, Mapping) and "offer" in value else Role.STATUS
-
-
-def _a2a_message(
-    message: object,
-    context: _Context,
-    *,
-    carrier: Carrier | None,
-    role: Role | None,
-    task_id: str | None = None,
-    task_context: str | None = None,
-    task_state: str | None = None,
-) -> Iterator[Found]:
-    if not isinstance(message, Mapping):
-        return
-    metadata = message.get("metadata")
-    if not isinstance(metadata, Mapping) or A2A_EXTENSION_URI not in metadata:
-        return
-    value = metadata[A2A_EXTENSION_URI]
-    yield _carried(
-        value,
-        context,
-        "message.metadata",
-        carrier=carrier or _version_of(message),
-        role=role or _sender_role(message.get("role"), value),
-        # The carrying message's contextId; a task status message may omit it, then the
-        # task's own contextId is the dialog.
-        dialog=_text(_field(message, "contextId", "context_id")) or task_context,
-        task_id=task_id or _text(_field(message, "taskId", "task_id")),
-        task_state=task_state,
-    )
-
-
-def _a2a_task(
-    task: Mapping[str, Any], context: _Context, *, carrier: Carrier | None
-) -> Iterator[Found | HostState]:
-    """A Task or a status update event: the status rides in ``status.message``; the host
-    task state is read whether or not it carries one."""
-    status = task.get("status")
-    if not isinstance(status, Mapping):
-        return
-    state = status.get("state")
-    normal_state = None
-    if isinstance(state, str):
-        normal_state = state if state in _TASK_STATES_1_0 else _TASK_STATES_0_3.get(state)
-    carrier = carrier or _version_of(task)
-    task_id = _text(task.get("id")) or _text(_field(task, "taskId", "task_id"))
-    task_context = _text(_field(task, "contextId", "context_id"))
-    carried = list(
-        _a2a_message(
-            status.get("message"),
-            context,
-            carrier=carrier,
-            role=Role.STATUS,
-            task_id=task_id,
-            task_context=task_context,
-            task_state=normal_state,
-        )
-    )
-    yield from carried
-    if not carried and task_id is not None and normal_state is not None and _storable(task_id):
-        yield HostState(
-            source=context.source,
-            carrier=carrier,
-            task_id=task_id,
-            task_state=normal_state,
-            dialog=task_context if task_context and _storable(task_context) else None,
-            received_at=context.received_at,
-            received_by=context.received_by,
-            key=context.key,
-            seq=context.seq,
-        )

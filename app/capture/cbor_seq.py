@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import cbor2
-from handoff_context.encoding import MAX_DEPTH
+from handoff_context._encoding import MAX_DEPTH
 
 from app.capture.items import CaptureItem, CarrierError, ItemOrError
 

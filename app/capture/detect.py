@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import BinaryIO
 
-from handoff_context.encoding import strict_json_loads
+from handoff_context import strict_json_loads
 from handoff_context.errors import MalformedError
 
 from app.capture import streams

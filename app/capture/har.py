@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from handoff_context.encoding import MAX_SAFE_INT, strict_json_loads
+from handoff_context import MAX_SAFE_INT, strict_json_loads
 from handoff_context.errors import MalformedError
 
 from app.capture import sse

@@ -14,7 +14,7 @@ import io
 import re
 from collections.abc import Iterator
 
-from handoff_context.encoding import strict_json_loads
+from handoff_context import strict_json_loads
 from handoff_context.errors import MalformedError
 
 from app.capture import har, streams

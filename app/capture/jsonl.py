@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 
-from handoff_context.encoding import strict_json_loads
+from handoff_context import strict_json_loads
 from handoff_context.errors import MalformedError
 
 from app.capture import streams

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from handoff_context.encoding import strict_json_loads
+from handoff_context import strict_json_loads
 from handoff_context.errors import MalformedError
 from handoff_context.taps.sse import Decoder, Event, events, is_event_stream
 

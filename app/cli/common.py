@@ -6,16 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
-
-from handoff_context.errors import TrustConfigError
-from handoff_context.trust import TrustStore
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from typing import TYPE_CHECKING, NoReturn
 
 from app.errors import HandoffTraceError
-from app.settings import Settings
-from app.store import db
+
+# Only for annotations: every command imports this module, so what it imports at run time
+# is paid by ``--version`` too (app.cli.root). The functions below import what they use.
+if TYPE_CHECKING:
+    from handoff_context import TrustStore
+    from sqlalchemy import Engine
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.settings import Settings
 
 EXIT_OK, EXIT_REJECT, EXIT_USAGE = 0, 1, 2
 
@@ -66,6 +68,9 @@ def visible(text: str | None, width: int) -> str:
 
 
 def load_trust(path: str) -> TrustStore:
+    from handoff_context import TrustStore
+    from handoff_context.errors import TrustConfigError
+
     try:
         return TrustStore.load(path)
     except TrustConfigError as exc:
@@ -83,10 +88,16 @@ def add_db_option(p: argparse.ArgumentParser) -> None:
 def load_settings() -> Settings:
     """The settings from the environment, read once per command. Raises SettingsError,
     which ``main`` prints like a usage error."""
+    from app.settings import Settings
+
     return Settings.from_env()
 
 
 def open_engine(args: argparse.Namespace, settings: Settings, *, migrate: bool = True) -> Engine:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.store import db
+
     url = settings.store_url(args.db)
     try:
         engine = db.make_engine(url)

@@ -13,24 +13,29 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
-from handoff_context.encoding import digest_text, handoff_digest, strict_json_loads
-from handoff_context.errors import HandoffError, MalformedError, TrustConfigError
-from handoff_context.handoff import HandoffObject, parse_object
-from handoff_context.model import Form, Offer, StatusState, check_identifier
-from handoff_context.sign import (
+from handoff_context import (
+    Form,
+    HandoffObject,
     Signer,
+    StatusState,
+    TrustStore,
     alg_for_key,
+    check_identifier,
+    continue_handoff,
+    digest_text,
+    handoff_digest,
     handoff_object,
     import_private_key,
+    make_offer,
     make_status,
     new_key,
-    offer_payload,
+    parse_element,
+    parse_object,
     public_jwk,
-    sign_payload,
     status_object,
+    strict_json_loads,
 )
-from handoff_context.trust import TrustStore
-from handoff_context.verify import parse_element
+from handoff_context.errors import HandoffError, MalformedError, TrustConfigError
 
 
 def _usage_error(message: str) -> Exception:
@@ -241,19 +246,10 @@ def cmd_sign_offer(args: argparse.Namespace) -> int:
     signer = _signer(args)
     form = Form(args.form)
     iat = args.iat if args.iat is not None else int(time.time())
-    prev = None
-    chain: list[bytes] = []
-    dialog = args.dialog
-    if args.after:
-        before = _read_handoff(args.after)
-        if before.form is not form:
-            raise _usage_error(f"--after holds a {before.form} handoff; use --form {before.form}")
-        prev_el = parse_element(before.offer, before.form)
-        assert isinstance(prev_el.payload, Offer)
-        prev = prev_el.digest
-        chain = [*before.chain, before.offer]
-        dialog = dialog or prev_el.payload.dialog
-    if not dialog:
+    before = _read_handoff(args.after) if args.after else None
+    if before is not None and before.form is not form:
+        raise _usage_error(f"--after holds a {before.form} handoff; use --form {before.form}")
+    if before is None and not args.dialog:
         raise _usage_error("--dialog is required (or --after a handoff to take it from)")
     refs = []
     for ref_file in args.ref:
@@ -264,23 +260,30 @@ def cmd_sign_offer(args: argparse.Namespace) -> int:
         refs.append(
             {"kind": "digest", "digest": handoff_digest(content), "name": Path(ref_file).name}
         )
+    fields: dict[str, Any] = {"lifetime": args.lifetime, "task": args.task, "obo": args.obo}
     try:
-        payload = offer_payload(
-            iss=signer.iss,
-            aud=args.aud,
-            dialog=dialog,
-            iat=iat,
-            lifetime=args.lifetime,
-            task=args.task,
-            obo=args.obo,
-            prev=prev,
-            refs=refs,
-        )
-        octets = sign_payload(payload, signer, form)
-        parse_element(octets, form)  # what we sign must be what we accept
+        if before is not None:
+            obj = continue_handoff(
+                signer,
+                before,
+                aud=args.aud,
+                iat=iat,
+                carry_chain=not args.no_chain,
+                dialog=args.dialog,
+                refs=refs,
+                **fields,
+            )
+        else:
+            octets = make_offer(
+                signer, aud=args.aud, dialog=args.dialog, iat=iat, form=form, refs=refs, **fields
+            )
+            parse_element(octets, form)  # what we sign must be what we accept
+            obj = handoff_object(octets, form=form)
     except HandoffError as exc:
         raise _usage_error(exc.detail) from exc
-    _write(args, handoff_object(octets, [] if args.no_chain else chain, form=form), form)
+    _write(args, obj, form)
+    offer = obj["offer"]
+    octets = offer.encode("ascii") if isinstance(offer, str) else offer
     print(
         f"signed offer {digest_text(handoff_digest(octets))} {signer.iss} -> {args.aud}",
         file=sys.stderr,

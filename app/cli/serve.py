@@ -9,11 +9,11 @@ script can take it with ``tail -n 1``.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,14 +48,19 @@ def _add_serve(sub: Any) -> None:
         "Configuration comes from the environment (DATABASE_URL, HANDOFF_TRACE_*); "
         "--db and --trust override DATABASE_URL and HANDOFF_TRACE_TRUST_FILE.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8000, metavar="PORT", help="port (default: 8000)")
+    p.add_argument("--host", help="address to bind (default: HANDOFF_TRACE_HOST, else 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=_port,
+        metavar="PORT",
+        help="port (default: HANDOFF_TRACE_PORT, else 8000)",
+    )
     p.add_argument(
         "--workers",
         type=positive_int,
-        default=1,
         metavar="N",
-        help="worker processes (default: 1); several workers share the database safely",
+        help="worker processes (default: HANDOFF_TRACE_WORKERS, else 1); several workers "
+        "share the database safely",
     )
     add_db_option(p)
     p.add_argument(
@@ -125,8 +130,8 @@ def _add_tokens(sub: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
-    from uvicorn.config import LOGGING_CONFIG
 
+    from app.web.logs import log_config
     from app.web.service import load_trust
 
     settings = load_settings()
@@ -145,25 +150,44 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The workers read their configuration from the environment, like any deployment.
     os.environ["DATABASE_URL"] = url
     os.environ["HANDOFF_TRACE_TRUST_FILE"] = os.path.abspath(str(trust_file))
-    log_config = copy.deepcopy(LOGGING_CONFIG)
-    log_config["loggers"]["handoff_trace"] = {
-        "handlers": ["default"],
-        "level": "INFO",
-        "propagate": False,
-    }
+    workers = args.workers or settings.workers
+    if workers > 1:
+        _multiprocess_metrics()
     uvicorn.run(
         "app.web.app:create_app_from_env",
         factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_config=log_config,
-        # Client addresses from X-Forwarded-For are believed only from a local proxy.
-        proxy_headers=True,
-        forwarded_allow_ips="127.0.0.1",
+        host=args.host or settings.host,
+        port=args.port or settings.port,
+        workers=workers,
+        log_config=log_config(settings.log_level, settings.log_format),
+        access_log=False,  # one line per request comes from app.web.observe
+        # The app believes X-Forwarded-* only from HANDOFF_TRACE_FORWARDED_ALLOW_IPS
+        # (app.web.app); uvicorn's own handling would trust 127.0.0.1 whatever it says.
+        proxy_headers=False,
         server_header=False,
     )
     return EXIT_OK
+
+
+# prometheus_client's multiprocess directory (named here: importing the client in this
+# process before the variable is set is what must not happen in a worker).
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _multiprocess_metrics() -> None:
+    """Several workers write their counters to one directory (prometheus_client's
+    multiprocess mode), set before any worker imports the client. An operator's
+    PROMETHEUS_MULTIPROC_DIR is used, emptied of a previous run's files; else a new
+    temporary directory."""
+    chosen = os.environ.get(_MULTIPROC_ENV)
+    if chosen:
+        directory = Path(chosen)
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob("*.db"):
+            stale.unlink()
+    else:
+        directory = Path(tempfile.mkdtemp(prefix="handoff-trace-metrics-"))
+    os.environ[_MULTIPROC_ENV] = str(directory)
 
 
 # --- tokens -----------------------------------------------------------------------------

@@ -19,9 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from handoff_context.lifecycle import FlagKind, HopState
-from handoff_context.refs import ObjectIndex
-from handoff_context.verdict import Verdict
+from handoff_context import HopState, ObjectIndex, Verdict
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -38,6 +36,7 @@ from app.cli.common import (
     print_table,
     visible,
 )
+from app.envelope.flags import FlagKind
 from app.ingest.pipeline import IngestReport, Pipeline, ingest
 from app.ingest.verifying import load_objects
 from app.settings import Settings

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from handoff_context.refs import RefPolicy
+from handoff_context import RefPolicy
 
 from app.cli.common import (
     EXIT_OK,

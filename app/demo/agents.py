@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from handoff_context.encoding import b64url_encode
-from handoff_context.sign import Signer, import_private_key, trust_document
+from handoff_context import Signer, b64url_encode, import_private_key, trust_document
 
 # P-256 group order (SEC 2).
 P256_N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551

@@ -2,7 +2,8 @@
 
 The shapes are those the real SDKs put on the wire (a2a-sdk's protobuf-JSON for 1.0 and
 its 0.3 compat models, the mcp package's pydantic models); ``tests/demo`` parses what this
-module emits with both SDKs, which stay development-only dependencies.
+module emits with both SDKs, which stay development-only dependencies. Where the handoff or
+status object goes inside each message is the library's (``handoff_context.carry``).
 
 One ``Channel`` is one delegation link: every message of a hop (offer, retransmissions,
 statuses, cancel) travels in the same host protocol, as between two real agents.
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
+from handoff_context.carry import put_a2a, put_mcp
 
 A2A_1_0, A2A_0_3, MCP, RAW = "a2a-1.0", "a2a-0.3", "mcp", "raw"
 KINDS = (A2A_1_0, A2A_0_3, MCP, RAW)
@@ -73,23 +74,24 @@ class Channel:
         if self.kind == RAW:
             return obj
         if self.kind == MCP:
-            meta = {"progressToken": self.request_id, MCP_META_KEY: obj}
+            meta = {"progressToken": self.request_id}
             params = {"name": self.tool, "arguments": {"request": self.text}, "_meta": meta}
             return {
                 "jsonrpc": "2.0",
                 "id": self.request_id,
                 "method": "tools/call",
-                "params": params,
+                "params": put_mcp(params, obj),
             }
         v03 = self.kind == A2A_0_3
-        message: dict[str, Any] = {
-            "messageId": f"msg-{self.task_id}-0",
-            "contextId": self.dialog,
-            "role": "user" if v03 else "ROLE_USER",
-            "parts": [_text(self.text, kind=v03)],
-            "metadata": {A2A_EXTENSION_URI: obj},
-            "extensions": [A2A_EXTENSION_URI],
-        }
+        message = put_a2a(
+            {
+                "messageId": f"msg-{self.task_id}-0",
+                "contextId": self.dialog,
+                "role": "user" if v03 else "ROLE_USER",
+                "parts": [_text(self.text, kind=v03)],
+            },
+            obj,
+        )
         if v03:
             message["kind"] = "message"
             method = "message/stream" if self.streaming else "message/send"
@@ -107,14 +109,12 @@ class Channel:
         if self.kind == RAW:
             return obj
         if self.kind == MCP:
-            params = {
-                "requestId": self.request_id,
-                "reason": "canceled by the delegator",
-                "_meta": {MCP_META_KEY: obj},
-            }
+            params = put_mcp(
+                {"requestId": self.request_id, "reason": "canceled by the delegator"}, obj
+            )
             return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
         method = "tasks/cancel" if self.kind == A2A_0_3 else "CancelTask"
-        params = {"id": self.task_id, "metadata": {A2A_EXTENSION_URI: obj}}
+        params = put_a2a({"id": self.task_id}, obj)
         return {"jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params}
 
     # -- the delegate's answers ----------------------------------------------------------
@@ -128,11 +128,9 @@ class Channel:
         self._answered = True
         request_id = self.request_id if first or self.streaming else self.next_id()
         if self.kind == MCP:
-            result = {
-                "content": [{"type": "text", "text": text}],
-                "isError": state == "failed",
-                "_meta": {MCP_META_KEY: obj},
-            }
+            result = put_mcp(
+                {"content": [{"type": "text", "text": text}], "isError": state == "failed"}, obj
+            )
             return {"jsonrpc": "2.0", "id": request_id, "result": result}
         if self.kind == A2A_0_3:
             result = self._result_0_3(obj, state, text=text, first=first)
@@ -141,14 +139,16 @@ class Channel:
         return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
     def _reply(self, obj: dict[str, Any], text: str, *, v03: bool) -> dict[str, Any]:
-        reply: dict[str, Any] = {
-            "messageId": self._message_id(),
-            "contextId": self.dialog,
-            "taskId": self.task_id,
-            "role": "agent" if v03 else "ROLE_AGENT",
-            "parts": [_text(text, kind=v03)],
-            "metadata": {A2A_EXTENSION_URI: obj},
-        }
+        reply = put_a2a(
+            {
+                "messageId": self._message_id(),
+                "contextId": self.dialog,
+                "taskId": self.task_id,
+                "role": "agent" if v03 else "ROLE_AGENT",
+                "parts": [_text(text, kind=v03)],
+            },
+            obj,
+        )
         if v03:
             reply["kind"] = "message"
         return reply

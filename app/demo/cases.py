@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from handoff_context.model import Form
+from handoff_context import Form
 
 from app.demo import envelope_wire as wire
 from app.demo.agents import Agent, Cast

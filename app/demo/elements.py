@@ -1,6 +1,6 @@
 """Signing for the demo, and the tampered elements its faults need.
 
-Clean elements come from the signing toolkit (``handoff_context.sign``) unchanged. The faults
+Clean elements come from the signing toolkit (``handoff_context``) unchanged. The faults
 need a few things the toolkit rightly does not offer: the ECDSA (r, n - s) twin of a
 signature, a signature with one character changed, and a JWS whose header carries its own
 key.
@@ -13,11 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import cbor2
-from handoff_context.encoding import b64url_decode, b64url_encode
-from handoff_context.jws import OFFER_TYP
-from handoff_context.model import Form
-from handoff_context.sign import Signer, public_jwk
-from handoff_context.signature import sign_raw
+from handoff_context import Form, Signer, b64url_decode, b64url_encode, public_jwk
+from handoff_context._jws import OFFER_TYP
+from handoff_context._signature import sign_raw
 
 from app.demo.agents import P256_N
 

@@ -12,9 +12,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from handoff_context import RefPolicy, TrustStore
 from handoff_context.errors import TrustConfigError
-from handoff_context.refs import RefPolicy
-from handoff_context.trust import TrustStore
 
 from app.demo.output import DemoPaths
 from app.errors import HandoffTraceError

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import cbor2
-from handoff_context.model import Form
+from handoff_context import Form
 
 from app.demo.agents import Cast, make_cast
 from app.demo.cases import CaseSim, EnvelopeDeck, plan_case

@@ -16,9 +16,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_context.encoding import b64url_encode, digest_text, handoff_digest
-from handoff_context.model import Form
-from handoff_context.sign import (
+from handoff_context import (
+    Form,
+    b64url_encode,
+    digest_text,
+    handoff_digest,
     handoff_object,
     offer_payload,
     sign_payload,

@@ -11,9 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from handoff_context.encoding import handoff_digest
-from handoff_context.model import Form
-from handoff_context.sign import Signer, handoff_object, sign_payload
+from handoff_context import Form, Signer, handoff_digest, handoff_object, sign_payload
 
 from app.demo.agents import Agent, private_key
 from app.demo.elements import corrupt_signature, embedded_key_offer

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from handoff_context.encoding import MAX_SAFE_INT
+from handoff_context import MAX_SAFE_INT
+from handoff_context.carry import TASK_STATES_0_3 as _TASK_STATES_0_3
+from handoff_context.carry import a2a_member as _field
 
-from app.capture.carriers import _TASK_STATES_0_3, _field
 from app.envelope.references import UrlPart
 from app.envelope.schema import schema_errors
 

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from handoff_context.lifecycle import SEVERITY, Flag, FlagKind
+from handoff_context import Flag
 
 from app.envelope.extract import COUNT_ERROR, ItemKind
+from app.envelope.flags import ENVELOPE_SEVERITY, EnvelopeFlagKind
 
 HOP_CHARS = 64  # the flag table's hop column
 UNKNOWN_AGENT = "(unknown)"
@@ -155,6 +156,11 @@ class _Band:
     evidence: set[bytes]
 
 
+# A band of the ownership timeline: the ledger's own while it works, or an ``Epoch`` of its
+# result (both have ``start``, ``epoch`` and ``handoff_id``).
+_B = TypeVar("_B", "_Band", Epoch)
+
+
 class _Flags:
     """Flags by (kind, agent, handoff, variant), evidence merged: a retransmitted message
     adds evidence to its flag rather than a second flag."""
@@ -164,7 +170,7 @@ class _Flags:
 
     def add(
         self,
-        kind: FlagKind,
+        kind: EnvelopeFlagKind,
         *,
         agent: str | None,
         handoff_id: str,
@@ -179,7 +185,7 @@ class _Flags:
         self.found[key] = (digests, min(opened, at), first_detail if opened <= at else detail)
 
     def of_message(
-        self, kind: FlagKind, item: Item, *, detail: str, variant: str | None = None
+        self, kind: EnvelopeFlagKind, item: Item, *, detail: str, variant: str | None = None
     ) -> None:
         """A flag of one message on its own: its sender, its handoff, itself as evidence."""
         self.add(
@@ -197,8 +203,8 @@ class _Flags:
         for (kind, agent, handoff_id, variant), (evidence, opened, detail) in sorted(
             self.found.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3] or "")
         ):
-            k = FlagKind(kind)
-            flag = Flag(k, SEVERITY[k], tuple(sorted(evidence)), opened, variant, detail)
+            k = EnvelopeFlagKind(kind)
+            flag = Flag(k, ENVELOPE_SEVERITY[k], tuple(sorted(evidence)), opened, variant, detail)
             flags.append(CaseFlag(flag, agent, handoff_id))
         return tuple(flags)
 
@@ -311,7 +317,7 @@ def _bands(
             bands[item.epoch] = _Band(item.epoch, owner, item.at, handoff_id, {item.digest})
         elif band.owner != owner:
             flags.add(
-                FlagKind.TWO_OWNERS,
+                EnvelopeFlagKind.TWO_OWNERS,
                 agent=owner,
                 handoff_id=_hop(handoff_id or item.key),
                 evidence=band.evidence | {item.digest},
@@ -326,15 +332,6 @@ def _bands(
             implied = _Band(first.epoch, first.agent or UNKNOWN_AGENT, first.at, None, set())
             ordered_bands.insert(0, implied)
     return ordered_bands
-
-
-def _band_at(bands: Sequence[_Band], at: int) -> _Band | None:
-    current = None
-    for band in bands:
-        if band.start > at:
-            break
-        current = band
-    return current
 
 
 def _responses(
@@ -381,18 +378,20 @@ def _message_flags(ordered: Sequence[Item], rules: CaseRules, flags: _Flags) -> 
     for item in ordered:
         if item.kind == ItemKind.INVALID and item.errors:
             detail = "; ".join(item.errors)
-            flags.of_message(FlagKind.INVALID_ENVELOPE, item, variant=_invalid(item), detail=detail)
+            flags.of_message(
+                EnvelopeFlagKind.INVALID_ENVELOPE, item, variant=_invalid(item), detail=detail
+            )
         for media in item.drift:
             detail = f"{media} is not an accepted envelope type; not read"
-            flags.of_message(FlagKind.VERSION_DRIFT, item, variant=media, detail=detail)
+            flags.of_message(EnvelopeFlagKind.VERSION_DRIFT, item, variant=media, detail=detail)
         _reference_flags(item, flags)
         if item.text_bytes > rules.transcript_bytes:
             detail = f"{item.text_bytes} bytes of inline text (limit {rules.transcript_bytes})"
-            flags.of_message(FlagKind.TRANSCRIPT_DUMP, item, detail=detail)
+            flags.of_message(EnvelopeFlagKind.TRANSCRIPT_DUMP, item, detail=detail)
         unsourced = _unsourced(item)
         if unsourced:
             detail = "facts without a source: " + ", ".join(unsourced)
-            flags.of_message(FlagKind.UNSOURCED_FACT, item, detail=detail)
+            flags.of_message(EnvelopeFlagKind.UNSOURCED_FACT, item, detail=detail)
 
 
 def _invalid(item: Item) -> str:
@@ -409,13 +408,15 @@ def _reference_flags(item: Item, flags: _Flags) -> None:
     for ref in item.references:
         url = str(ref.get("url"))[:200]
         if ref.get("hash") == "missing-hash":
-            flags.of_message(FlagKind.MISSING_HASH, item, detail=f"{url}: {ref.get('detail')}")
+            flags.of_message(
+                EnvelopeFlagKind.MISSING_HASH, item, detail=f"{url}: {ref.get('detail')}"
+            )
         elif ref.get("hash") == "mismatch":
             detail = f"{url}: {ref.get('detail')}"
-            flags.of_message(FlagKind.REFERENCE_MISMATCH, item, detail=detail)
+            flags.of_message(EnvelopeFlagKind.REFERENCE_MISMATCH, item, detail=detail)
         if ref.get("expired"):
             detail = f"{url}: expired at {ref.get('expires')}, before it was received"
-            flags.of_message(FlagKind.EXPIRED_REFERENCE, item, detail=detail)
+            flags.of_message(EnvelopeFlagKind.EXPIRED_REFERENCE, item, detail=detail)
 
 
 def _unsourced(item: Item) -> list[str]:
@@ -431,10 +432,10 @@ def _unsourced(item: Item) -> list[str]:
 
 def _stale_epochs(handoffs: Mapping[str, _Handoff], bands: Sequence[_Band], flags: _Flags) -> None:
     for h in handoffs.values():
-        band = _band_at(bands, h.first.at)
+        band = band_at(bands, h.first.at)
         if band is not None and h.first.epoch is not None and band.epoch != h.first.epoch:
             flags.add(
-                FlagKind.STALE_EPOCH,
+                EnvelopeFlagKind.STALE_EPOCH,
                 agent=h.first.agent,
                 handoff_id=_hop(h.handoff_id),
                 evidence=h.digests | band.evidence,
@@ -443,16 +444,37 @@ def _stale_epochs(handoffs: Mapping[str, _Handoff], bands: Sequence[_Band], flag
             )
 
 
+def fenced(epoch: int | None, band: _Band | Epoch | None) -> bool:
+    """Whether a write or act carrying ``epoch`` is one the epoch fence should have stopped,
+    given the band in force when it happened (``band_at``): its epoch is older than that
+    band's, and the band was begun by an acceptance. The implied band of a case's first
+    handoff (no handoff id) fences nothing: no acceptance has set an epoch to fence by yet.
+    The one statement of this rule: the ledger flags by it and the timeline draws by it."""
+    if band is None or band.handoff_id is None or epoch is None:
+        return False
+    return epoch < band.epoch
+
+
+def band_at(bands: Sequence[_B], at: int) -> _B | None:
+    """The band in force at ``at``: the last to start at or before it (bands in order)."""
+    current = None
+    for band in bands:
+        if band.start > at:
+            break
+        current = band
+    return current
+
+
 def _fenced_writes(ordered: Sequence[Item], bands: Sequence[_Band], flags: _Flags) -> None:
     for item in ordered:
         if item.kind != ItemKind.EVENT or item.action not in ("write", "act"):
             continue
-        band = _band_at(bands, item.at)
-        if band is None or band.handoff_id is None or item.epoch is None:
+        band = band_at(bands, item.at)
+        if band is None or not fenced(item.epoch, band):
             continue
-        if item.epoch < band.epoch and item.outcome != "rejected":
+        if item.outcome != "rejected":
             flags.add(
-                FlagKind.TWO_OWNERS,
+                EnvelopeFlagKind.TWO_OWNERS,
                 agent=item.agent,
                 handoff_id=_hop(band.handoff_id),
                 evidence=band.evidence | {item.digest},
@@ -476,13 +498,13 @@ def _releases(
     for mark in ordered:
         if mark.kind != ItemKind.EVENT or mark.action != "handed-off":
             continue
-        band = _band_at(bands, mark.at)
+        band = band_at(bands, mark.at)
         if band is not None and band.owner != mark.agent:
             continue  # released after someone else accepted
         latest = _released_handoff(mark, handoffs)
         why = "before any acceptance" if band is None else f"while it still owns epoch {band.epoch}"
         flags.add(
-            FlagKind.RELEASE_BEFORE_ACCEPT,
+            EnvelopeFlagKind.RELEASE_BEFORE_ACCEPT,
             agent=mark.agent,
             handoff_id=_hop(latest.handoff_id if latest else case_id or mark.key),
             evidence={mark.digest} | (latest.digests if latest else set()),
@@ -540,7 +562,7 @@ def _lost(
             for i in ordered
         )
         stopped = released or not active
-        kind = FlagKind.NO_OWNER if stopped else FlagKind.LOST_ACCEPTANCE
+        kind = EnvelopeFlagKind.NO_OWNER if stopped else EnvelopeFlagKind.LOST_ACCEPTANCE
         why = "and the sender stopped acting" if stopped else "while the sender still acts"
         flags.add(
             kind,
@@ -563,7 +585,7 @@ def _context_reuse(
         if first is None or first[0] == item.to_agent:
             continue
         flags.add(
-            FlagKind.CONTEXT_ID_REUSE,
+            EnvelopeFlagKind.CONTEXT_ID_REUSE,
             agent=item.agent,
             handoff_id=_handoff_of(item),
             evidence={item.digest, first[1]},

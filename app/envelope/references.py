@@ -2,7 +2,7 @@
 
 A url part names bulky evidence by location with ``sha256`` and ``bytes`` metadata. Like a
 signed ref (SPEC 5) it is checked against the objects the receiver holds
-(``handoff_context.refs.ObjectIndex``) and never fetched: ``verified`` when an object with that
+(``handoff_context.ObjectIndex``) and never fetched: ``verified`` when an object with that
 SHA-256 (and size, when given) is held; ``mismatch`` when the object the part names (its
 filename, else the last segment of the URL path) is held but its digest or size differs;
 ``unverifiable`` otherwise; ``missing-hash`` without a usable ``sha256``.
@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from handoff_context.refs import AvailableObject, ObjectIndex
+from handoff_context import AvailableObject, ObjectIndex
 
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 

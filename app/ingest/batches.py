@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar
-
-from sqlalchemy.exc import SQLAlchemyError
+from typing import TYPE_CHECKING, TypeVar
 
 from app.errors import HandoffTraceError
+
+# Only for annotations: verify (no database) uses ``batched`` and should not load SQLAlchemy.
+if TYPE_CHECKING:
+    from sqlalchemy.exc import SQLAlchemyError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -68,6 +70,8 @@ def run_batch(
     that failed (``len(items)`` when none did), or raises ItemFailed, SQLAlchemyError or
     BatchFailed when it kept nothing. ``alone(item)`` runs one item in a transaction of its own and
     never raises for a failing item (it returns the error as its result)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     results: list[R] = []
     rest = batch
     while rest:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
-from handoff_context.refs import ObjectIndex
+from handoff_context import ObjectIndex
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session

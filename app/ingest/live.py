@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from handoff_context.lifecycle import Timing
+from handoff_context import Timing
 from sqlalchemy import Engine
 from sqlmodel import Session
 

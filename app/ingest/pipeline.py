@@ -56,14 +56,23 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from handoff_context import (
+    Context,
+    Element,
+    HandoffObject,
+    ObjectIndex,
+    Offer,
+    Outcome,
+    Result,
+    StatusObject,
+    Timing,
+    TrustStore,
+    Verdict,
+    Verifier,
+    parse_element,
+    parse_object,
+)
 from handoff_context.errors import HandoffError, Reason
-from handoff_context.handoff import HandoffObject, StatusObject, parse_object
-from handoff_context.lifecycle import Timing
-from handoff_context.model import Element, Offer
-from handoff_context.refs import ObjectIndex
-from handoff_context.trust import TrustStore
-from handoff_context.verdict import Outcome, Result, Verdict
-from handoff_context.verify import Context, Verifier, parse_element
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session

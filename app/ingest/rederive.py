@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
-from handoff_context.encoding import b64url_decode
+from handoff_context import b64url_decode
 from sqlalchemy import Engine
 from sqlmodel import Session
 

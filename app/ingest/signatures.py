@@ -23,13 +23,17 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from handoff_context import (
+    Element,
+    HandoffObject,
+    SignatureCache,
+    StatusObject,
+    TrustStore,
+    parse_element,
+    parse_object,
+)
+from handoff_context._signature import verify_element
 from handoff_context.errors import HandoffError
-from handoff_context.handoff import HandoffObject, StatusObject, parse_object
-from handoff_context.memory import SignatureCache
-from handoff_context.model import Element
-from handoff_context.signature import verify_element
-from handoff_context.trust import TrustStore
-from handoff_context.verify import parse_element
 
 # Fewer signatures than this are left to the in-order checks: handing them to threads
 # costs more than it saves.

@@ -11,12 +11,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from handoff_context.encoding import MAX_ELEMENT_OCTETS
+from handoff_context import (
+    MAX_ELEMENT_OCTETS,
+    AvailableObject,
+    Context,
+    ObjectIndex,
+    Outcome,
+    Policy,
+    RefPolicy,
+    Session,
+    TrustStore,
+    Verdict,
+    Verifier,
+)
 from handoff_context.errors import Reason
-from handoff_context.refs import AvailableObject, ObjectIndex, RefPolicy
-from handoff_context.trust import TrustStore
-from handoff_context.verdict import Outcome, Verdict
-from handoff_context.verify import Context, Policy, Session, Verifier
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, read_capture
 from app.ingest.batches import batched

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from handoff_context.encoding import digest_text
+from handoff_context import digest_text
 from sqlalchemy import and_, func, or_, select
 from sqlmodel import Session
 

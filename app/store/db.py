@@ -88,7 +88,7 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
     """An engine for ``url`` with the store's connection settings. SQLite: the file's
     directory is created on demand. Raises UnsupportedDatabase for an unsupported URL."""
     url = normalise_url(url)
@@ -104,7 +104,11 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    if pool_size is None:
+        return create_engine(url, pool_pre_ping=True)
+    # HANDOFF_TRACE_DB_POOL_SIZE connections per process, and as many again in a burst:
+    # PostgreSQL's max_connections bounds instances x workers x (pool + overflow).
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
 
 
 def shown_url(url: str) -> str:

@@ -1,5 +1,5 @@
 """Hop state and flags, re-derived from stored facts (SPEC 8) by the pure
-``handoff_context.lifecycle.derive_hop``; plus the two flags it leaves to the store
+``handoff_context.derive_hop``; plus the two flags it leaves to the store
 (equivocation and rejected-element) and the sweep that applies the clock.
 
 Every fact read here depends on the *set* of stored elements and observations, never on
@@ -27,18 +27,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from handoff_context.lifecycle import (
+from handoff_context import (
     SEVERITY,
     DownstreamFact,
     Flag,
     FlagKind,
     OfferFact,
     StatusFact,
+    StatusState,
     Timing,
+    Variant,
     derive_hop,
 )
-from handoff_context.model import StatusState
-from handoff_context.verdict import Variant
 from sqlalchemy import (
     ColumnElement,
     Select,

@@ -15,8 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_context.encoding import digest_text
-from handoff_context.lifecycle import Timing
+from handoff_context import Timing, digest_text
 from sqlalchemy import Engine, delete, select, text
 from sqlmodel import Session, SQLModel
 

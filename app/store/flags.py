@@ -14,8 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from handoff_context.encoding import digest_text
-from handoff_context.lifecycle import Flag, FlagKind
+from handoff_context import Flag, FlagKind, digest_text
 from sqlalchemy import bindparam, delete, insert, select, tuple_, update
 from sqlmodel import Session
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from handoff_context.lifecycle import HostObservation
+from handoff_context import HostObservation
 from sqlalchemy import bindparam, insert, select, union
 from sqlmodel import Session
 

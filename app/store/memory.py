@@ -1,6 +1,6 @@
 """The receiver's memories backed by the database (SPEC 6.4: they survive a restart).
 
-``StoreMemory`` implements the Protocols of ``handoff_context.memory`` (replay memory, known
+``StoreMemory`` implements the memory Protocols of ``handoff_context`` (replay memory, known
 offers, seen statuses, signature cache) over one session, so a ``Verifier`` built by
 ``store_verifier`` judges against everything any worker ever stored. Each memory rests on a
 primary key and ``INSERT .. ON CONFLICT DO NOTHING``: of two workers remembering the same
@@ -12,12 +12,20 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 
+from handoff_context import (
+    Element,
+    Form,
+    InMemoryState,
+    ObjectIndex,
+    Offer,
+    Policy,
+    Remembered,
+    TrustStore,
+    Verifier,
+    content_fingerprint,
+    parse_element,
+)
 from handoff_context.errors import HandoffError
-from handoff_context.memory import InMemoryState, Remembered, content_fingerprint
-from handoff_context.model import Element, Form, Offer, StatusState
-from handoff_context.refs import ObjectIndex
-from handoff_context.trust import TrustStore
-from handoff_context.verify import Policy, Verifier, parse_element
 from sqlalchemy import bindparam, select, tuple_
 from sqlmodel import Session
 
@@ -87,11 +95,9 @@ def element_values(element: Element, *, now: int) -> dict[str, object]:
         "first_seen": now,
     }
     if isinstance(p, Offer):
-        values.update(hop_iss=p.iss, dialog=p.dialog, task=p.task, exp=p.exp)
+        values.update(hop_iss=p.hop_owner, dialog=p.dialog, task=p.task, exp=p.exp)
     else:
-        # SPEC 1.2: the delegate answers (its aud is the delegator), the delegator cancels.
-        hop_iss = p.iss if p.state is StatusState.CANCELED else p.aud
-        values.update(hop_iss=hop_iss, offer=p.offer, state=p.state.value, reason=p.reason)
+        values.update(hop_iss=p.hop_owner, offer=p.offer, state=p.state.value, reason=p.reason)
     return values
 
 

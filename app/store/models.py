@@ -479,3 +479,42 @@ class RejectedObservationRow(SQLModel, table=True):
     detail: str | None = Field(default=None, sa_type=Text)
     verdict: dict[str, Any] = Field(sa_type=JSON)  # the SPEC 11 verdict as reported
     ingested_at: int = _time()
+
+
+class LoginFailureRow(SQLModel, table=True):
+    """One failed dashboard login, counted against a user name and a client address
+    (``app.store.limits``). In the database, so every instance and every restart counts the
+    same failures. ``key`` is the SHA-256 of the scope and the name or address, never the
+    text itself: people type passwords into the name field."""
+
+    __tablename__ = "login_failure"
+
+    id: int | None = _id()
+    key: str = Field(sa_type=String(64), index=True)
+    at: int = _time(index=True)
+
+
+class UploadReportRow(SQLModel, table=True):
+    """The JSON report of one upload, for its user to download from any instance until
+    ``expires_at`` (``app.store.reports``)."""
+
+    __tablename__ = "upload_report"
+
+    key: str = Field(sa_type=String(64), primary_key=True)
+    user_id: int = _ref("operator_user.id", index=True)
+    body: bytes = Field(sa_type=LargeBinary)
+    created_at: int = _time()
+    expires_at: int = _time(index=True)
+
+
+class TrustRejudgeRow(SQLModel, table=True):
+    """A trust store under which the elements refused ``untrusted-key`` or
+    ``bad-signature`` were judged again (``app.ingest.rejudge``): the first instance to load
+    it does the work, the others find this row and skip it."""
+
+    __tablename__ = "trust_rejudge"
+
+    trust: str = Field(sa_type=String(64), primary_key=True)
+    started_at: int = _time()
+    judged: int = Field(default=0, sa_type=BigInteger)
+    closed: int = Field(default=0, sa_type=BigInteger)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from handoff_context.encoding import digest_text
+from handoff_context import digest_text
 from sqlalchemy import and_, func, or_, select, tuple_, update
 from sqlmodel import Session
 
@@ -398,6 +398,7 @@ class StoreCounts:
     verdicts: dict[str, int]  # by outcome
     hops: dict[str, int]  # by state
     flags: dict[tuple[str, str], int]  # by (kind, status as of now)
+    open_flags: dict[tuple[str, str], int]  # open as of now, by (kind, severity)
 
 
 def hop_count(session: Session) -> int:
@@ -413,11 +414,15 @@ def store_counts(session: Session, *, now: int) -> StoreCounts:
         return {(row[0] if len(columns) == 1 else tuple(row[:-1])): row[-1] for row in rows}
 
     flags: dict[tuple[str, str], int] = {}
+    open_flags: dict[tuple[str, str], int] = {}
     snoozed = func.coalesce(FlagRow.snoozed_until, 0) > now
-    for (kind, status, still), n in grouped(FlagRow.kind, FlagRow.status, snoozed).items():
+    rows = grouped(FlagRow.kind, FlagRow.status, snoozed, FlagRow.severity)
+    for (kind, status, still, severity), n in rows.items():
         # A snooze that has run out reads as open, as in ``list_flags``.
         effective = "open" if status == "snoozed" and not still else status
         flags[(kind, effective)] = flags.get((kind, effective), 0) + n
+        if effective == "open":
+            open_flags[(kind, severity)] = open_flags.get((kind, severity), 0) + n
     observations = session.execute(select(func.count()).select_from(ObservationRow))
     return StoreCounts(
         elements=grouped(ElementRow.type),
@@ -425,4 +430,5 @@ def store_counts(session: Session, *, now: int) -> StoreCounts:
         verdicts=grouped(VerdictRow.outcome),
         hops=grouped(HopRow.state),
         flags=flags,
+        open_flags=open_flags,
     )

@@ -12,10 +12,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from handoff_context import Context, Form, Outcome, Result, Verdict
 from handoff_context.errors import Reason
-from handoff_context.model import Form
-from handoff_context.verdict import Outcome, Result, Verdict
-from handoff_context.verify import Context
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 

@@ -20,14 +20,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import cbor2
-from handoff_context.cose import decode_sign1
-from handoff_context.encoding import b64url_decode, strict_json_loads
+from handoff_context import (
+    Context,
+    Form,
+    Offer,
+    Status,
+    StatusObject,
+    Timing,
+    Verdict,
+    b64url_decode,
+    parse_element,
+    parse_object,
+    strict_json_loads,
+)
+from handoff_context._cose import decode_sign1
+from handoff_context._encoding import MAX_DEPTH
+from handoff_context._model import try_read_payload
 from handoff_context.errors import EmbeddedKeyError, HandoffError, Reason
-from handoff_context.handoff import StatusObject, parse_object
-from handoff_context.lifecycle import Timing
-from handoff_context.model import Form, Offer, Status, StatusState, try_read_payload
-from handoff_context.verdict import Verdict
-from handoff_context.verify import Context, parse_element
 from sqlalchemy import select
 from sqlmodel import Session
 
@@ -36,8 +45,19 @@ from app.store.db import Locks, hop_lock, insert_ignore
 from app.store.derive import derive_hops
 from app.store.models import HopRow, RejectedObservationRow, RejectedOctetsRow
 
-# What decoding evidence may raise besides HandoffError (cbor2's errors are ValueErrors).
-_DECODE_ERRORS = (HandoffError, ValueError, TypeError, OverflowError, RecursionError)
+# What decoding evidence may raise besides HandoffError. cbor2 6 raises CBORDecodeError,
+# which is no ValueError, for malformed items and for semantic tags (0, 1, 4, 5, 30, 35, 37,
+# 260 ...) whose content its own decoders refuse; those octets were refused already, so any
+# of these only means that no payload can be read from them.
+_DECODE_ERRORS = (
+    HandoffError,
+    cbor2.CBORError,
+    ValueError,
+    TypeError,
+    OverflowError,
+    RecursionError,
+    LookupError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +75,9 @@ class Refused:
 
     @property
     def hop_key(self) -> tuple[str, str] | None:
-        """(iss, hop) of the hop the element claims, by SPEC 1.2's swap for a status."""
+        """(iss, hop) of the hop the element claims (``hop_owner``: SPEC 1.2's swap)."""
         p = self.payload
-        if p is None:
-            return None
-        if isinstance(p, Offer) or p.state is StatusState.CANCELED:
-            return p.iss, p.hop
-        return p.aud, p.hop
+        return None if p is None else (p.hop_owner, p.hop)
 
 
 def refused(value: Mapping[str, Any]) -> Refused:
@@ -106,7 +122,20 @@ def _payload_doc(octets: bytes, form: Form) -> object:
         if len(parts) != 3:
             return None
         return strict_json_loads(b64url_decode(parts[1], what="payload"), what="payload")
-    return cbor2.loads(decode_sign1(octets).payload)
+    # Bounded like the capture reader (app.capture.formats): refused octets are hostile
+    # until shown otherwise, and a payload nests no deeper than an element may.
+    return cbor2.loads(
+        decode_sign1(octets).payload,
+        max_depth=MAX_DEPTH,
+        allow_duplicate_keys=False,
+        strict_hashable_types=True,
+        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
+    )
+
+
+def _refuse_shared(decoder: object, immutable: bool = False) -> object:
+    """Shared references (tags 28, 29) can build cyclic values; no payload holds one."""
+    raise cbor2.CBORDecodeError("shared references are not allowed")
 
 
 def keep_refused(

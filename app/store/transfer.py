@@ -26,10 +26,8 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from handoff_context.encoding import b64url_decode, b64url_encode
+from handoff_context import Form, b64url_decode, b64url_encode, parse_element
 from handoff_context.errors import HandoffError
-from handoff_context.model import Form
-from handoff_context.verify import parse_element
 from sqlalchemy import LargeBinary, select
 from sqlmodel import Session, SQLModel
 

@@ -7,18 +7,18 @@ in ``app.web.errors``.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
-from handoff_context.encoding import MAX_SAFE_INT
-from handoff_context.lifecycle import FlagKind, HopState
+from fastapi.responses import JSONResponse
+from handoff_context import MAX_SAFE_INT, HopState
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
+from app.envelope.flags import FlagKind
 from app.ingest.pipeline import ingest
-from app.ingest.verifying import verify_inputs
 from app.store import db
 from app.store.cases import case_detail, list_cases
 from app.store.queries import (
@@ -38,8 +38,16 @@ from app.store.queries import (
     store_counts,
 )
 from app.web import metrics
-from app.web.auth import CurrentOperator, Ingester, Reader, VerifyCaller
-from app.web.errors import ApiError, documented
+from app.web.auth import (
+    Credentials,
+    CurrentOperator,
+    Ingester,
+    Permission,
+    Reader,
+    VerifyCaller,
+    requires,
+)
+from app.web.errors import REQUEST_ID, ApiError, documented
 from app.web.params import (
     CAPTURE_BODY,
     Cursor,
@@ -77,6 +85,7 @@ from app.web.schemas import (
 )
 from app.web.service import ServiceDep, get_service
 
+ingest_log = logging.getLogger("handoff_trace.ingest")
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(reject_unknown_query)])
 _ERRORS = documented(401, 403, 422, 503)
 # Elements travel with these media types (RFC 7515 section 9.2.1; RFC 9052 section 9).
@@ -109,7 +118,7 @@ async def post_ingest(
     try:
         body, media = await read_capture(request, service.settings.max_request_bytes)
     except ApiError as exc:  # PayloadTooLarge among them
-        service.count("ingest", exc.status)
+        metrics.count_ingest("ingest", exc.status)
         raise
     now = service.clock()
     pipeline = service.pipeline(params.options(service.settings, now=now))
@@ -119,8 +128,14 @@ async def post_ingest(
     outcomes = Counter(v.outcome.value for v in report.verdicts)
     if report.errors:
         outcomes["error"] += len(report.errors)
-    service.count("ingest", 200)
-    service.count_items("ingest", outcomes)
+    metrics.count_ingest("ingest", 200, outcomes)
+    ingest_log.info(
+        "ingest: %d verdicts, %d stored, %d errors",
+        len(report.verdicts),
+        report.stored,
+        len(report.errors),
+        extra={"route": "ingest", "request_id": REQUEST_ID.get(), "counts": report.counts},
+    )
     return JSONResponse(
         {
             "verdicts": [v.to_json() for v in report.verdicts],
@@ -131,6 +146,10 @@ async def post_ingest(
             ],
         }
     )
+
+
+def _status_of(exc: Exception) -> int:
+    return int(getattr(exc, "status", None) or getattr(exc, "status_code", 0))
 
 
 @router.post(
@@ -149,14 +168,13 @@ async def post_verify(
     try:
         body, media = await read_capture(request, service.settings.max_request_bytes)
     except ApiError as exc:  # PayloadTooLarge among them
-        service.count("verify", exc.status)
+        metrics.count_ingest("verify", exc.status)
         raise
     options = params.options(service.settings, now=service.clock())
     report = await run_in_threadpool(
-        verify_inputs, [("request", body)], trust=service.trust, options=options, content_type=media
+        service.verify, [("request", body)], options, content_type=media
     )
-    service.count("verify", 200)
-    service.count_items("verify", Counter(v.outcome.value for v in report.verdicts))
+    metrics.count_ingest("verify", 200, Counter(v.outcome.value for v in report.verdicts))
     return JSONResponse(
         {
             "verdicts": [v.to_json() for v in report.verdicts],
@@ -454,14 +472,17 @@ def healthz() -> Health:
 
 @router.get("/readyz", response_model=Readiness, responses=documented(503), tags=["service"])
 def readyz(request: Request) -> Readiness:
-    """Readiness: the database answers and the trust configuration is loaded. Anonymous:
-    it says ready or not, nothing else."""
+    """Readiness: the database answers and the trust configuration is loaded, with its
+    fingerprint (so a rollout can see every instance on the new trust file). Anonymous: it
+    says nothing else."""
     service = get_service(request)
     try:
         service.ready()
     except Exception as exc:
         raise ApiError(503, "the database does not answer", code="not-ready") from exc
-    return Readiness(status="ready", database="ok", trust="loaded")
+    return Readiness(
+        status="ready", database="ok", trust="loaded", trust_fingerprint=service.trust.fingerprint
+    )
 
 
 @router.get(
@@ -476,9 +497,13 @@ def readyz(request: Request) -> Readiness:
     },
     tags=["service"],
 )
-def get_metrics(who: Reader, service: ServiceDep) -> PlainTextResponse:
-    """Store gauges (elements, observations, verdicts, hops, flags) and this process's
-    ingest request counters."""
+def get_metrics(request: Request, service: ServiceDep, credentials: Credentials) -> Response:
+    """Request, latency and ingest counters (summed over this instance's workers), process
+    metrics, and gauges read from the database (the same on every instance). Needs a token
+    of any role unless HANDOFF_TRACE_METRICS_REQUIRE_TOKEN is false."""
+    if service.settings.metrics_require_token:
+        requires(Permission.READ)(request, service, credentials)
     with service.reading() as session:
         counts = store_counts(session, now=service.clock())
-    return PlainTextResponse(metrics.render(service, counts), media_type=metrics.CONTENT_TYPE)
+    body = metrics.exposition(counts, workers=request.app.state.metrics_multiprocess)
+    return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -12,17 +12,23 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 
 import anyio.to_thread
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
 from app.settings import Settings
-from app.web import api, errors, pages
+from app.web import api, errors, metrics, pages
 from app.web.guard import Guard
+from app.web.observe import Observe
 from app.web.service import Clock, Service, wall_clock
 
+# How often every instance looks at its trust file (a stat; the file is read when it changed).
+TRUST_CHECK_SECONDS = 2.0
 log = logging.getLogger("handoff_trace.web")
 
 DESCRIPTION = """\
@@ -44,12 +50,17 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
         service = await anyio.to_thread.run_sync(start)
         app.state.service = service
         sweeper = asyncio.create_task(_sweep_forever(service))
+        hangup = _on_sighup()
+        watcher = asyncio.create_task(_watch_trust(service, hangup))
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (watcher, sweeper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             app.state.service = None
             service.close()
 
@@ -65,16 +76,51 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
         redoc_url=None,
     )
     app.state.service = None
+    # prometheus_client's multiprocess mode (``serve --workers N`` sets the directory).
+    app.state.metrics_multiprocess = bool(os.environ.get(metrics.MULTIPROC_ENV))
     errors.install(app)
     app.include_router(api.router)
     pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)
     app.add_middleware(Guard, max_body=settings.max_request_bytes)
+    app.add_middleware(Observe)  # outside the guard: its 400s, 413s and 500s are counted too
+    if settings.forwarded_allow_ips:
+        # Outermost, so that the limits, the logs and the Secure cookie flag all see the
+        # client's address and scheme as the trusted proxy gave them (and only then).
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.forwarded_allow_ips))
     return app
 
 
 def create_app_from_env() -> FastAPI:
     """The app configured from the environment (``uvicorn --factory`` entry point)."""
     return create_app(Settings.from_env())
+
+
+def _on_sighup() -> asyncio.Event:
+    """Set on SIGHUP, which asks for the trust file to be read again. Only the main thread's
+    loop can take a signal (``serve``); in a test's app the event is set by hand."""
+    hangup = asyncio.Event()
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup.set)
+    return hangup
+
+
+async def _watch_trust(service: Service, hangup: asyncio.Event) -> None:
+    """Judge the store again if it was judged under other keys (a restart after a key
+    rollout); then check the trust file every ``TRUST_CHECK_SECONDS``, and at once on
+    SIGHUP."""
+    try:
+        await anyio.to_thread.run_sync(service.rejudge_if_stale)
+    except Exception:
+        log.exception("judging the store again under the trust file failed")
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(hangup.wait(), TRUST_CHECK_SECONDS)
+        forced = hangup.is_set()
+        hangup.clear()
+        try:
+            await anyio.to_thread.run_sync(functools.partial(service.check_trust, force=forced))
+        except Exception:
+            log.exception("checking the trust file failed; trying again")
 
 
 async def _sweep_forever(service: Service) -> None:

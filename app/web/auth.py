@@ -87,6 +87,8 @@ def requires(permission: Permission) -> Callable[..., Principal]:
 
 
 Ingester = Annotated[Principal, Depends(requires(Permission.INGEST))]
+# The bearer credentials as sent, for a route that checks them itself (the metrics).
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 VerifyCaller = Annotated[Principal, Depends(requires(Permission.VERIFY))]
 Reader = Annotated[Principal, Depends(requires(Permission.READ))]
 CurrentOperator = Annotated[Principal, Depends(requires(Permission.TRIAGE))]

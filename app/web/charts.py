@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_context.encoding import digest_text
-from handoff_context.lifecycle import HopState
+from handoff_context import HopState, digest_text
 
+from app.envelope.ledger import band_at, fenced
 from app.store.cases import CaseDetail, CaseEvent, Epoch
 from app.store.dashboard import Activity
 from app.store.models import ElementRow
@@ -339,23 +339,14 @@ def _plain(text: object, limit: int = 120) -> str:
     return html.escape(shown if len(shown) <= limit else shown[: limit - 1] + "…")
 
 
-def _epoch_at(epochs: Sequence[Epoch], at: int) -> int | None:
-    current = None
-    for e in epochs:
-        if e.start <= at:
-            current = e.epoch
-    return current
-
-
 def is_stale(event: CaseEvent, epochs: Sequence[Epoch]) -> bool:
     """A write or act that the fencing token should have stopped: refused by the system of
-    record, or carrying an epoch older than the ledger's at that moment."""
+    record, or one the ledger's epoch fence applies to (``app.envelope.ledger.fenced``)."""
     if event.kind not in ("write", "act"):
         return False
     if event.outcome == "rejected":
         return True
-    current = _epoch_at(epochs, event.at)
-    return event.epoch is not None and current is not None and event.epoch < current
+    return fenced(event.epoch, band_at(epochs, event.at))
 
 
 def _rows(detail: CaseDetail) -> list[str]:

@@ -1,4 +1,5 @@
-"""How every error looks on the wire: ``{"error": {"code", "message"[, "details"]}}``.
+"""How every error looks on the wire:
+``{"error": {"code", "message", "request_id"[, "details"]}}``.
 
 One handler (``handle``) owns the shape for every exception the app lets out: the service's
 own errors (``app.errors.HandoffTraceError``: an ``ApiError`` answers its status, with its
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextvars import ContextVar
 from http import HTTPStatus
 from typing import Any
 
@@ -28,6 +30,8 @@ from starlette.exceptions import HTTPException
 from app.errors import HandoffTraceError
 
 log = logging.getLogger("handoff_trace.web")
+# The id of the request being answered (set by ``app.web.observe``), for every error body.
+REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 # Machine codes by HTTP status, for errors raised without a code of their own.
 _CODES = {
@@ -117,11 +121,20 @@ def error_response(
     body: dict[str, Any] = {"code": code or http_code(status), "message": message}
     if details is not None:
         body["details"] = details
-    return JSONResponse({"error": body}, status_code=status, headers=dict(headers or {}))
+    answer_headers = dict(headers or {})
+    rid = REQUEST_ID.get()
+    if rid is not None:
+        body["request_id"] = rid
+        answer_headers["X-Request-ID"] = rid
+    return JSONResponse({"error": body}, status_code=status, headers=answer_headers)
 
 
 async def handle(request: Request, exc: Exception) -> JSONResponse:
     """Every exception the app answers, in the one shape."""
+    return _answer(request, exc)
+
+
+def _answer(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.detail, code=exc.reason, headers=exc.headers)
     if isinstance(exc, RequestValidationError):

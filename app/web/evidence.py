@@ -9,10 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from handoff_context.encoding import digest_text
+from handoff_context import Form, digest_text, parse_element
 from handoff_context.errors import HandoffError
-from handoff_context.model import Form
-from handoff_context.verify import parse_element
 
 from app.store.models import ElementRow
 

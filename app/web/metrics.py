@@ -1,81 +1,146 @@
-"""``GET /api/v1/metrics`` in the Prometheus text exposition format (version 0.0.4).
+"""``GET /api/v1/metrics``: Prometheus metrics with ``prometheus_client``.
 
-Store gauges (elements, observations, verdicts, hops, flags) are counted in the database,
-so every worker answers the same. Request counters are per process: with several workers a
-scrape sees one worker's counts (sum them with the ``instance`` label, or run one worker).
+- Counters and histograms are this process's, in prometheus_client's registry: HTTP requests
+  by route template, method and status (500s included, counted by ``app.web.observe``),
+  request latency by route, and ingest items by route and outcome (``error``: an item that
+  could not be stored). Every known label combination is present from the start, zeros
+  included, so a rate never starts from a missing series.
+- With several workers (``serve --workers N``), ``serve`` points ``PROMETHEUS_MULTIPROC_DIR``
+  at an empty directory before the workers start; each worker writes its counters there and
+  a scrape of any worker sums them all (``MultiProcessCollector``), so scrapes of one port
+  no longer alternate between workers.
+- Gauges are read from the database at scrape time (stored elements, receipts, verdicts,
+  hops by state, flags by kind and status, open flags by kind and severity), so every
+  instance and every worker reports the same values.
+- Process metrics (CPU, memory, open files) are those of the process that answered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator
+
+from handoff_context import SEVERITY, FlagKind, HopState, Outcome
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
 
 from app.store.queries import StoreCounts
-from app.web.service import Service
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The text format generate_latest writes, as this route always answered.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+INGEST_ROUTES = ("ingest", "verify")
+ITEM_OUTCOMES = (*(o.value for o in Outcome), "error")
+
+REQUESTS = Counter(
+    "handoff_trace_http_requests",
+    "HTTP requests answered, by route template, method and status.",
+    ["route", "method", "status"],
+)
+LATENCY = Histogram(
+    "handoff_trace_http_request_duration_seconds",
+    "Time to answer an HTTP request, by route template and method.",
+    ["route", "method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+INGEST_REQUESTS = Counter(
+    "handoff_trace_ingest_requests",
+    "POST /ingest and /verify requests, by route and status.",
+    ["route", "status"],
+)
+INGEST_ITEMS = Counter(
+    "handoff_trace_ingest_items",
+    "Verdicts answered by POST /ingest and /verify, by route and outcome "
+    "(error: an item that could not be stored).",
+    ["route", "outcome"],
+)
+for _route in INGEST_ROUTES:
+    for _outcome in ITEM_OUTCOMES:
+        INGEST_ITEMS.labels(route=_route, outcome=_outcome)
+    INGEST_REQUESTS.labels(route=_route, status="200")
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _Store(Collector):
+    """The database's gauges, as counted for this scrape."""
+
+    def __init__(self, counts: StoreCounts) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.counts
+        elements = GaugeMetricFamily(
+            "handoff_trace_elements", "Signed elements stored, by type.", labels=["type"]
+        )
+        for kind in ("offer", "status"):
+            elements.add_metric([kind], c.elements.get(kind, 0))
+        yield elements
+        yield GaugeMetricFamily(
+            "handoff_trace_observations",
+            "Receipts of elements stored (retransmissions included).",
+            value=c.observations,
+        )
+        verdicts = GaugeMetricFamily(
+            "handoff_trace_verdicts", "Stored verdicts, by outcome.", labels=["outcome"]
+        )
+        for outcome in Outcome:
+            verdicts.add_metric([outcome.value], c.verdicts.get(outcome.value, 0))
+        yield verdicts
+        hops = GaugeMetricFamily("handoff_trace_hops", "Hops, by derived state.", labels=["state"])
+        for state in sorted({*(s.value for s in HopState), *c.hops}):
+            hops.add_metric([state], c.hops.get(state, 0))
+        yield hops
+        flags = GaugeMetricFamily(
+            "handoff_trace_flags", "Flags, by kind and status.", labels=["kind", "status"]
+        )
+        for (kind, status), n in sorted(c.flags.items()):
+            flags.add_metric([kind, status], n)
+        yield flags
+        open_flags = GaugeMetricFamily(
+            "handoff_trace_open_flags",
+            "Open flags (snoozes that ran out included), by kind and severity.",
+            labels=["kind", "severity"],
+        )
+        known = {(k.value, SEVERITY[k].value) for k in FlagKind}
+        for kind, severity in sorted(known | set(c.open_flags)):
+            open_flags.add_metric([kind, severity], c.open_flags.get((kind, severity), 0))
+        yield open_flags
 
 
-def _family(
-    name: str, kind: str, help_text: str, samples: Iterable[tuple[Mapping[str, str], int]]
-) -> list[str]:
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    for labels, value in samples:
-        if labels:
-            inside = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            lines.append(f"{name}{{{inside}}} {value}")
-        else:
-            lines.append(f"{name} {value}")
-    return lines
+class _Forward(Collector):
+    """This process's own registry, in a single-process service."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield from REGISTRY.collect()
 
 
-def render(service: Service, counts: StoreCounts) -> str:
-    lines: list[str] = []
-    lines += _family(
-        "handoff_trace_elements",
-        "gauge",
-        "Signed elements stored, by type.",
-        (({"type": t}, counts.elements.get(t, 0)) for t in ("offer", "status")),
-    )
-    lines += _family(
-        "handoff_trace_observations",
-        "gauge",
-        "Receipts of elements stored (retransmissions included).",
-        [({}, counts.observations)],
-    )
-    lines += _family(
-        "handoff_trace_verdicts",
-        "gauge",
-        "Stored verdicts, by outcome.",
-        (({"outcome": o}, n) for o, n in sorted(counts.verdicts.items())),
-    )
-    lines += _family(
-        "handoff_trace_hops",
-        "gauge",
-        "Hops, by derived state.",
-        (({"state": s}, n) for s, n in sorted(counts.hops.items())),
-    )
-    lines += _family(
-        "handoff_trace_flags",
-        "gauge",
-        "Flags, by kind and status.",
-        (({"kind": k, "status": s}, n) for (k, s), n in sorted(counts.flags.items())),
-    )
-    request_counts, item_counts = service.counters()
-    requests, items = sorted(request_counts.items()), sorted(item_counts.items())
-    lines += _family(
-        "handoff_trace_ingest_requests_total",
-        "counter",
-        "POST /ingest and /verify requests answered by this process, by route and status.",
-        (({"route": r, "status": s}, n) for (r, s), n in requests),
-    )
-    lines += _family(
-        "handoff_trace_ingest_items_total",
-        "counter",
-        "Verdicts answered by this process, by route and outcome (error: not stored).",
-        (({"route": r, "outcome": o}, n) for (r, o), n in items),
-    )
-    return "\n".join(lines) + "\n"
+def exposition(counts: StoreCounts, *, workers: bool) -> bytes:
+    """The scrape: counters (summed over the workers when ``workers``: prometheus_client's
+    multiprocess mode), process metrics and the database's gauges."""
+    registry = CollectorRegistry()
+    if workers:
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        ProcessCollector(registry=registry)
+    else:
+        registry.register(_Forward())  # the default registry holds the process collector
+    registry.register(_Store(counts))
+    return generate_latest(registry)
+
+
+def count_request(route: str, method: str, status: int, seconds: float) -> None:
+    REQUESTS.labels(route=route, method=method, status=str(status)).inc()
+    LATENCY.labels(route=route, method=method).observe(seconds)
+
+
+def count_ingest(route: str, status: int, outcomes: dict[str, int] | None = None) -> None:
+    INGEST_REQUESTS.labels(route=route, status=str(status)).inc()
+    for outcome, n in (outcomes or {}).items():
+        INGEST_ITEMS.labels(route=route, outcome=outcome).inc(n)

@@ -13,10 +13,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from handoff_context.encoding import digest_text, parse_digest_text
+from handoff_context import (
+    A2A_STATE,
+    OFFER_CHECKS,
+    STATUS_CHECKS,
+    HopState,
+    digest_text,
+    parse_digest_text,
+)
 from handoff_context.errors import MalformedError
-from handoff_context.lifecycle import A2A_STATE, HopState
-from handoff_context.verdict import OFFER_CHECKS, STATUS_CHECKS
 
 from app.store import dashboard
 from app.store.queries import (

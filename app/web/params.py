@@ -15,9 +15,8 @@ from typing import Annotated, Any
 
 from fastapi import Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from handoff_context.encoding import MAX_SAFE_INT, parse_digest_text
+from handoff_context import MAX_SAFE_INT, RefPolicy, parse_digest_text
 from handoff_context.errors import MalformedError
-from handoff_context.refs import RefPolicy
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.ingest.verifying import VerifyOptions

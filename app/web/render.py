@@ -24,7 +24,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
-from handoff_context.encoding import digest_text
+from handoff_context import digest_text
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_context
 from jinja2.runtime import Context
 from markupsafe import Markup, escape

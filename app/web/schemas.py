@@ -10,12 +10,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from handoff_context.encoding import MAX_SAFE_INT, digest_text
-from handoff_context.lifecycle import FlagKind, HopState
-from handoff_context.verdict import Outcome, RefOutcome, Result, Variant
+from handoff_context import (
+    MAX_SAFE_INT,
+    HopState,
+    Outcome,
+    RefOutcome,
+    Result,
+    Variant,
+    digest_text,
+)
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlmodel import SQLModel
 
+from app.envelope.flags import FlagKind
 from app.store.cases import CaseDetail, CaseSummary
 from app.store.models import ActionRow, ElementRow
 from app.store.queries import (
@@ -520,3 +527,4 @@ class Readiness(SQLModel):
     status: Literal["ready"]
     database: Literal["ok"]
     trust: Literal["loaded"]
+    trust_fingerprint: str  # SHA-256 of the trusted identifiers and keys, as /trust shows

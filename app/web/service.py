@@ -1,30 +1,32 @@
-"""What the running service holds: the settings, one engine, the trust store (loaded once),
-the clock, the sweep and the request counters. Built in the app's lifespan
+"""What the running service holds: the settings, one engine, the trust store (reloaded when
+its file changes, ``check_trust``),
+the clock and the sweep. Built in the app's lifespan
 (``Service.start``) and reached by routes through ``ServiceDep``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
+from handoff_context import ObjectIndex, TrustStore
 from handoff_context.errors import TrustConfigError
-from handoff_context.refs import ObjectIndex
-from handoff_context.trust import TrustStore
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.errors import HandoffTraceError
 from app.ingest.pipeline import Pipeline
-from app.ingest.verifying import VerifyOptions, load_objects
+from app.ingest.rejudge import Rejudged, RejudgeFailed, judged_under_other_trust, rejudge
+from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
 from app.settings import Settings
 from app.store import db
 from app.store.derive import anything_due, sweep
@@ -79,12 +81,24 @@ class Service:
     trust: TrustStore
     clock: Clock = wall_clock
     objects: ObjectIndex = field(default_factory=ObjectIndex)
-    requests: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, status)
-    items: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, outcome)
     _last_sweep: int | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    # Held while a sweep runs, so ``close`` never disposes of the engine under one.
+    # Held while a sweep writes: one sweep at a time per process.
     _sweeping: threading.Lock = field(default_factory=threading.Lock)
+    # Sweeps under way, read phase included: ``close`` waits for them, because a connection
+    # checked out while the engine is disposed is never closed (it goes back to the old
+    # pool), and its garbage collection later warns in whatever code runs then.
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+    _busy: int = 0
+    _closed: bool = False
+
+    # What the trust file looked like when it was last read (``check_trust``), and the lock
+    # that makes the watcher and a SIGHUP check one at a time.
+    _trust_stat: tuple[int, int, int] | None = None
+    _reloading: threading.Lock = field(default_factory=threading.Lock)
+    # A re-judgement that failed (old fingerprint, new trust store), tried again on the
+    # next check.
+    _pending: tuple[str, TrustStore] | None = None
 
     @classmethod
     def start(cls, settings: Settings, *, clock: Clock = wall_clock) -> Service:
@@ -95,7 +109,7 @@ class Service:
         objects = load_objects_dir(settings)
         url = settings.store_url()
         try:
-            engine = db.make_engine(url)
+            engine = db.make_engine(url, pool_size=settings.db_pool_size)
         except db.UnsupportedDatabase as exc:
             raise ServiceConfigError(str(exc)) from exc
         try:
@@ -105,11 +119,100 @@ class Service:
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
             shown = db.shown_url(url)
             raise ServiceConfigError(f"cannot use the database {shown}: {first}") from exc
-        return cls(settings=settings, engine=engine, trust=trust, clock=clock, objects=objects)
+        service = cls(settings=settings, engine=engine, trust=trust, clock=clock, objects=objects)
+        service._trust_stat = _stat(settings.trust_file)
+        return service
+
+    def check_trust(self, *, force: bool = False) -> Rejudged | None:
+        """Read the trust file again when it changed (or when ``force``d, on SIGHUP). A new
+        trust store is used from the next request on, and the store is judged again under
+        it (``app.ingest.rejudge``: by this instance, unless another one claimed it). A file
+        that no longer loads is logged and the current store kept: refusing everything, or
+        accepting with a half-written file, would be worse than the old keys."""
+        with self._in_use() as open_, self._reloading:
+            return self._check_trust(force=force) if open_ else None
+
+    def rejudge_if_stale(self) -> Rejudged | None:
+        """At start: judge the store again when it holds trust-dependent rejections made
+        under another trust store and was never judged under this one."""
+        with self._in_use() as open_, self._reloading:
+            if not open_:
+                return None
+            old = judged_under_other_trust(self.engine, trust=self.trust.fingerprint)
+            return None if old is None else self._rejudge(old, self.trust)
+
+    def _check_trust(self, *, force: bool) -> Rejudged | None:
+        stat = _stat(self.settings.trust_file)
+        if not force and stat == self._trust_stat:
+            if self._pending is not None and self._pending[1] is self.trust:
+                return self._rejudge(*self._pending)
+            return None
+        try:
+            trust = load_trust(self.settings)
+        except ServiceConfigError as exc:
+            log.error("the trust file changed but cannot be used (%s); keeping the old one", exc)
+            return None
+        self._trust_stat = stat
+        old = self.trust
+        if trust.fingerprint == old.fingerprint:
+            return None
+        self.trust = trust
+        log.info(
+            "trust file reloaded: fingerprint %s -> %s",
+            old.fingerprint[:12],
+            trust.fingerprint[:12],
+            extra={"trust": trust.fingerprint, "previous": old.fingerprint},
+        )
+        return self._rejudge(old.fingerprint, trust)
+
+    def _rejudge(self, old: str, trust: TrustStore) -> Rejudged | None:
+        try:
+            done = self._rejudge_now(old, trust)
+        except RejudgeFailed:
+            self._pending = (old, trust)
+            return None
+        self._pending = None
+        return done
+
+    def _rejudge_now(self, old: str, trust: TrustStore) -> Rejudged | None:
+        at = self.clock()
+        return rejudge(
+            self.engine,
+            lambda engine: Pipeline(
+                engine=engine,
+                trust=trust,
+                options=self.settings.verify_options(at=at),
+                timing=self.settings.timing,
+                objects=self.objects,
+                envelope=self.settings.envelope,
+            ),
+            old=old,
+            new=trust.fingerprint,
+            now=at,
+        )
 
     def close(self) -> None:
-        with self._sweeping:
-            self.engine.dispose()
+        """Wait for the sweeps under way, then close every connection."""
+        with self._idle:
+            self._closed = True
+            self._idle.wait_for(lambda: self._busy == 0)
+        self.engine.dispose()
+
+    @contextmanager
+    def _in_use(self) -> Iterator[bool]:
+        """Counts work that holds connections outside a request; yields False once the
+        service is closing (the work is then skipped)."""
+        with self._idle:
+            if self._closed:
+                yield False
+                return
+            self._busy += 1
+        try:
+            yield True
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
 
     @contextmanager
     def reading(self) -> Iterator[Session]:
@@ -127,6 +230,19 @@ class Service:
             envelope=self.settings.envelope,
         )
 
+    def verify(
+        self, inputs: list[tuple[str, bytes]], options: VerifyOptions, *, content_type: str | None
+    ) -> Report:
+        """Verify without storing, with the same trust and objects as ``pipeline``: every
+        entry point judges with the same inputs (``/verify``, ``/ingest``, the upload page)."""
+        return verify_inputs(
+            inputs,
+            trust=self.trust,
+            options=options,
+            objects=self.objects,
+            content_type=content_type,
+        )
+
     def sweep(self, *, force: bool = False) -> int:
         """Apply the clock to time-based states and flags (SPEC 8). Queries call it before
         they read; at most once per clock second per process unless ``force``d (the
@@ -136,6 +252,10 @@ class Service:
         changes something. A query's sweep does not queue for the lock either: when another
         sweep or an ingest holds it (SQLite), the query reads without sweeping, and what it
         shows is at most ``sweep_seconds`` behind the clock (the background sweep waits)."""
+        with self._in_use() as open_:
+            return self._sweep(force=force) if open_ else 0
+
+    def _sweep(self, *, force: bool) -> int:
         now = self.clock()
         with self._lock:
             if not force and self._last_sweep == now:
@@ -174,19 +294,16 @@ class Service:
         """Raises when the database does not answer."""
         db.ping(self.engine)
 
-    def count(self, route: str, status: int) -> None:
-        with self._lock:
-            self.requests[(route, str(status))] += 1
 
-    def counters(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
-        """Copies of the request and item counters."""
-        with self._lock:
-            return dict(self.requests), dict(self.items)
-
-    def count_items(self, route: str, outcomes: Counter[str]) -> None:
-        with self._lock:
-            for outcome, n in outcomes.items():
-                self.items[(route, outcome)] += n
+def _stat(path: Path | None) -> tuple[int, int, int] | None:
+    """What tells a changed file: its inode (a file replaced by rename), size and mtime."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def get_service(request: Request) -> Service:

@@ -14,16 +14,16 @@
   only a bearer token, so neither credential works where the other is expected.
 - Logins are rate-limited per user name and per client address
   (``HANDOFF_TRACE_LOGIN_FAILURES_PER_NAME`` / ``_PER_ADDRESS`` in
-  ``HANDOFF_TRACE_LOGIN_WINDOW_SECONDS``); a wrong name and a wrong password get the same
-  answer after the same work (no user-name enumeration).
+  ``HANDOFF_TRACE_LOGIN_WINDOW_SECONDS``), counted in the database so that every instance
+  and every restart sees the same failures (``app.store.limits``); a refused attempt gets
+  429 with ``Retry-After``. A wrong name and a wrong password get the same answer after the
+  same work (no user-name enumeration).
 """
 
 from __future__ import annotations
 
 import hmac
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Annotated
 from urllib.parse import quote
@@ -33,13 +33,13 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.errors import HandoffTraceError
-from app.settings import Settings
 from app.store import db
+from app.store.limits import failure_key, forget_failures, record_failure, retry_after
 from app.store.users import WebUser, check_password, close_session, open_session, session_user
 from app.web.auth import GRANTS, Permission
 from app.web.errors import http_code
 from app.web.render import render, secure
-from app.web.service import ServiceDep
+from app.web.service import Service, ServiceDep
 
 COOKIE = "ht_session"
 CSRF_HEADER = "x-csrf-token"
@@ -68,47 +68,28 @@ class PageError(HandoffTraceError):
         return self.detail
 
 
-class Attempts:
-    """Failed logins in a sliding window, per key (a user name, a client address)."""
-
-    def __init__(self, limit: int, window: int) -> None:
-        self.limit, self.window = limit, window
-        self._failures: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def wait(self, key: str, now: float) -> int:
-        """Seconds until ``key`` may try again (0: now)."""
-        with self._lock:
-            failures = self._failures.get(key)
-            if failures is None:
-                return 0
-            while failures and failures[0] <= now - self.window:
-                failures.popleft()
-            if len(failures) < self.limit:
-                return 0
-            return int(failures[0] + self.window - now) + 1
-
-    def fail(self, key: str, now: float) -> None:
-        with self._lock:
-            if len(self._failures) > 100_000:  # a flood of names must not exhaust memory
-                self._failures.clear()
-            self._failures.setdefault(key, deque()).append(now)
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._failures.pop(key, None)
-
-
-def limiters(request: Request, settings: Settings) -> tuple[Attempts, Attempts]:
-    """The app's failed-login counters: per user name, per client address."""
-    state = request.app.state
-    if getattr(state, "login_attempts", None) is None:
-        window = settings.login_window_seconds
-        state.login_attempts = (
-            Attempts(settings.login_failures_per_name, window),
-            Attempts(settings.login_failures_per_address, window),
+def login_wait(service: Service, *, name_key: str, address_key: str, now: int) -> int:
+    """Seconds until this name from this address may try again (0: now), counted over every
+    instance's failures (``app.store.limits``)."""
+    settings = service.settings
+    window = settings.login_window_seconds
+    with service.reading() as session:
+        return max(
+            retry_after(
+                session,
+                key=name_key,
+                limit=settings.login_failures_per_name,
+                window=window,
+                now=now,
+            ),
+            retry_after(
+                session,
+                key=address_key,
+                limit=settings.login_failures_per_address,
+                window=window,
+                now=now,
+            ),
         )
-    return state.login_attempts  # type: ignore[no-any-return]
 
 
 def _is_tls(request: Request) -> bool:
@@ -132,7 +113,10 @@ def web_user(request: Request, service: ServiceDep) -> WebUser | None:
     if not token:
         return None
     with service.reading() as session:
-        return session_user(session, token=token, now=int(time.time()))
+        user = session_user(session, token=token, now=int(time.time()))
+    if user is not None:
+        request.state.user_name = user.username  # for the request's log line
+    return user
 
 
 def _same_origin(request: Request) -> bool:
@@ -209,20 +193,25 @@ def login(
 
     if not _same_origin(request):
         return again("This form came from another site.", 403)
-    by_name, by_address = limiters(request, service.settings)
-    now = time.monotonic()
+    now = int(time.time())
     address = request.client.host if request.client else "-"
-    name_key = username.strip().lower()
-    wait = max(by_name.wait(name_key, now), by_address.wait(address, now))
+    name_key = failure_key("name", username.strip().lower())
+    address_key = failure_key("address", address)
+    wait = login_wait(service, name_key=name_key, address_key=address_key, now=now)
     if wait:
-        return again(f"Too many failed logins. Try again in {wait} s.", 429)
+        refused = again(f"Too many failed logins. Try again in {wait} s.", 429)
+        refused.headers["Retry-After"] = str(wait)
+        return refused
     with service.reading() as session:
         account = check_password(session, username=username, password=password)
     if account is None:
-        by_name.fail(name_key, now)
-        by_address.fail(address, now)
+        window = service.settings.login_window_seconds
+        db.run(
+            service.engine,
+            lambda s: record_failure(s, keys=[name_key, address_key], now=now, window=window),
+        )
         return again("Wrong user name or password.", 401)
-    by_name.forget(name_key)
+    db.run(service.engine, lambda s: forget_failures(s, key=name_key))
     lifetime = service.settings.session_seconds
     token = db.run(
         service.engine,

@@ -14,10 +14,10 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
-from handoff_context.encoding import MAX_SAFE_INT, parse_digest_text
+from handoff_context import MAX_SAFE_INT, Severity, parse_digest_text
 from handoff_context.errors import MalformedError
-from handoff_context.lifecycle import FlagKind, Severity
 
+from app.envelope.flags import FlagKind
 from app.store import dashboard, db
 from app.store.queries import (
     FlagAction,

@@ -3,29 +3,28 @@ pasted handoff object or JWS, verified only (``app.ingest.verifying.verify_input
 stored) or verified and stored (``app.ingest.pipeline.ingest``, the one pipeline).
 
 The report is a table of verdicts and can be downloaded as the JSON that ``verify --json``
-prints. Reports are kept in memory for a while, per user, behind an unguessable id (a
-dashboard with several workers serves a download only from the worker that made it).
+prints. Reports are kept in the database for ``HANDOFF_TRACE_UPLOAD_REPORT_SECONDS``, per
+user, behind an unguessable id (``app.store.reports``), so any instance or worker serves
+the download.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
-import threading
+import time
 import unicodedata
-from collections import OrderedDict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, UploadFile
 from fastapi.responses import Response
+from handoff_context import Form as ElementForm
+from handoff_context import Outcome, parse_element
 from handoff_context.errors import HandoffError
-from handoff_context.model import Form as ElementForm
-from handoff_context.verdict import Outcome
-from handoff_context.verify import parse_element
 from starlette.concurrency import run_in_threadpool
 
 from app.ingest.pipeline import ingest
-from app.ingest.verifying import verify_inputs
+from app.store import db
+from app.store.reports import get_report, keep_report
 from app.web.auth import GRANTS, Permission
 from app.web.render import render, secure
 from app.web.service import ServiceDep
@@ -38,33 +37,18 @@ _MULTIPART_SLACK = 64 * 1024  # room for the form's other fields and boundaries
 _JWS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
-class Reports:
-    """The last few reports, per user, newest kept."""
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def add(self, user_id: int, body: bytes) -> str | None:
-        if len(body) > MAX_REPORT:
-            return None
-        key = secrets.token_urlsafe(18)
-        with self._lock:
-            self._items[key] = (user_id, body)
-            while len(self._items) > KEEP_REPORTS:
-                self._items.popitem(last=False)
-        return key
-
-    def get(self, user_id: int, key: str) -> bytes | None:
-        with self._lock:
-            found = self._items.get(key)
-        return found[1] if found is not None and found[0] == user_id else None
-
-
-def _reports(request: Request) -> Reports:
-    if getattr(request.app.state, "upload_reports", None) is None:
-        request.app.state.upload_reports = Reports()
-    return request.app.state.upload_reports  # type: ignore[no-any-return]
+def _keep(service: Any, user_id: int, body: bytes) -> str | None:
+    """Store the report for download; None when it is too large to keep."""
+    if len(body) > MAX_REPORT:
+        return None
+    lifetime = service.settings.upload_report_seconds
+    now = int(time.time())
+    return db.run(  # type: ignore[no-any-return]
+        service.engine,
+        lambda session: keep_report(
+            session, user_id=user_id, body=body, now=now, lifetime=lifetime, keep=KEEP_REPORTS
+        ),
+    )
 
 
 def _limit(service: Any) -> int:
@@ -143,9 +127,7 @@ async def upload(
         verdicts, skipped, errors = result.verdicts, result.skipped, result.errors
         envelope_errors = result.envelopes.errors
     else:
-        report = await run_in_threadpool(
-            verify_inputs, [(name, data)], trust=service.trust, options=options
-        )
+        report = await run_in_threadpool(service.verify, [(name, data)], options, content_type=None)
         verdicts, skipped = report.verdicts, report.skipped
     counts = {o.value: sum(1 for v in verdicts if v.outcome is o) for o in Outcome}
     body = json.dumps(
@@ -157,7 +139,7 @@ async def upload(
         },
         indent=2,
     ).encode()
-    key = _reports(request).add(user.id, body)
+    key = await run_in_threadpool(_keep, service, user.id, body)
     context = _context(
         service,
         user,
@@ -176,8 +158,9 @@ async def upload(
 
 
 @router.get("/upload/reports/{key}.json")
-def report_json(key: str, user: Viewer, request: Request) -> Response:
-    body = _reports(request).get(user.id, key[:64])
+def report_json(key: str, user: Viewer, service: ServiceDep) -> Response:
+    with service.reading() as session:
+        body = get_report(session, user_id=user.id, key=key[:64], now=int(time.time()))
     if body is None:
         raise PageError(404, "That report is no longer kept; upload the capture again.")
     headers = {"Content-Disposition": 'attachment; filename="handoff-trace-report.json"'}

@@ -9,7 +9,7 @@ members) also carries spaces, bidi overrides and control characters. Every paylo
 would run sets ``window.__xss`` or calls ``alert``, and every one that would fetch names
 ``evil.example``, so the test sees either.
 
-The elements are signed with ``handoff_context.sign`` by keys listed in a trust file (so they
+The elements are signed with ``handoff_context`` by keys listed in a trust file (so they
 pass the signature check and are stored), and ingested through the one pipeline:
 
 - A -> B: an offer with hostile dialog, task, obo and refs, in a capture record naming the
@@ -51,10 +51,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from handoff_context.encoding import digest_text, handoff_digest
-from handoff_context.lifecycle import Timing
-from handoff_context.sign import (
+from handoff_context import (
     Signer,
+    Timing,
+    TrustStore,
+    digest_text,
+    handoff_digest,
     handoff_object,
     make_offer,
     make_status,
@@ -63,9 +65,8 @@ from handoff_context.sign import (
     sign_payload,
     trust_document,
 )
-from handoff_context.trust import TrustStore
+from handoff_context.carry import A2A_EXTENSION_URI
 
-from app.capture.carriers import A2A_EXTENSION_URI
 from app.envelope.extract import DEFAULT_TYPES
 from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import VerifyOptions

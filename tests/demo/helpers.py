@@ -8,10 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from handoff_context.encoding import b64url_encode
-from handoff_context.handoff import HandoffObject, parse_object
-from handoff_context.refs import RefPolicy
-from handoff_context.trust import TrustStore
+from handoff_context import HandoffObject, RefPolicy, TrustStore, b64url_encode, parse_object
 
 from app.capture.carriers import Carried, read_capture
 from app.demo import DemoConfig, DemoPaths, Summary, write_demo

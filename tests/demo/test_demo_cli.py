@@ -7,7 +7,7 @@ from pathlib import Path
 
 import cbor2
 import pytest
-from handoff_context.trust import TrustStore
+from handoff_context import TrustStore
 
 from app.cli import main
 from app.cli.common import UsageError

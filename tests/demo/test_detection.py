@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handoff_context.encoding import digest_text
-from handoff_context.handoff import StatusObject, parse_object
-from handoff_context.verify import parse_element
+from handoff_context import StatusObject, digest_text, parse_element, parse_object
 
 from app.cli import main
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from handoff_context.sign import trust_document
+from handoff_context import trust_document
 
 from app.cli import main
 from app.store import db

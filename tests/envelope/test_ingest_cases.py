@@ -13,8 +13,7 @@ from typing import Any
 
 import cbor2
 import pytest
-from handoff_context.refs import AvailableObject, ObjectIndex
-from handoff_context.trust import TrustStore
+from handoff_context import AvailableObject, ObjectIndex, TrustStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as strategies
 from sqlalchemy import Engine, select

@@ -7,13 +7,21 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from handoff_context.refs import AvailableObject, ObjectIndex
+from handoff_context import AvailableObject, ObjectIndex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.capture.formats import CaptureItem
 from app.envelope.extract import find_items
-from app.envelope.ledger import CaseRules, Item, Ledger, derive_ledger, first_receivers
+from app.envelope.ledger import (
+    CaseRules,
+    Item,
+    Ledger,
+    band_at,
+    derive_ledger,
+    fenced,
+    first_receivers,
+)
 from app.ingest.envelope import item_rows
 from app.store.envelopes import item_of
 from tests.conftest import T0
@@ -114,6 +122,18 @@ def test_an_applied_stale_write_after_the_acceptance_is_two_owners() -> None:
 def test_an_unfenced_act_without_an_outcome_is_two_owners_too() -> None:
     records = [*worked_example()[:-1], event(TRIAGE, "act", T0 + 100, epoch=3)]
     assert kinds(ledger(records)) == {"two-owners"}
+
+
+def test_the_implied_band_of_the_first_handoff_fences_nothing() -> None:
+    """Before any acceptance there is no epoch to fence by: an older-epoch write then is no
+    flag, and ``fenced`` (which the timeline draws by) says so too."""
+    records = [handoff(T0), event(TRIAGE, "write", T0 + 10, epoch=2, outcome="applied")]
+    result = ledger(records, now=T0 + 20)
+    assert "two-owners" not in kinds(result)
+    [band] = result.epochs
+    [write] = [e for e in result.events if e.kind == "write"]
+    assert band.handoff_id is None and write.epoch is not None and write.epoch < band.epoch
+    assert band_at(result.epochs, write.at) == band and not fenced(write.epoch, band)
 
 
 def test_two_acceptances_of_one_epoch_by_different_receivers_are_two_owners() -> None:

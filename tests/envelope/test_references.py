@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from handoff_context.refs import AvailableObject, ObjectIndex
+from handoff_context import AvailableObject, ObjectIndex
 
 from app.envelope.references import UrlPart, check_reference, url_expiry
 from tests.conftest import T0

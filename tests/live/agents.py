@@ -21,9 +21,7 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
-from handoff_context.model import Form
-from handoff_context.sign import Signer, make_status, status_object
-from handoff_context.verify import parse_element
+from handoff_context import Form, Signer, make_status, parse_element, status_object
 from starlette.applications import Starlette
 
 from app.capture.carriers import A2A_EXTENSION_URI

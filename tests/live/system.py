@@ -31,16 +31,16 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as pb
-from handoff_context.encoding import handoff_digest
-from handoff_context.reporter import Reporter
-from handoff_context.sign import (
+from handoff_context import (
     Signer,
+    handoff_digest,
     handoff_object,
     make_offer,
     make_status,
     status_object,
     trust_document,
 )
+from handoff_context.reporter import Reporter
 from handoff_context.taps.asgi import HandoffTap
 from handoff_context.taps.httpx import async_hooks
 from mcp import types as mcp_types

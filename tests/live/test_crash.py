@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import httpx
+from handoff_context import handoff_object, make_offer
 from handoff_context.reporter import Reporter
-from handoff_context.sign import handoff_object, make_offer
 from sqlalchemy import func, select
 from starlette.applications import Starlette
 from starlette.requests import Request

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from handoff_context.sign import handoff_object, make_offer
+from handoff_context import handoff_object, make_offer
 from sqlalchemy import func, select
 
 from app.store.db import ensure_schema, make_engine, transaction

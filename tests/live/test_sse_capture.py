@@ -12,7 +12,7 @@ import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
-from handoff_context.sign import Signer, handoff_object, make_offer
+from handoff_context import Signer, handoff_object, make_offer
 from mcp import types as mcp_types
 
 from app.capture import sse

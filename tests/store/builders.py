@@ -6,22 +6,23 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from handoff_context.encoding import handoff_digest
-from handoff_context.lifecycle import Timing
-from handoff_context.model import Form, StatusState
-from handoff_context.sign import (
+from handoff_context import (
+    Form,
     Signer,
+    StatusState,
+    Timing,
+    TrustStore,
+    handoff_digest,
     handoff_object,
     make_offer,
     make_status,
+    parse_element,
     sign_payload,
     status_object,
 )
-from handoff_context.trust import TrustStore
-from handoff_context.verify import parse_element
+from handoff_context.carry import A2A_EXTENSION_URI
 from sqlalchemy import Engine, func, select
 
-from app.capture.carriers import A2A_EXTENSION_URI
 from app.ingest.pipeline import IngestReport, Pipeline, ingest
 from app.ingest.verifying import VerifyOptions
 from app.store.db import transaction

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handoff_context.sign import trust_document
+from handoff_context import trust_document
 
 from app.cli import main
 from app.cli.store import _Progress

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 import pytest
-from handoff_context.lifecycle import Timing
+from handoff_context import Timing
 from sqlalchemy import func, select
 
 from app.ingest.pipeline import Pipeline
@@ -47,7 +47,12 @@ from tests.web.conftest import make_tokens, write_trust
 from tests.web.test_served import CLI, STARTUP_SECONDS, _environment, _free_port
 
 KILLS = 3
-RUN_SECONDS = (0.3, 1.2)  # how long the server takes ingests before each kill
+# How many ingests the server acknowledges before each kill, drawn at random: the kill
+# lands while the client's next request is in flight, at a moment counted in
+# acknowledgements rather than seconds, so the test asks the same of a slow machine and a
+# fast one.
+ACKS_BEFORE_KILL = (5, 60)
+ACK_TIMEOUT = 120  # seconds: only a server that stopped answering takes this long
 
 
 def _start(url: str, trust: Path, logs: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -78,13 +83,24 @@ def _start(url: str, trust: Path, logs: Path) -> tuple[subprocess.Popen[bytes], 
 
 
 class Client:
-    """Posts one item at a time until the server dies; remembers what was acknowledged."""
+    """Posts one item at a time until the server dies; remembers what was acknowledged, and
+    sets ``reached`` once ``kill_after`` items were (or when it stops for any reason)."""
 
-    def __init__(self, base: str, token: str, items: list[tuple[bytes, dict[str, Any]]]) -> None:
+    def __init__(
+        self, base: str, token: str, items: list[tuple[bytes, dict[str, Any]]], kill_after: int
+    ) -> None:
         self.base, self.token, self.items = base, token, items
+        self.kill_after = kill_after
         self.acknowledged: list[bytes] = []
+        self.reached = threading.Event()
 
     def run(self) -> None:
+        try:
+            self._post_all()
+        finally:
+            self.reached.set()
+
+    def _post_all(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/x-ndjson"}
         with httpx.Client(timeout=10) as client:
             for octets, record in self.items:
@@ -95,6 +111,8 @@ class Client:
                     return  # the server was killed
                 if r.status_code == 200 and not r.json()["errors"]:
                     self.acknowledged.append(octets)
+                    if len(self.acknowledged) >= self.kill_after:
+                        self.reached.set()
 
 
 def _items(world: World, n: int) -> list[tuple[bytes, dict[str, Any]]]:
@@ -113,23 +131,35 @@ def test_acknowledged_ingests_survive_kill_9(
 ) -> None:
     url = databases.new(kind)
     engine = make_engine(url)
+    try:
+        _kill_and_check(engine, url, world, tmp_path)
+    finally:
+        engine.dispose()
+
+
+def _kill_and_check(engine: Any, url: str, world: World, tmp_path: Path) -> None:
     token = make_tokens(engine)["admin"]
     trust = write_trust(world, tmp_path / "trust.json")
     todo = _items(world, 400)
     acknowledged: list[bytes] = []
     rng = random.Random(6)
-    for _ in range(KILLS):
+    targets = [rng.randint(*ACKS_BEFORE_KILL) for _ in range(KILLS)]
+    for target in targets:
         process, base = _start(url, trust, tmp_path)
-        client = Client(base, token, todo)
+        client = Client(base, token, todo, kill_after=target)
         thread = threading.Thread(target=client.run)
         thread.start()
-        time.sleep(rng.uniform(*RUN_SECONDS))
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-        thread.join()
+        try:
+            reached = client.reached.wait(ACK_TIMEOUT)
+        finally:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+            thread.join()
+        assert reached, f"the server acknowledged {len(client.acknowledged)} of {target} ingests"
+        assert len(client.acknowledged) >= target, "the client stopped before the kill"
         acknowledged += client.acknowledged
         todo = todo[len(client.acknowledged) + 1 :]  # the item in flight: fate unknown
-    assert len(acknowledged) > KILLS, "the server acknowledged hardly anything before kills"
+    assert len(acknowledged) >= sum(targets)
 
     with transaction(engine) as session:
         stored = dict(session.execute(select(ElementRow.digest, ElementRow.octets)).all())
@@ -168,7 +198,6 @@ def test_acknowledged_ingests_survive_kill_9(
     finally:
         process.kill()
         process.wait()
-        engine.dispose()
     assert again["verdicts"][0]["outcome"] == "duplicate"
     assert split["verdicts"][0]["reason"] == "equivocation"
     assert [f["offer"] for f in flags] == [_text(digest(first))]
@@ -176,13 +205,13 @@ def test_acknowledged_ingests_survive_kill_9(
 
 def parse_type(octets: bytes) -> str:
     payload = octets.split(b".")[1]
-    from handoff_context.encoding import b64url_decode
+    from handoff_context import b64url_decode
 
     return str(json.loads(b64url_decode(payload.decode(), what="payload"))["type"])
 
 
 def _text(d: bytes) -> str:
-    from handoff_context.encoding import digest_text
+    from handoff_context import digest_text
 
     return digest_text(d)
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from handoff_context.sign import Signer
+from handoff_context import Signer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as strategies
 

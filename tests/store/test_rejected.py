@@ -6,9 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from handoff_context.encoding import b64url_decode, b64url_encode, digest_text
-from handoff_context.model import Form
-from handoff_context.verify import parse_element
+from handoff_context import Form, b64url_decode, b64url_encode, digest_text, parse_element
 from sqlalchemy import Engine, select
 
 from app.demo.elements import embedded_key_offer

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from handoff_context.lifecycle import Timing
-from handoff_context.refs import RefPolicy
+from handoff_context import RefPolicy, Timing
 
 from app.settings import Settings, SettingsError
 
@@ -112,3 +112,39 @@ def test_envelope_settings() -> None:
 def test_bad_envelope_settings_are_refused(name: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings.from_env({name: value})
+
+
+def test_the_readme_documents_every_setting() -> None:
+    """Docs cannot drift: every field of Settings is a row of the README's table."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for f in fields(Settings):
+        name = "DATABASE_URL" if f.name == "database_url" else f"HANDOFF_TRACE_{f.name.upper()}"
+        assert f"| `{name}` |" in readme, name
+
+
+def test_the_instance_settings_are_read_and_checked() -> None:
+    s = Settings.from_env(
+        {
+            "HANDOFF_TRACE_HOST": "0.0.0.0",
+            "HANDOFF_TRACE_PORT": "9000",
+            "HANDOFF_TRACE_WORKERS": "4",
+            "HANDOFF_TRACE_DB_POOL_SIZE": "10",
+            "HANDOFF_TRACE_METRICS_REQUIRE_TOKEN": "false",
+            "HANDOFF_TRACE_LOG_LEVEL": "WARNING",
+            "HANDOFF_TRACE_LOG_FORMAT": "text",
+            "HANDOFF_TRACE_UPLOAD_REPORT_SECONDS": "600",
+        }
+    )
+    assert (s.host, s.port, s.workers, s.db_pool_size) == ("0.0.0.0", 9000, 4, 10)
+    assert (s.metrics_require_token, s.log_level, s.log_format) == (False, "warning", "text")
+    assert s.upload_report_seconds == 600
+    for name, bad in (
+        ("HANDOFF_TRACE_PORT", "70000"),
+        ("HANDOFF_TRACE_WORKERS", "0"),
+        ("HANDOFF_TRACE_METRICS_REQUIRE_TOKEN", "maybe"),
+        ("HANDOFF_TRACE_LOG_LEVEL", "loud"),
+        ("HANDOFF_TRACE_LOG_FORMAT", "xml"),
+        ("HANDOFF_TRACE_UPLOAD_REPORT_SECONDS", "5"),
+    ):
+        with pytest.raises(SettingsError, match=name.removeprefix("HANDOFF_TRACE_")):
+            Settings.from_env({name: bad})

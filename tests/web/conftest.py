@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from handoff_context.sign import trust_document
+from handoff_context import trust_document
 
 from app.settings import Settings
 from app.store.db import transaction

@@ -18,12 +18,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from handoff_context.lifecycle import Timing
-from handoff_context.model import Form
-from handoff_context.refs import RefPolicy
-from handoff_context.sign import Signer, make_offer, make_status, trust_document
-from handoff_context.trust import TrustStore
-from handoff_context.verify import parse_element
+from handoff_context import (
+    Form,
+    RefPolicy,
+    Signer,
+    Timing,
+    TrustStore,
+    make_offer,
+    make_status,
+    parse_element,
+    trust_document,
+)
 from sqlalchemy import select
 
 from app.demo import DemoConfig, DemoPaths, write_demo

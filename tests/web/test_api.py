@@ -12,8 +12,8 @@ from typing import Any
 import cbor2
 import pytest
 from fastapi.testclient import TestClient
-from handoff_context.model import Form
-from handoff_context.sign import make_offer
+from handoff_context import Form, make_offer
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.exc import OperationalError
 
 import app.ingest.pipeline as ingest_module
@@ -43,7 +43,7 @@ LOST_AT = T0 + 6 + 3600 + 1  # past the lost-outcome deadline of ``accepted`` be
 
 
 def b64(octets: bytes) -> str:
-    from handoff_context.encoding import digest_text
+    from handoff_context import digest_text
 
     return digest_text(digest(octets))
 
@@ -343,7 +343,7 @@ def test_verify_stores_nothing(api: Api, world: World) -> None:
     assert answer["counts"]["verdicts"] == 8
     assert api.get("/api/v1/hops").json()["hops"] == []
     assert api.get(f"/api/v1/elements/{b64(s.p)}").status_code == 404
-    assert "handoff_trace_observations 0" in api.get("/api/v1/metrics").text
+    assert scrape(api)[("handoff_trace_observations", ())] == 0
     # Each request starts with an empty replay memory, as `verify` does.
     again = api.post("/api/v1/verify", body, role="ingest").json()
     assert again["counts"]["duplicate"] == 0
@@ -440,27 +440,60 @@ def _json(value: Any) -> str:
     return json.dumps(value)
 
 
+def scrape(api: Api, role: str = "read") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a metrics scrape, by name and sorted labels."""
+    response = api.get("/api/v1/metrics", role=role)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert response.text.endswith("\n")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
+
+
 def test_metrics_in_the_prometheus_text_format(loaded: tuple[Api, Scenario]) -> None:
     api, _ = loaded
+    before = scrape(api)
     api.post("/api/v1/verify", b"", role="ingest")
-    response = api.get("/api/v1/metrics", role="read")
-    assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
-    lines = set(response.text.splitlines())
-    for line in (
-        "# TYPE handoff_trace_elements gauge",
-        'handoff_trace_elements{type="offer"} 5',
-        'handoff_trace_elements{type="status"} 3',
-        "handoff_trace_observations 9",
-        'handoff_trace_verdicts{outcome="accept"} 7',
-        'handoff_trace_verdicts{outcome="reject"} 1',
-        'handoff_trace_hops{state="completed"} 1',
-        'handoff_trace_flags{kind="equivocation",status="open"} 1',
-        'handoff_trace_ingest_requests_total{route="ingest",status="200"} 1',
-        'handoff_trace_ingest_requests_total{route="verify",status="200"} 1',
-        'handoff_trace_ingest_items_total{route="ingest",outcome="accept"} 7',
-    ):
-        assert line in lines, line
-    assert response.text.endswith("\n")
+    after = scrape(api)
+    for (name, labels), value in {
+        ("handoff_trace_elements", (("type", "offer"),)): 5,
+        ("handoff_trace_elements", (("type", "status"),)): 3,
+        ("handoff_trace_observations", ()): 9,
+        ("handoff_trace_verdicts", (("outcome", "accept"),)): 7,
+        ("handoff_trace_verdicts", (("outcome", "reject"),)): 1,
+        ("handoff_trace_verdicts", (("outcome", "pending"),)): 0,  # zeros are series too
+        ("handoff_trace_hops", (("state", "completed"),)): 1,
+        ("handoff_trace_flags", (("kind", "equivocation"), ("status", "open"))): 1,
+        ("handoff_trace_open_flags", (("kind", "equivocation"), ("severity", "critical"))): 1,
+        ("handoff_trace_open_flags", (("kind", "lost-outcome"), ("severity", "high"))): 0,
+    }.items():
+        assert after[(name, labels)] == value, (name, labels)
+    # Counters are the process's own (other tests' apps count too): compare deltas.
+    verify = ("handoff_trace_ingest_requests_total", (("route", "verify"), ("status", "200")))
+    assert after[verify] - before.get(verify, 0) == 1
+    accepted = ("handoff_trace_ingest_items_total", (("outcome", "accept"), ("route", "ingest")))
+    assert after[accepted] >= 7
+    scraped = (
+        "handoff_trace_http_requests_total",
+        (("method", "GET"), ("route", "/api/v1/metrics"), ("status", "200")),
+    )
+    assert after[scraped] - before.get(scraped, 0) == 1
+    assert any(name == "process_cpu_seconds_total" for name, _ in after)
+    assert any(
+        name == "handoff_trace_http_request_duration_seconds_bucket"
+        and dict(labels).get("route") == "/api/v1/verify"
+        for name, labels in after
+    )
+
+
+def test_metrics_may_go_without_a_token(databases: Any, trust_file: Any) -> None:
+    for api in start(databases.new("sqlite"), trust_file, metrics_require_token=False):
+        assert api.get("/api/v1/metrics", role=None).status_code == 200
+    for api in start(databases.new("sqlite"), trust_file):
+        assert api.get("/api/v1/metrics", role=None).status_code == 401
 
 
 def test_the_service_sweeps_on_its_own(databases: Any, trust_file: Any, world: World) -> None:

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from app.settings import Settings
 from app.store import db
-from app.store.cases import CaseSummary
+from app.store.cases import CaseEvent, CaseSummary, Epoch
 from app.store.tokens import Role
 from app.store.users import create_user
 from app.web import cases, charts
@@ -50,6 +50,18 @@ def test_a_write_at_the_current_epoch_is_not_stale_but_an_older_one_is() -> None
     assert not charts.is_stale(late[0], detail.epochs)  # billing at epoch 4
     assert charts.is_stale(late[-1], detail.epochs)  # refused
     assert charts.is_stale(applied_old, detail.epochs)  # epoch 3 after epoch 4 began
+
+
+def test_the_timeline_uses_the_ledgers_fence_and_its_exemption() -> None:
+    """An older-epoch write in the implied band of the first handoff is fenced by nothing
+    (the ledger raises no flag), so the timeline does not draw it stale; after an
+    acceptance it is."""
+    t0 = case_data.T0
+    write = CaseEvent(t0 + 10, "write", "triage", 2, None, "applied", None, "capture:2")
+    implied = (Epoch(3, "billing", t0, None, None),)
+    assert not charts.is_stale(write, implied)
+    accepted = (Epoch(1, "billing", t0, t0 + 5, None), Epoch(3, "triage", t0 + 5, None, "c:3"))
+    assert charts.is_stale(write, accepted)
 
 
 def test_hostile_names_in_the_timeline_are_text_for_plotly() -> None:

@@ -1,4 +1,5 @@
-"""Every error the API answers has one shape, ``{"error": {"code", "message"[, "details"]}}``
+"""Every error the API answers has one shape,
+``{"error": {"code", "message", "request_id"[, "details"]}}``
 (STYLE habit 2): pinned here for each kind of error, including the last-resort 500."""
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
     body = response.json()
     assert list(body) == ["error"]
     error = body["error"]
-    assert set(error) <= {"code", "message", "details"}
+    assert set(error) <= {"code", "message", "request_id", "details"}
+    assert error["request_id"] == response.headers["x-request-id"]
     assert error["code"] == code
     assert isinstance(error["message"], str) and error["message"]
     assert "Traceback" not in response.text
@@ -36,7 +38,10 @@ def small(databases: Any, trust_file: Path) -> Iterator[Api]:
 
 
 def test_the_error_shape_is_pinned(sqlite_api: Api) -> None:
-    error = assert_error(sqlite_api.get("/api/v1/hops?limit=0"), 422, "invalid-request")
+    sent = {"X-Request-ID": "client-id-42"}
+    response = sqlite_api.get("/api/v1/hops?limit=0", headers=sent)
+    error = assert_error(response, 422, "invalid-request")
+    assert error.pop("request_id") == "client-id-42"  # the client's own id, echoed
     assert error == {
         "code": "invalid-request",
         "message": "query.limit: Input should be greater than or equal to 1",
@@ -45,6 +50,7 @@ def test_the_error_shape_is_pinned(sqlite_api: Api) -> None:
         ],
     }
     error = assert_error(sqlite_api.get("/api/v1/flags/999"), 404, "not-found")
+    assert len(error.pop("request_id")) == 16  # none sent, so one was made
     assert error == {"code": "not-found", "message": "no flag 999"}
 
 
@@ -170,6 +176,7 @@ def test_an_unexpected_error_is_a_logged_500_without_a_traceback(
     with caplog.at_level(logging.ERROR, logger="handoff_trace.web"):
         response = sqlite_api.get("/api/v1/boom")
     error = assert_error(response, 500, "internal-error")
+    assert error.pop("request_id") == response.headers["x-request-id"]
     assert error == {"code": "internal-error", "message": "internal error (logged)"}
     assert "secret" not in response.text
     assert any("secret internals" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import mutated
 
 from fuzz import seeds, targets
 from tests.databases import Databases
-from tests.strategies import mutated
 from tests.test_capture_properties import WRAPPED, tree_edited
 from tests.web.conftest import Api, start
 

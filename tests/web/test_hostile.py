@@ -19,9 +19,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from handoff_context.encoding import b64url_encode
+from handoff_context import b64url_encode
+from handoff_context.carry import A2A_EXTENSION_URI
 
-from app.capture.carriers import A2A_EXTENSION_URI
 from app.store import db
 from app.store.tokens import Role
 from app.store.users import create_user

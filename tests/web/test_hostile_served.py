@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -25,6 +24,7 @@ from tests.web.test_served import serving
 
 LIMIT = 256 * 1024
 SLOW_CLIENTS = 40
+READY_SECONDS = 60  # only a client the server never accepted waits this long
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +100,18 @@ def test_a_chunked_body_over_the_limit_is_413(served: tuple[str, str]) -> None:
     assert response.json()["error"]["code"] == "payload-too-large"
 
 
-def _trickle(base: str, parts: list[bytes], stop: threading.Event) -> None:
-    """Send ``parts`` one every 0.2 s until they run out or ``stop`` is set."""
+def _trickle(
+    base: str, parts: list[bytes], stop: threading.Event, sending: threading.Event
+) -> None:
+    """Send ``parts`` one every 0.2 s until they run out or ``stop`` is set; ``sending`` is
+    set once the first part is on the connection."""
     try:
         with _connect(base) as sock:
             for part in parts:
                 if stop.wait(0.2):
                     return
                 sock.sendall(part)
+                sending.set()
             stop.wait()
     except OSError:
         return  # the server may close a connection it has given up on
@@ -125,14 +129,19 @@ def test_slow_clients_do_not_stop_the_others(served: tuple[str, str], world: Wor
         + b"\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n" % len(body),
         *[body[i : i + 3] for i in range(0, len(body), 3)],
     ]
+    sending = [threading.Event() for _ in range(SLOW_CLIENTS)]
     threads = [
-        threading.Thread(target=_trickle, args=(base, slow_headers if i % 2 else slow_body, stop))
+        threading.Thread(
+            target=_trickle, args=(base, slow_headers if i % 2 else slow_body, stop, sending[i])
+        )
         for i in range(SLOW_CLIENTS)
     ]
     for t in threads:
         t.start()
     try:
-        time.sleep(1)  # let every slow client connect and start trickling
+        # Every slow client is connected and has begun to trickle before the others ask.
+        started = [e.wait(READY_SECONDS) for e in sending]
+        assert all(started), f"{started.count(False)} slow clients never got to send"
         auth = {"Authorization": f"Bearer {token}"}
         capture = jsonl([rec(bundle(offer(world.planner, world.coder)), T0 + 1)])
         with httpx.Client(timeout=10, headers=auth) as http:

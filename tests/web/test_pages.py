@@ -433,7 +433,7 @@ def test_the_worked_example_case_page_and_its_flag_in_triage(dash: Dash) -> None
 
 
 def test_refused_octets_open_their_own_page_and_show_on_their_hop(dash: Dash) -> None:
-    from handoff_context.encoding import digest_text
+    from handoff_context import digest_text
     from sqlalchemy import select
 
     from app.store.models import HopRow, RejectedOctetsRow

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 
 from app.store.dashboard import Activity
 from app.store.models import ElementRow, HopRow
@@ -50,9 +49,8 @@ def _big_dialog(size: int = 2000) -> list[TreeNode]:
 def test_a_dialog_of_2000_hops_is_paged() -> None:
     nodes = _big_dialog()
     trusted = {f"spiffe://x.example/agent/a{i}" for i in range(7)}
-    started = time.perf_counter()
+    # How long the layout takes is measured in bench/page_render.py, not asserted here.
     first = charts.chain_graph(nodes, trusted=trusted, page=1)
-    assert time.perf_counter() - started < 1.0
     assert first.total == 2000 and first.pages == 20
     assert len(first.nodes) == charts.PAGE and first.first == 1
     assert first.height <= charts.ROW * charts.PAGE + 8

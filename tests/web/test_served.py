@@ -26,8 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from handoff_context.model import Form
-from handoff_context.verify import parse_element
+from handoff_context import Form, parse_element
 from sqlalchemy import select
 
 from app.store.db import make_engine, transaction

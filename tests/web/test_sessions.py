@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import delete, func, select
 
 from app.settings import Settings
 from app.store import users
 from app.store.db import transaction
+from app.store.limits import failure_key, forget_failures, record_failure, retry_after
+from app.store.models import LoginFailureRow
 from app.store.users import disable_user
 from app.web.app import create_app
-from app.web.sessions import Attempts
 from tests.conftest import World
 from tests.web.accounts import ACCOUNTS, PASSWORD, Login, create_accounts, log_in
 from tests.web.conftest import Clock, write_trust
@@ -80,7 +82,8 @@ def module_served(
 
 @pytest.fixture
 def served(module_served: Served) -> Served:
-    module_served.app.state.login_attempts = None  # each test starts with no failures
+    with transaction(module_served.engine) as session:  # each test starts with no failures
+        session.execute(delete(LoginFailureRow))
     return module_served
 
 
@@ -144,6 +147,9 @@ def test_guessing_one_name_is_stopped_even_with_the_right_password(served: Serve
         assert served.login("otto", "not the password!!").status_code == 401
     blocked = served.login("otto", PASSWORD)
     assert blocked.status_code == 429 and "Too many failed logins" in blocked.text
+    wait = int(blocked.headers["retry-after"])
+    assert 0 < wait <= served.settings.login_window_seconds
+    assert f"Try again in {wait} s." in blocked.text
     assert "set-cookie" not in blocked.headers
     # Another name from the same address is still served (the address limit is higher).
     assert served.login("rita", PASSWORD).status_code == 303
@@ -169,13 +175,20 @@ def test_guessing_across_names_is_stopped_per_address(served: Served) -> None:
     assert served.login("rita", PASSWORD).status_code == 429
 
 
-def test_failures_leave_the_window() -> None:
-    attempts = Attempts(limit=2, window=300)
-    attempts.fail("otto", 1000.0)
-    attempts.fail("otto", 1100.0)
-    assert attempts.wait("otto", 1200.0) == 101  # until the first failure is 300 s old
-    assert attempts.wait("otto", 1300.0) == 0
-    assert attempts.wait("rita", 1200.0) == 0
+def test_failures_leave_the_window(engine: Any) -> None:
+    otto, rita = failure_key("name", "otto"), failure_key("name", "rita")
+    with transaction(engine) as session:
+        record_failure(session, keys=[otto], now=1000, window=300)
+        record_failure(session, keys=[otto], now=1100, window=300)
+        # Until the first failure is 300 s old.
+        assert retry_after(session, key=otto, limit=2, window=300, now=1200) == 100
+        assert retry_after(session, key=otto, limit=2, window=300, now=1300) == 0
+        assert retry_after(session, key=rita, limit=2, window=300, now=1200) == 0
+        # A failure after the window drops the old ones from the store.
+        record_failure(session, keys=[otto], now=1500, window=300)
+        assert session.execute(select(func.count()).select_from(LoginFailureRow)).scalar() == 1
+        forget_failures(session, key=otto)
+        assert session.execute(select(func.count()).select_from(LoginFailureRow)).scalar() == 0
 
 
 # --- sessions end ------------------------------------------------------------------------

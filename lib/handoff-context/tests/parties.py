@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from handoff_context.sign import Signer, trust_document
-from handoff_context.trust import TrustStore
+from handoff_context import Signer, TrustStore, trust_document
 
 T0 = 1_793_000_000  # issue time used throughout; receivers judge at about T0 + 30
 

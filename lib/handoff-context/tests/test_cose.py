@@ -13,17 +13,15 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
-from handoff_context import cose
-from handoff_context.encoding import b64url_decode
+from handoff_context import Form, Offer, Status, b64url_decode
+from handoff_context import _cose as cose
 from handoff_context.errors import CheckFailed, MalformedError, Reason
-from handoff_context.model import Form, Offer, Status
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from joserfc.jwk import ECKey, OKPKey
 
-# The COSE WG examples, vendored with their provenance (tests/vectors/public/README.md).
-_REPO = Path(__file__).resolve().parents[3]
-COSE_VECTORS = _REPO / "tests" / "vectors" / "public" / "cose"
+# The COSE WG examples, vendored with their provenance (vectors/public/README.md beside this).
+COSE_VECTORS = Path(__file__).resolve().parent / "vectors" / "public" / "cose"
 
 EC_KEY = ECKey.generate_key("P-256", private=True)
 OKP_KEY = OKPKey.generate_key("Ed25519", private=True)

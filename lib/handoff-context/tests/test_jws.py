@@ -12,12 +12,19 @@ import json
 from typing import Any
 
 import pytest
-from handoff_context import jws
-from handoff_context.encoding import b64url_encode, strict_json_loads
+from handoff_context import (
+    Offer,
+    Signer,
+    Status,
+    StatusState,
+    b64url_encode,
+    offer_payload,
+    sign_payload,
+    strict_json_loads,
+)
+from handoff_context import _jws as jws
+from handoff_context._signature import sign_raw
 from handoff_context.errors import CheckFailed, MalformedError, Reason
-from handoff_context.model import Offer, Status, StatusState
-from handoff_context.sign import Signer, offer_payload, sign_payload
-from handoff_context.signature import sign_raw
 from parties import T0, World
 
 HOP = "aG9wLWlkZW50aWZpZXItMDE"  # 23 characters

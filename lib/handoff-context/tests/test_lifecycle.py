@@ -7,26 +7,31 @@ import hashlib
 from typing import Any
 
 import pytest
-from handoff_context.lifecycle import (
+from handoff_context import (
     A2A_STATE,
     SEVERITY,
     DownstreamFact,
     Flag,
     FlagKind,
+    Form,
     HopState,
     HopView,
     HostObservation,
+    Offer,
     OfferFact,
     Severity,
+    Signer,
+    Status,
     StatusFact,
+    StatusState,
     Timing,
     derive_hop,
     hop_state_of_a2a,
-    normalise_task_state,
+    make_offer,
+    make_status,
+    parse_element,
 )
-from handoff_context.model import Form, Offer, Status, StatusState
-from handoff_context.sign import Signer, make_offer, make_status
-from handoff_context.verify import parse_element
+from handoff_context._lifecycle import normalise_task_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

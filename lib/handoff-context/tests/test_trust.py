@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handoff_context.encoding import b64url_encode
+from handoff_context import Signer, TrustStore, b64url_encode, trust_document
+from handoff_context._trust import ed25519_key_problem
 from handoff_context.errors import TrustConfigError
-from handoff_context.sign import Signer, trust_document
-from handoff_context.trust import TrustStore, ed25519_key_problem
 from parties import World
 
 PLANNER = "spiffe://a.example/agent/planner"

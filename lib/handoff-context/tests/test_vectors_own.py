@@ -1,8 +1,10 @@
-"""The project's own vectors (tests/vectors/): each stored file produces exactly its verdicts.
+"""The published vectors (handoff_context/vectors/): each stored file produces exactly its
+verdicts.
 
-The files are what other implementations test against, so they are checked as stored, through
-the same path as ``handoff-trace verify`` (``app.ingest.verifying.verify_inputs``); the generator's
-``--check`` (run here too) proves the stored files are what the generator writes.
+The files are what other implementations test against, so they are checked as stored, with the
+conformance kit's own runner (``handoff_context.conformance``); the generator's ``--check``
+(run here too) proves the stored files are what the generator writes. The service's tests judge
+them again through ``handoff-trace verify``'s path (tests/test_vectors_service.py).
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from handoff_context.encoding import b64url_decode
-from handoff_context.trust import TrustStore
+from handoff_context import TrustStore, b64url_decode
+from handoff_context.conformance import check_vector
+from handoff_context.vectors import DIRECTORY, stored_vectors
 
-from tests.vectors import generate
-
-VECTORS = generate.stored_vectors()
+VECTORS = stored_vectors()
 
 # The rules the vector set must keep covering (named after the attack or rule).
 REQUIRED = [
@@ -132,18 +133,18 @@ def test_folder_says_whether_anything_is_rejected() -> None:
 
 @pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
 def test_vector_produces_its_verdicts(path: Path) -> None:
-    assert generate.check_document(load(path)) == []
+    assert check_vector(load(path)) == []
 
 
 def test_shared_trust_file_loads_from_disk() -> None:
-    store = TrustStore.load(generate.HERE / "trust.json")
+    store = TrustStore.load(DIRECTORY / "trust.json")
     assert "spiffe://evil.example/agent/mallory" not in store
     assert len(store.keys_for("spiffe://a.example/agent/planner") or ()) == 2
 
 
 def test_small_order_vector_carries_a_real_forgery() -> None:
     """The refused key is not a formality: its input verifies under plain cryptography."""
-    doc = load(generate.HERE / "invalid" / "small-order-ed25519.json")
+    doc = load(DIRECTORY / "invalid" / "small-order-ed25519.json")
     jwk = doc["trust"]["issuers"][0]["keys"][0]
     public = Ed25519PublicKey.from_public_bytes(b64url_decode(jwk["x"], what="x"))
     head, payload, sig = doc["input"][0]["offer"].split(".")
@@ -153,7 +154,7 @@ def test_small_order_vector_carries_a_real_forgery() -> None:
 def test_generator_check_passes() -> None:
     """The same command `make test` runs: regenerating changes nothing, every vector holds."""
     done = subprocess.run(
-        [sys.executable, str(generate.HERE / "generate.py"), "--check"],
+        [sys.executable, str(DIRECTORY / "generate.py"), "--check"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -161,65 +162,3 @@ def test_generator_check_passes() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "vectors checked: ok" in done.stdout
-
-
-# --- the example captures that `make run` verifies (examples/) -------------------------------
-
-EXAMPLES = generate.HERE.parents[1] / "examples"
-EXAMPLE_VERDICTS = [
-    ("capture.jsonl:1", "accept", None),
-    ("capture.jsonl:2", "accept", None),
-    ("capture.jsonl:3", "accept", None),
-    ("capture.jsonl:4", "accept", None),
-    ("capture.jsonl:5", "accept", None),
-    ("capture.jsonl:6", "duplicate", None),
-    ("capture.jsonl:7", "accept", None),
-    ("capture.jsonl:8", "pending", None),
-    ("capture.jsonl:9", "accept", None),
-    ("capture.jsonl:10", "accept", None),
-    ("broken.jsonl:1", "reject", "broken-chain"),
-    ("broken.jsonl:2", "accept", None),
-    ("broken.jsonl:3", "reject", "equivocation"),
-    ("broken.jsonl:4", "reject", "stale"),
-    ("broken.jsonl:5", "reject", "untrusted-key"),
-    ("broken.jsonl:6", "reject", "wrong-audience"),
-    ("broken.jsonl:7", "reject", "bad-signature"),
-    ("broken.jsonl:8", "reject", "policy"),
-    ("broken.jsonl:9", "reject", "malformed"),
-]
-
-
-def test_examples_are_what_make_examples_writes() -> None:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "make_examples.py"), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
-def test_make_run_shows_the_documented_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
-    """The command line of `make run`, through the CLI, exits 1 (some rejections)."""
-    from app.cli import main
-
-    status = main(
-        [
-            "verify",
-            "--json",
-            "--trust",
-            str(EXAMPLES / "trust.json"),
-            "--at",
-            "1793000030",
-            str(EXAMPLES / "capture.jsonl"),
-            str(EXAMPLES / "broken.jsonl"),
-        ]
-    )
-    verdicts = json.loads(capsys.readouterr().out)
-    got = [(Path(v["source"]).name, v["outcome"], v["reason"]) for v in verdicts]
-    assert got == EXAMPLE_VERDICTS
-    assert status == 1
-    equivocation = verdicts[12]["equivocation"]
-    assert equivocation is not None and equivocation["variant"] == "content"
-    assert verdicts[4]["chain"]["length"] == 3 and not verdicts[4]["chain"]["partial"]

@@ -1,9 +1,9 @@
 """Third-party vectors (Wycheproof) through our signature layer, JWS codec and trust store.
 
-The vectors are vendored in ``tests/vectors/public`` (provenance, commits, licences and
-what each must produce: ``tests/vectors/public/README.md``). They are required: when a file
-is missing the module fails to collect with a message saying where it looked, instead of
-skipping. The COSE WG examples are covered by test_cose.py.
+The vectors are vendored in ``vectors/public/`` beside this file (provenance, commits,
+licences and what each must produce: ``vectors/public/README.md``). They are required:
+when a file is missing the module fails to collect with a message saying where it looked,
+instead of skipping. The COSE WG examples are covered by test_cose.py.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from handoff_context import jws
-from handoff_context.encoding import b64url_decode
+from handoff_context import TrustStore, b64url_decode
+from handoff_context import _jws as jws
+from handoff_context._signature import verify_element, verify_raw
+from handoff_context._trust import ed25519_key_problem
 from handoff_context.errors import CheckFailed, MalformedError, TrustConfigError
-from handoff_context.signature import verify_element, verify_raw
-from handoff_context.trust import TrustStore, ed25519_key_problem
 from joserfc.jwk import ECKey, OKPKey
 
-SHARED = Path(__file__).resolve().parents[3] / "tests" / "vectors" / "public"
+SHARED = Path(__file__).resolve().parent / "vectors" / "public"
 WYCHEPROOF = SHARED / "wycheproof"
 
-# tests/vectors/public/README.md: the Wycheproof files at commit dac1dd47 (C2SP/wycheproof).
+# vectors/public/README.md: the Wycheproof files at commit dac1dd47 (C2SP/wycheproof).
 SHA256 = {
     "ecdsa_secp256r1_sha256_p1363_test.json": (
         "c60de693930e386c3a5472d08081623ef8504decc54b38ac01ec6b2a2575c986"
@@ -44,8 +44,8 @@ def _load(name: str) -> dict[str, Any]:
     if not path.is_file():
         # Collection fails (not a skip): these vectors are part of the test suite.
         pytest.fail(
-            f"public test vector {path} is missing. The vectors are vendored in the "
-            "repository (tests/vectors/public/wycheproof/); restore the file from git.",
+            f"public test vector {path} is missing. The vectors are vendored in "
+            "lib/handoff-context/tests/vectors/public/wycheproof/; restore them from git.",
             pytrace=False,
         )
     doc: dict[str, Any] = json.loads(path.read_bytes())
@@ -265,9 +265,9 @@ JWS = _load("json_web_signature_test.json")
 JWS_CASES = _cases(JWS)
 RELEVANT_GROUPS = ("es256", "SpecialCaseEs256")
 WYCHEPROOF_ISS = "urn:example:wycheproof"
-# Upstream quirks in the HS256 "base64" group (tests/vectors/public/README.md): 367 and 370
-# are byte-identical to the valid tcId 357 yet marked invalid; 372 and 373 contain a "?" yet
-# are marked valid. This profile refuses HS256 whatever the token, so they test nothing here.
+# Upstream quirks in the HS256 "base64" group (vectors/public/README.md): 367 and 370 are
+# byte-identical to the valid tcId 357 yet marked invalid; 372 and 373 contain a "?" yet are
+# marked valid. This profile refuses HS256 whatever the token, so they test nothing here.
 QUIRKS = {
     367: "upstream quirk: byte-identical to the valid tcId 357 but marked invalid (HS256)",
     370: "upstream quirk: byte-identical to the valid tcId 357 but marked invalid (HS256)",

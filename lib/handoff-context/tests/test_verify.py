@@ -12,11 +12,24 @@ import json
 from typing import Any
 
 import pytest
-from handoff_context.encoding import b64url_decode, b64url_encode
-from handoff_context.model import Form
-from handoff_context.refs import AvailableObject, ObjectIndex, RefPolicy
-from handoff_context.sign import (
+from handoff_context import (
+    OFFER_CHECKS,
+    STATUS_CHECKS,
+    AvailableObject,
+    Context,
+    Form,
+    MalformedError,
+    ObjectIndex,
+    Outcome,
+    Policy,
+    RefPolicy,
+    Session,
     Signer,
+    Verdict,
+    Verifier,
+    b64url_decode,
+    b64url_encode,
+    handoff_digest,
     handoff_object,
     make_chain,
     make_offer,
@@ -26,9 +39,7 @@ from handoff_context.sign import (
     status_object,
     status_payload,
 )
-from handoff_context.signature import sign_raw
-from handoff_context.verdict import OFFER_CHECKS, STATUS_CHECKS, Outcome, Verdict
-from handoff_context.verify import Context, Policy, Session, Verifier
+from handoff_context._signature import sign_raw
 from parties import T0, World
 
 NOW = T0 + 30
@@ -812,3 +823,19 @@ def test_session_order_does_not_change_results(world: World) -> None:
             session.add(items[name], ctx(world), source=name)
         results.add(frozenset((v.source, v.outcome, v.reason) for v in session.verdicts))
     assert len(results) == 1
+
+
+def test_a_delegator_judges_the_answers_to_its_own_offer(world: World) -> None:
+    """``remember_offer``: the delegator knows its offer without receiving it, so a status
+    answering it is judged instead of left pending."""
+    offer = make_offer(world.planner, aud=world.coder.iss, dialog=DIALOG, iat=T0)
+    status = status_object(make_status(world.coder, offer_octets=offer, state="accepted", iat=T0))
+    ctx = Context(now=NOW, receiver=world.planner.iss)
+    assert Verifier(world.trust).verify_value(status, ctx, source="s").outcome is Outcome.PENDING
+    delegator = Verifier(world.trust)
+    assert delegator.remember_offer(offer).digest == handoff_digest(offer)
+    assert delegator.verify_value(status, ctx, source="s").outcome is Outcome.ACCEPT
+    with pytest.raises(MalformedError, match="not a status"):
+        delegator.remember_offer(
+            make_status(world.coder, offer_octets=offer, state="failed", iat=T0)
+        )

@@ -1,0 +1,140 @@
+"""The JSON form: JWS Compact Serialization, strict (SPEC 2).
+
+``parse`` turns the octets into an unverified Element; the signature is checked later by
+``signature.verify_element`` against the trust store. Everything a JOSE library would let
+through that this profile forbids (duplicate members, ``b64``, ``crit``, a BOM, padding,
+a JSON Serialization, keys carried in the header) is refused here, before any library call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from handoff_context._encoding import (
+    MAX_ELEMENT_OCTETS,
+    b64url_decode,
+    b64url_encode,
+    handoff_digest,
+    strict_json_loads,
+)
+from handoff_context._model import (
+    MAX_KID,
+    Element,
+    ElementType,
+    Form,
+    Header,
+    check_identifier,
+    read_payload,
+    try_read_payload,
+)
+from handoff_context._signature import SUPPORTED_ALGS, sign_raw
+from handoff_context.errors import EmbeddedKeyError, MalformedError
+
+OFFER_TYP = "handoff-offer+jws"
+STATUS_TYP = "handoff-status+jws"
+TYP_FOR_TYPE = {ElementType.OFFER: OFFER_TYP, ElementType.STATUS: STATUS_TYP}
+
+ALLOWED_HEADER = frozenset({"alg", "typ", "kid"})
+# A key in the message says nothing about who signed (SPEC 2): named as untrusted-key.
+KEY_CARRYING_HEADER = frozenset({"jwk", "jku", "x5u", "x5c"})
+
+
+def _refuse_embedded_keys(header: Mapping[str, Any], payload_raw: bytes) -> None:
+    carried = sorted(KEY_CARRYING_HEADER & set(header))
+    if carried:
+        try:
+            payload = try_read_payload(
+                strict_json_loads(payload_raw, what="payload"), form=Form.JWS
+            )
+        except MalformedError:
+            payload = None
+        raise EmbeddedKeyError(
+            f"header carries {', '.join(carried)}: a key inside the message shows nothing "
+            "about who signed; keys come only from the trust configuration",
+            payload,
+        )
+
+
+def _check_header(header: Mapping[str, Any]) -> Header:
+    extra = sorted(set(header) - ALLOWED_HEADER)
+    if extra:
+        raise MalformedError(f"header member(s) not allowed: {', '.join(extra)}")
+    alg = header.get("alg")
+    if not isinstance(alg, str):
+        raise MalformedError("header alg is required")
+    if alg.lower() == "none":
+        raise MalformedError("alg none is refused: every element must be signed")
+    if alg not in SUPPORTED_ALGS:
+        raise MalformedError(f"alg {alg!r} is not allowed (ES256, Ed25519, EdDSA only)")
+    typ = header.get("typ")
+    if typ not in (OFFER_TYP, STATUS_TYP):
+        raise MalformedError(f"header typ must be {OFFER_TYP!r} or {STATUS_TYP!r}")
+    kid = header.get("kid")
+    if kid is not None:
+        kid = check_identifier(kid, what="kid", limit=MAX_KID)
+    return Header(alg=alg, kid=kid, content_type=typ)
+
+
+def parse(octets: bytes) -> Element:
+    """Parse compact JWS octets into an unverified Element.
+
+    Raises MalformedError, or CheckFailed(untrusted-key) for a header that carries a key.
+    """
+    if len(octets) > MAX_ELEMENT_OCTETS:
+        raise MalformedError(f"element is larger than {MAX_ELEMENT_OCTETS} octets")
+    try:
+        text = octets.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise MalformedError("compact JWS must be ASCII") from exc
+    if text.lstrip().startswith("{"):
+        raise MalformedError("JWS JSON Serialization is not allowed; use the compact form")
+    parts = text.split(".")
+    if len(parts) != 3:
+        raise MalformedError(f"compact JWS has {len(parts)} parts, not 3")
+    header_b64, payload_b64, sig_b64 = parts
+    header_raw = b64url_decode(header_b64, what="header")
+    payload_raw = b64url_decode(payload_b64, what="payload")
+    signature = b64url_decode(sig_b64, what="signature")
+    header_doc = strict_json_loads(header_raw, what="header")
+    if not isinstance(header_doc, dict):
+        raise MalformedError("header must be a JSON object")
+    _refuse_embedded_keys(header_doc, payload_raw)
+    header = _check_header(header_doc)
+    payload_doc = strict_json_loads(payload_raw, what="payload")
+    if not isinstance(payload_doc, dict):
+        raise MalformedError("payload must be a JSON object")
+    payload = read_payload(payload_doc, form=Form.JWS)
+    if TYP_FOR_TYPE[payload.type] != header.content_type:
+        raise MalformedError(f"header typ {header.content_type!r} does not match a {payload.type}")
+    signing_input = f"{header_b64}.{payload_b64}".encode("ascii")
+    return Element(
+        form=Form.JWS,
+        octets=bytes(octets),
+        digest=handoff_digest(octets),
+        header=header,
+        payload=payload,
+        signing_input=signing_input,
+        signature=signature,
+        signed_content=signing_input,
+        raw_header=header_doc,
+        raw_payload=payload_doc,
+    )
+
+
+def sign(payload: Mapping[str, Any], *, key: Any, alg: str, kid: str | None = None) -> bytes:
+    """Serialize and sign ``payload`` (JSON form: digests as base64url text).
+
+    ``key`` is a joserfc private key. Returns the compact JWS octets.
+    """
+    header: dict[str, str] = {"alg": alg, "typ": TYP_FOR_TYPE[ElementType(payload["type"])]}
+    if kid is not None:
+        header["kid"] = kid
+    header_b64 = b64url_encode(json.dumps(header, separators=(",", ":")).encode())
+    payload_b64 = b64url_encode(
+        json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    )
+    signing_input = f"{header_b64}.{payload_b64}".encode("ascii")
+    signature = sign_raw(alg, key, signing_input)
+    return signing_input + b"." + b64url_encode(signature).encode("ascii")

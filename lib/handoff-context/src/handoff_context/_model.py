@@ -1,0 +1,374 @@
+"""The element model (SPEC 1): offers, statuses, refs and the signed element around them.
+
+Objects here are frozen and validated on construction; the only way in from octets is a
+codec (``jws.parse`` / ``cose.parse``), which builds these from a decoded payload map.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from handoff_context._encoding import DIGEST_OCTETS, MAX_SAFE_INT, digest_text, parse_digest_text
+from handoff_context.errors import MalformedError, Reason
+
+
+class Form(StrEnum):
+    JWS = "jws"
+    COSE = "cose"
+
+
+def form_of(octets: bytes) -> Form:
+    """The form of element octets: compact JWS always opens with the base64url of '{"'
+    ("eyJ"); anything else is taken for COSE (a CBOR tag), which its parser then judges."""
+    return Form.JWS if octets[:3] == b"eyJ" else Form.COSE
+
+
+class ElementType(StrEnum):
+    OFFER = "offer"
+    STATUS = "status"
+
+
+class StatusState(StrEnum):
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def from_delegator(self) -> bool:
+        """Who signs a status in this state (SPEC 1.2): the delegate answers every state
+        except ``canceled``, which the delegator signs. The one place this rule is written;
+        ``status_parties`` and ``hop_owner`` follow from it."""
+        return self is StatusState.CANCELED
+
+
+def is_expired(exp: int, *, now: int, skew: int) -> bool:
+    """SPEC 6.3: an offer with ``exp`` is expired at ``now`` when ``now > exp + skew``; at
+    ``exp + skew`` itself it is still fresh. The freshness check and the hop state
+    ``expired`` (SPEC 8) both judge by this."""
+    return now > exp + skew
+
+
+def status_parties(state: StatusState, *, delegator: str, delegate: str) -> tuple[str, str]:
+    """The (iss, aud) a status in ``state`` must carry for the offer delegator -> delegate
+    (SPEC 1.2)."""
+    return (delegator, delegate) if state.from_delegator else (delegate, delegator)
+
+
+class RefKind(StrEnum):
+    DIGEST = "digest"
+    SALTED_DIGEST = "salted-digest"
+    SCITT_RECEIPT = "scitt-receipt"
+    LEARNLOG_HEAD = "learnlog-head"
+
+
+HOP_RE = re.compile(r"^[A-Za-z0-9_-]{22,64}\Z")  # \Z: $ would also match before a final \n
+_PRINTABLE_ASCII = re.compile(r"^[\x21-\x7e]+\Z")
+# RFC 3986 scheme followed by a colon: what "an absolute URI" needs at the least.
+_ABSOLUTE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]+\Z")
+MAX_IDENTIFIER = 2048
+MAX_KID = 128
+REASON_CODES = frozenset(r.value for r in Reason if r is not Reason.MALFORMED)
+
+
+def check_identifier(value: object, *, what: str, limit: int = MAX_IDENTIFIER) -> str:
+    """SPEC 1.2 [profile]: 1..limit printable ASCII characters, nothing that can hide."""
+    if not isinstance(value, str):
+        raise MalformedError(f"{what} must be a string")
+    if not 1 <= len(value) <= limit:
+        raise MalformedError(f"{what} must be 1 to {limit} characters")
+    if not _PRINTABLE_ASCII.match(value):
+        raise MalformedError(f"{what} must be printable ASCII without spaces or control characters")
+    return value
+
+
+def is_absolute_uri(value: str) -> bool:
+    return bool(_ABSOLUTE_URI.match(value))
+
+
+def _check_detail(value: object) -> str:
+    if not isinstance(value, str):
+        raise MalformedError("detail must be a string")
+    if "\x00" in value:
+        raise MalformedError("detail must not contain NUL")
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+        raise MalformedError("detail must not contain lone surrogates")
+    return value
+
+
+def _check_int(value: object, *, what: str, low: int = 0, high: int = MAX_SAFE_INT) -> int:
+    # bool is a subclass of int in Python; the profile refuses true/false as integers.
+    if type(value) is not int:
+        raise MalformedError(f"{what} must be an integer")
+    if not low <= value <= high:
+        raise MalformedError(f"{what} must be between {low} and {high}")
+    return value
+
+
+def _check_digest(value: object, *, what: str, form: Form) -> bytes:
+    if form is Form.JWS:
+        return parse_digest_text(value, what=what)
+    if not isinstance(value, bytes) or len(value) != DIGEST_OCTETS:
+        raise MalformedError(f"{what} must be a 32-byte byte string")
+    return value
+
+
+def _optional_text(payload: Mapping[str, Any], key: str) -> str | None:
+    if key not in payload:
+        return None
+    return check_identifier(payload[key], what=key)
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A prior-context reference (SPEC 5)."""
+
+    kind: str
+    digest: bytes
+    name: str | None = None
+    uri: str | None = None
+    media_type: str | None = None
+
+    @property
+    def known_kind(self) -> RefKind | None:
+        try:
+            return RefKind(self.kind)
+        except ValueError:
+            return None
+
+    @classmethod
+    def from_mapping(cls, value: object, *, form: Form, index: int) -> Ref:
+        what = f"refs[{index}]"
+        if not isinstance(value, Mapping):
+            raise MalformedError(f"{what} must be an object")
+        kind = value.get("kind")
+        if not isinstance(kind, str):
+            raise MalformedError(f"{what}.kind must be a string")
+        if kind not in RefKind.__members__.values() and not is_absolute_uri(kind):
+            raise MalformedError(f"{what}.kind {kind!r} is neither a known kind nor a URI")
+        if "digest" not in value:
+            raise MalformedError(f"{what}.digest is required")
+        digest = _check_digest(value["digest"], what=f"{what}.digest", form=form)
+        name = value.get("name")
+        if name is not None:
+            name = _check_detail(name)
+        uri = value.get("uri")
+        if uri is not None:
+            uri = check_identifier(uri, what=f"{what}.uri")
+        media_type = value.get("media_type")
+        if media_type is not None:
+            media_type = check_identifier(media_type, what=f"{what}.media_type")
+        return cls(kind=kind, digest=digest, name=name, uri=uri, media_type=media_type)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "digest": digest_text(self.digest)}
+        for key in ("name", "uri", "media_type"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+def _refs(payload: Mapping[str, Any], form: Form) -> tuple[Ref, ...]:
+    if "refs" not in payload:
+        return ()
+    raw = payload["refs"]
+    if not isinstance(raw, list):
+        raise MalformedError("refs must be an array")
+    return tuple(Ref.from_mapping(item, form=form, index=i) for i, item in enumerate(raw))
+
+
+def _common(payload: Mapping[str, Any], expected_type: ElementType) -> None:
+    if payload.get("v") != 1 or type(payload.get("v")) is not int:
+        raise MalformedError("v must be the integer 1")
+    if payload.get("type") != expected_type.value:
+        raise MalformedError(f"type must be {expected_type.value!r}")
+
+
+def _hop(payload: Mapping[str, Any]) -> str:
+    hop = payload.get("hop")
+    if not isinstance(hop, str) or not HOP_RE.match(hop):
+        raise MalformedError("hop must be 22 to 64 base64url characters")
+    return hop
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """An offer payload (SPEC 1.1)."""
+
+    hop: str
+    dialog: str
+    iss: str
+    aud: str
+    iat: int
+    exp: int
+    task: str | None = None
+    obo: str | None = None
+    grant: bytes | None = None
+    prev: bytes | None = None
+    refs: tuple[Ref, ...] = ()
+
+    type: ElementType = field(default=ElementType.OFFER, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.iat < self.exp:
+            raise MalformedError("iat must be before exp")
+
+    @property
+    def hop_owner(self) -> str:
+        """The delegator, whose (iss, hop) names the hop (SPEC 8): the offer's issuer."""
+        return self.iss
+
+    @classmethod
+    def from_mapping(cls, payload: Mapping[str, Any], *, form: Form) -> Offer:
+        """Validate a decoded payload map. Raises MalformedError."""
+        _common(payload, ElementType.OFFER)
+        for key in ("dialog", "iss", "aud", "iat", "exp"):
+            if key not in payload:
+                raise MalformedError(f"offer is missing {key}")
+        grant = payload.get("grant")
+        prev = payload.get("prev")
+        return cls(
+            hop=_hop(payload),
+            dialog=check_identifier(payload["dialog"], what="dialog"),
+            iss=check_identifier(payload["iss"], what="iss"),
+            aud=check_identifier(payload["aud"], what="aud"),
+            iat=_check_int(payload["iat"], what="iat"),
+            exp=_check_int(payload["exp"], what="exp"),
+            task=_optional_text(payload, "task"),
+            obo=_optional_text(payload, "obo"),
+            grant=None if grant is None else _check_digest(grant, what="grant", form=form),
+            prev=None if prev is None else _check_digest(prev, what="prev", form=form),
+            refs=_refs(payload, form),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A status payload (SPEC 1.2)."""
+
+    hop: str
+    offer: bytes
+    iss: str
+    aud: str
+    iat: int
+    state: StatusState
+    reason: str | None = None
+    detail: str | None = None
+    refs: tuple[Ref, ...] = ()
+
+    type: ElementType = field(default=ElementType.STATUS, init=False)
+
+    @property
+    def dialog(self) -> None:
+        """Statuses carry no dialog member; present so callers can treat both alike."""
+        return None
+
+    @property
+    def hop_owner(self) -> str:
+        """The delegator of the hop this status is about (SPEC 8's hop key is (delegator,
+        hop)): its issuer for a ``canceled``, else its audience (SPEC 1.2)."""
+        return self.iss if self.state.from_delegator else self.aud
+
+    @classmethod
+    def from_mapping(cls, payload: Mapping[str, Any], *, form: Form) -> Status:
+        """Validate a decoded payload map. Raises MalformedError."""
+        _common(payload, ElementType.STATUS)
+        for key in ("offer", "iss", "aud", "iat", "state"):
+            if key not in payload:
+                raise MalformedError(f"status is missing {key}")
+        try:
+            state = StatusState(payload["state"])
+        except (ValueError, TypeError) as exc:
+            raise MalformedError("state must be one of " + ", ".join(StatusState)) from exc
+        reason = payload.get("reason")
+        if reason is not None:
+            if not isinstance(reason, str) or not (
+                reason in REASON_CODES or is_absolute_uri(reason)
+            ):
+                raise MalformedError("reason must be a SPEC reason code or an absolute URI")
+            if state not in (StatusState.REJECTED, StatusState.FAILED):
+                raise MalformedError("reason is allowed only on rejected and failed")
+        detail = payload.get("detail")
+        return cls(
+            hop=_hop(payload),
+            offer=_check_digest(payload["offer"], what="offer", form=form),
+            iss=check_identifier(payload["iss"], what="iss"),
+            aud=check_identifier(payload["aud"], what="aud"),
+            iat=_check_int(payload["iat"], what="iat"),
+            state=state,
+            reason=reason,
+            detail=None if detail is None else _check_detail(detail),
+            refs=_refs(payload, form),
+        )
+
+
+Payload = Offer | Status
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The protected header members the profile allows (SPEC 2, 3)."""
+
+    alg: str
+    kid: str | None
+    # JWS `typ` or COSE content type, already checked against the payload's type.
+    content_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Element:
+    """One signed element exactly as received, parsed but not yet verified.
+
+    ``octets`` are the signed octets (compact JWS ASCII or tagged COSE_Sign1), never
+    re-serialized. ``signing_input`` is what the signature covers; two elements with the same
+    ``signed_content`` and different ``octets`` differ only in their signature
+    (equivocation variant ``signature-only``, SPEC 6.4).
+    """
+
+    form: Form
+    octets: bytes
+    digest: bytes
+    header: Header
+    payload: Payload
+    signing_input: bytes
+    signature: bytes
+    # Header and payload octets as signed (independent of the signature bytes).
+    signed_content: bytes
+    # The decoded protected header and payload, for display (never re-signed).
+    raw_header: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw_payload: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def type(self) -> ElementType:
+        return self.payload.type
+
+    @property
+    def digest_text(self) -> str:
+        return digest_text(self.digest)
+
+    @property
+    def is_offer(self) -> bool:
+        return isinstance(self.payload, Offer)
+
+
+def read_payload(doc: Mapping[str, Any], *, form: Form) -> Offer | Status:
+    """Validate a decoded payload map as the element its ``type`` names. Raises
+    MalformedError."""
+    if doc.get("type") == ElementType.STATUS.value:
+        return Status.from_mapping(doc, form=form)
+    return Offer.from_mapping(doc, form=form)
+
+
+def try_read_payload(doc: object, *, form: Form) -> Offer | Status | None:
+    """``read_payload`` for evidence only: None instead of an error."""
+    if not isinstance(doc, Mapping):
+        return None
+    try:
+        return read_payload(doc, form=form)
+    except MalformedError:
+        return None

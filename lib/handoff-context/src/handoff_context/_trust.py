@@ -1,0 +1,230 @@
+"""The trust configuration (SPEC 4): which public keys speak for which identifier.
+
+Loading fails closed: a file that could let a forged element verify (a private key, a
+small-order Ed25519 key, a key that does not fit its algorithm, no issuer at all) is a
+configuration error with a message that says what to fix, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric import ec
+from joserfc.jwk import ECKey, OKPKey
+
+from handoff_context._encoding import b64url_decode, strict_json_loads
+from handoff_context._model import MAX_KID, check_identifier
+from handoff_context.errors import MalformedError, TrustConfigError
+
+# Members a public JWK may carry besides its key material; anything private is refused.
+_PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
+_MAX_TRUST_FILE = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedKey:
+    """One configured public key, imported once (importing costs about one verify)."""
+
+    issuer: str
+    kid: str
+    kty: str  # "EC" (P-256, for ES256) or "OKP" (Ed25519, for Ed25519/EdDSA)
+    key: Any  # joserfc ECKey or OKPKey, public only
+    thumbprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrustStore:
+    """Identifiers mapped to their keys. ``fingerprint`` changes whenever any key or
+    identifier changes, so caches of verification results can be keyed by it."""
+
+    issuers: Mapping[str, tuple[TrustedKey, ...]]
+    fingerprint: str
+
+    def keys_for(self, identifier: str) -> tuple[TrustedKey, ...] | None:
+        return self.issuers.get(identifier)
+
+    def __contains__(self, identifier: object) -> bool:
+        return identifier in self.issuers
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TrustStore:
+        """Read and validate a trust file. Raises TrustConfigError."""
+        p = Path(path)
+        try:
+            info = p.stat()
+        except OSError as exc:
+            raise TrustConfigError(f"cannot read trust file {p}: {exc.strerror}") from exc
+        if not stat.S_ISREG(info.st_mode):
+            raise TrustConfigError(f"trust file {p} is not a regular file")
+        # Anyone who can write the trust file can make any forgery verify.
+        if info.st_mode & stat.S_IWOTH:
+            raise TrustConfigError(
+                f"trust file {p} is writable by every user; refusing it (chmod o-w {p})"
+            )
+        if info.st_size > _MAX_TRUST_FILE:
+            raise TrustConfigError(f"trust file {p} is larger than {_MAX_TRUST_FILE} octets")
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise TrustConfigError(f"cannot read trust file {p}: {exc.strerror}") from exc
+        return cls.from_bytes(data, source=str(p))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, source: str = "trust configuration") -> TrustStore:
+        """Parse the JSON form. Raises TrustConfigError."""
+        try:
+            doc = strict_json_loads(data, what=source)
+        except MalformedError as exc:
+            raise TrustConfigError(exc.detail) from exc
+        return cls.from_mapping(doc, source=source)
+
+    @classmethod
+    def from_mapping(cls, doc: object, *, source: str = "trust configuration") -> TrustStore:
+        """Validate an already-decoded document. Raises TrustConfigError."""
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("issuers"), list):
+            raise TrustConfigError(f'{source}: expected {{"issuers": [...]}}')
+        issuers: dict[str, tuple[TrustedKey, ...]] = {}
+        for i, entry in enumerate(doc["issuers"]):
+            where = f"{source}: issuers[{i}]"
+            if not isinstance(entry, Mapping):
+                raise TrustConfigError(f"{where} must be an object")
+            try:
+                ident = check_identifier(entry.get("id"), what="id")
+            except MalformedError as exc:
+                raise TrustConfigError(f"{where}: {exc.detail}") from exc
+            if ident in issuers:
+                raise TrustConfigError(f"{where}: issuer {ident!r} is listed twice")
+            keys = entry.get("keys")
+            if not isinstance(keys, list) or not keys:
+                raise TrustConfigError(f"{where} ({ident}) must list at least one key")
+            imported = tuple(
+                _import_key(jwk, issuer=ident, where=f"{where}.keys[{j}]")
+                for j, jwk in enumerate(keys)
+            )
+            kids = [k.kid for k in imported]
+            if len(set(kids)) != len(kids):
+                raise TrustConfigError(f"{where} ({ident}) has two keys with one kid")
+            issuers[ident] = imported
+        if not issuers:
+            raise TrustConfigError(f"{source} lists no issuer: refusing to verify against nothing")
+        return cls(issuers=issuers, fingerprint=_fingerprint(issuers))
+
+
+def _fingerprint(issuers: Mapping[str, tuple[TrustedKey, ...]]) -> str:
+    canon = sorted(
+        (ident, sorted((k.kid, k.thumbprint) for k in keys)) for ident, keys in issuers.items()
+    )
+    return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()
+
+
+def _b64_member(jwk: Mapping[str, Any], name: str, *, where: str, size: int) -> bytes:
+    value = jwk.get(name)
+    if not isinstance(value, str):
+        raise TrustConfigError(f"{where}: member {name!r} is missing")
+    try:
+        raw = b64url_decode(value, what=name)
+    except MalformedError as exc:
+        raise TrustConfigError(f"{where}: {exc.detail}") from exc
+    if len(raw) != size:
+        raise TrustConfigError(f"{where}: member {name!r} must be {size} octets")
+    return raw
+
+
+def _import_key(jwk: object, *, issuer: str, where: str) -> TrustedKey:
+    if not isinstance(jwk, Mapping):
+        raise TrustConfigError(f"{where} must be a JWK object")
+    private = sorted(_PRIVATE_MEMBERS & set(jwk))
+    if private:
+        raise TrustConfigError(
+            f"{where} ({issuer}) holds private key material ({', '.join(private)}); "
+            "a trust file must contain public keys only"
+        )
+    try:
+        kid = check_identifier(jwk.get("kid"), what="kid", limit=MAX_KID)
+    except MalformedError as exc:
+        raise TrustConfigError(f"{where} ({issuer}): every key needs a kid: {exc.detail}") from exc
+    kty, crv = jwk.get("kty"), jwk.get("crv")
+    public: dict[str, str | list[str]]
+    if kty == "EC" and crv == "P-256":
+        x = _b64_member(jwk, "x", where=where, size=32)
+        y = _b64_member(jwk, "y", where=where, size=32)
+        try:
+            ec.EllipticCurvePublicNumbers(
+                int.from_bytes(x, "big"), int.from_bytes(y, "big"), ec.SECP256R1()
+            ).public_key()
+        except ValueError as exc:
+            raise TrustConfigError(f"{where} ({issuer}): the point is not on P-256") from exc
+        public = {"kty": "EC", "crv": "P-256", "x": jwk["x"], "y": jwk["y"], "kid": kid}
+        key: Any = ECKey.import_key(public)
+    elif kty == "OKP" and crv == "Ed25519":
+        x = _b64_member(jwk, "x", where=where, size=32)
+        problem = ed25519_key_problem(x)
+        if problem:
+            raise TrustConfigError(f"{where} ({issuer}): {problem}")
+        public = {"kty": "OKP", "crv": "Ed25519", "x": jwk["x"], "kid": kid}
+        key = OKPKey.import_key(public)
+    else:
+        raise TrustConfigError(
+            f"{where} ({issuer}): unsupported key kty={kty!r} crv={crv!r}; "
+            "this profile accepts EC P-256 (ES256) and OKP Ed25519 only"
+        )
+    alg = jwk.get("alg")
+    allowed = {"EC": {"ES256"}, "OKP": {"Ed25519", "EdDSA"}}[str(kty)]
+    if alg is not None and alg not in allowed:
+        raise TrustConfigError(f"{where} ({issuer}): alg {alg!r} does not fit a {kty} {crv} key")
+    return TrustedKey(issuer=issuer, kid=kid, kty=str(kty), key=key, thumbprint=key.thumbprint())
+
+
+# --- Ed25519 public key validation (RFC 8032 5.1.3) -------------------------------------
+# cryptography accepts any 32 octets as an Ed25519 public key. A small-order key verifies a
+# forged signature (R = identity, S = 0) over every message, and a non-canonical encoding
+# (y >= p) names the same point under another spelling; both are refused at load.
+
+_P = 2**255 - 19
+_D = (-121665 * pow(121666, -1, _P)) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+
+def _edwards_add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    x1, y1 = a
+    x2, y2 = b
+    t = _D * x1 * x2 * y1 * y2 % _P
+    x3 = (x1 * y2 + x2 * y1) * pow(1 + t, -1, _P) % _P
+    y3 = (y1 * y2 + x1 * x2) * pow(1 - t, -1, _P) % _P
+    return x3, y3
+
+
+def ed25519_key_problem(encoded: bytes) -> str | None:
+    """Return why ``encoded`` is unsafe as an Ed25519 public key, or None when it is fine."""
+    if len(encoded) != 32:
+        return "an Ed25519 key is 32 octets"
+    value = int.from_bytes(encoded, "little")
+    sign = value >> 255
+    y = value & ((1 << 255) - 1)
+    if y >= _P:
+        return "non-canonical Ed25519 key encoding (y >= p)"
+    u = (y * y - 1) % _P
+    v = (_D * y * y + 1) % _P
+    x2 = u * pow(v, -1, _P) % _P
+    x = pow(x2, (_P + 3) // 8, _P)
+    if (x * x - x2) % _P != 0:
+        x = x * _SQRT_M1 % _P
+    if (x * x - x2) % _P != 0:
+        return "not a point on Ed25519"
+    if x == 0 and sign == 1:
+        return "non-canonical Ed25519 key encoding (x = 0 with the sign bit set)"
+    if x & 1 != sign:
+        x = _P - x
+    point = (x, y)
+    for _ in range(3):  # multiply by the cofactor 8
+        point = _edwards_add(point, point)
+    if point == (0, 1):
+        return "Ed25519 key of small order: it would verify forged signatures"
+    return None

@@ -1,0 +1,113 @@
+"""``continue_handoff``: hand a received handoff on (what ``handoff-trace sign offer --after``
+does), and the next receiver can check the whole chain (SPEC 7)."""
+
+from __future__ import annotations
+
+import pytest
+from handoff_context import (
+    Context,
+    Form,
+    HandoffObject,
+    MalformedError,
+    Offer,
+    Outcome,
+    Verifier,
+    continue_handoff,
+    handoff_digest,
+    handoff_object,
+    make_offer,
+    make_status,
+    parse_element,
+    parse_object,
+    status_object,
+)
+from parties import T0, World
+
+DIALOG = "ctx-continue"
+
+
+def _parsed(value: object) -> HandoffObject:
+    obj = parse_object(value)
+    assert isinstance(obj, HandoffObject)
+    return obj
+
+
+def _offer(value: object) -> Offer:
+    obj = _parsed(value)
+    offer = parse_element(obj.offer, obj.form).payload
+    assert isinstance(offer, Offer)
+    return offer
+
+
+def _first(world: World, form: Form) -> dict[str, object]:
+    offer = make_offer(world.planner, aud=world.coder.iss, dialog=DIALOG, iat=T0, form=form)
+    return handoff_object(offer, form=form)
+
+
+@pytest.mark.parametrize("form", [Form.JWS, Form.COSE])
+def test_the_continued_handoff_verifies_as_a_full_chain(world: World, form: Form) -> None:
+    received = _first(world, form)
+    second = continue_handoff(world.coder, received, aud=world.tester.iss, iat=T0 + 5)
+    obj, before, offer = _parsed(second), _parsed(received), _offer(second)
+    assert obj.form is form and obj.chain == (before.offer,)
+    assert offer.prev == handoff_digest(before.offer)
+    assert offer.dialog == DIALOG and offer.iss == world.coder.iss
+    verdict = Verifier(world.trust).verify_value(
+        second, Context(now=T0 + 30, receiver=world.tester.iss, dialog=DIALOG), source="t"
+    )
+    assert verdict.outcome is Outcome.ACCEPT, verdict.detail
+    assert verdict.chain is not None and verdict.chain.length == 2
+    assert not verdict.chain.partial
+
+
+def test_continuing_twice_carries_the_whole_chain(world: World) -> None:
+    second = continue_handoff(world.coder, _first(world, Form.JWS), aud=world.tester.iss, iat=T0)
+    third = continue_handoff(world.tester, second, aud=world.assistant.iss, iat=T0 + 10)
+    verdict = Verifier(world.trust).verify_value(
+        third, Context(now=T0 + 30, receiver=world.assistant.iss), source="t"
+    )
+    assert verdict.outcome is Outcome.ACCEPT, verdict.detail
+    assert verdict.chain is not None and verdict.chain.length == 3
+
+
+def test_without_the_chain_prev_is_set_and_the_chain_is_not_checked(world: World) -> None:
+    second = continue_handoff(
+        world.coder, _first(world, Form.JWS), aud=world.tester.iss, iat=T0, carry_chain=False
+    )
+    assert "chain" not in second
+    verdict = Verifier(world.trust).verify_value(
+        second, Context(now=T0 + 30, receiver=world.tester.iss), source="t"
+    )
+    assert verdict.outcome is Outcome.ACCEPT and verdict.chain is not None
+    assert verdict.chain.partial
+    assert {c.check: c.result.value for c in verdict.checks}["chain"] == "not-checked"
+
+
+def test_fields_and_dialog_reach_the_new_offer(world: World) -> None:
+    second = continue_handoff(
+        world.coder,
+        parse_object(_first(world, Form.JWS)),
+        aud=world.tester.iss,
+        iat=T0,
+        dialog="ctx-other",
+        task="task-7",
+        lifetime=30,
+    )
+    offer = _offer(second)
+    assert (offer.dialog, offer.task, offer.exp - offer.iat) == ("ctx-other", "task-7", 30)
+
+
+def test_a_status_object_cannot_be_continued(world: World) -> None:
+    offer = make_offer(world.planner, aud=world.coder.iss, dialog=DIALOG, iat=T0)
+    status = make_status(world.coder, offer_octets=offer, state="accepted", iat=T0)
+    with pytest.raises(MalformedError, match="status object"):
+        continue_handoff(world.coder, status_object(status), aud=world.tester.iss, iat=T0)
+    with pytest.raises(MalformedError):
+        continue_handoff(world.coder, {"offer": "not a jws"}, aud=world.tester.iss, iat=T0)
+
+
+def test_the_form_must_be_the_received_handoffs(world: World) -> None:
+    with pytest.raises(ValueError, match="form"):
+        continue_handoff(
+            world.coder, _first(world, Form.COSE), aud=world.tester.iss, iat=T0, form=Form.JWS
+        )

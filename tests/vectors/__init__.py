@@ -1,1 +1,0 @@
-"""The project's own test vectors and their generator (see README.md in this folder)."""
