@@ -393,8 +393,8 @@ def test_real_a2a_exchange_captured_as_har(version: str, carrier: Carrier) -> No
     assert task_id and carried[2].task_id == task_id
     assert carried[1].task_state == "TASK_STATE_WORKING"
     assert [c.dialog for c in carried] == ["ctx-1", "ctx-1", None]
-    # startedDateTime, floored to whole seconds.
-    assert [c.received_at for c in carried] == [T0, T0, T0 + 1]
+    # startedDateTime with its milliseconds: the checks floor it, the store keeps it.
+    assert [c.received_at for c in carried] == [T0 + 0.75, T0 + 0.75, T0 + 1.75]
     # The cancel response's task repeats offer and status in its history: not read again.
     assert (stats.items, stats.carried, stats.without_handoff) == (4, 3, 1)
 
@@ -568,8 +568,9 @@ def test_capture_records_override_and_are_validated() -> None:
     ]
     carried, errors, _ = run(json.dumps(records).encode(), name="r.json")
     first, second = carried
+    # A fractional received_at is kept as it is (the checks floor it to seconds).
     assert (first.received_at, first.received_by, first.record_dialog) == (
-        T0,
+        T0 + 0.9,
         "spiffe://b.example/coder",
         "d-9",
     )
@@ -654,8 +655,8 @@ def test_har_bodies() -> None:
     har = json.dumps({"log": {"version": "1.2", "entries": entries}}).encode()
     carried, errors, stats = run(har, name="t.har")
     assert [(c.source, c.role, c.received_at) for c in carried] == [
-        ("t.har:entries[0].request", Role.OFFER, T0),
-        ("t.har:entries[0].response", Role.STATUS, T0),
+        ("t.har:entries[0].request", Role.OFFER, T0 + 0.999),
+        ("t.har:entries[0].response", Role.STATUS, T0 + 0.999),
     ]
     assert [e.source for e in errors] == [
         "t.har:entries[3].request",

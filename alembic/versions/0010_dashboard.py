@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0010_dashboard"
-down_revision: str | None = "0008_instances"
+down_revision: str | None = "0009_live"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

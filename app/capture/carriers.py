@@ -15,9 +15,18 @@ Where A2A and MCP put a handoff inside one message is the library's business
 silent); this module adds what only capture files have. Its own choices:
 - Host text (an A2A contextId or task id) with NUL or a lone surrogate makes the item a
   ``CarrierError``: it is kept with each receipt, and cannot be stored or encoded.
-- A capture record's ``received_at`` may be a float (floored to whole seconds); a null member
-  counts as absent; a record inside a record is an error. An array payload is a JSON-RPC
-  batch (one level), its items named ``source[i]``.
+- A capture record's ``received_at`` may be a float: it is kept with its fraction (the order
+  of events within a second), and the checks floor it to NumericDate seconds; a null member
+  counts as absent; a record inside a record is an error. A record's ``id`` (an observation
+  id, 1 to 128 printable ASCII characters) names the observation, so that a shipper's retry
+  of it is stored once (``Carried.key``); ids are unique per sender, not checked here.
+- Host task states (``HostState``, from ``carry.find_all``'s ``TaskState``) are read from
+  every A2A Task and status update with a task id and a state that carries no handoff
+  element; ``read_capture`` hands them to ``on_host`` (those with an element travel in
+  their ``Carried``).
+- A HAR request body's URL path is handed to ``carry.find_all`` (the A2A HTTP+JSON binding
+  names its cancel by path).
+- An array payload is a JSON-RPC batch (one level), its items named ``source[i]``.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ __all__ = [
     "CarrierError",
     "ExtractStats",
     "Found",
+    "HostState",
     "Role",
     "detect_format",
     "extract",
@@ -65,12 +75,30 @@ class Carried:
     value: Mapping[str, Any]
     carrier: Carrier
     dialog: str | None
-    received_at: int | None
+    received_at: float | None  # seconds with their fraction; the checks floor it
     received_by: str | None
     record_dialog: str | None
     task_id: str | None
     task_state: str | None
     role: Role
+    key: str | None = None  # the observation id of its capture record, made unique per object
+    seq: int = 0  # position among what shares its receive time (a stream's events)
+
+
+@dataclass(frozen=True)
+class HostState:
+    """An A2A task state as captured (SPEC 8: the host keeps its own task state), from a
+    Task or a status update that carries no handoff element."""
+
+    source: str
+    carrier: Carrier
+    task_id: str
+    task_state: str  # the A2A 1.0 name
+    dialog: str | None
+    received_at: float | None
+    received_by: str | None
+    key: str | None = None
+    seq: int = 0
 
 
 @dataclass
@@ -96,6 +124,7 @@ def read_capture(
     content_type: str | None = None,
     stats: ExtractStats | None = None,
     on_item: Callable[[CaptureItem], bool] | None = None,
+    on_host: Callable[[HostState], None] | None = None,
 ) -> Iterator[Found]:
     """Yield every carried object and every item error of a capture file, in file order.
 
@@ -103,7 +132,8 @@ def read_capture(
     (``detect_format``). ``stats``, when given, is updated as the items are read.
     ``on_item`` sees every decoded payload too (envelope handoffs are read from it) and says
     whether it found something there, so an item it claims is not counted as without a
-    handoff. Never
+    handoff. ``on_host`` receives the host task states that carry no element
+    (``HostState``), in file order, before the item's carried objects. Never
     raises on bad input: a bad item yields a ``CarrierError`` and reading goes on (SPEC 10),
     except inside a CBOR sequence, which cannot be resynchronised after a broken item.
 
@@ -118,8 +148,9 @@ def read_capture(
         fmt = detect_format(data, name=name, content_type=content_type)
         items = read_items(data, name=name, fmt=fmt, watch=watch)
     else:
-        head = stream_head(data)
-        fmt = detect_format(head, name=name, content_type=content_type)
+        live = _is_pipe(data)
+        head = stream_head(data, live=live)
+        fmt = detect_format(head, name=name, content_type=content_type, live=live)
         items = read_stream(data, head, name=name, fmt=fmt, watch=watch)
     for item in items:
         counts.items += 1
@@ -128,7 +159,12 @@ def read_capture(
         if isinstance(item, CarrierError):
             found = [item]
         elif isinstance(item, CaptureItem):
-            found = extract(item.value, source=item.source, received_at=item.received_at)
+            found = []
+            for one in _found(item.value, _item_context(item)):
+                if not isinstance(one, HostState):
+                    found.append(one)
+                elif on_host is not None:
+                    on_host(one)
             claimed = on_item is not None and on_item(item)
         if not found and not claimed:
             counts.without_handoff += 1
@@ -140,24 +176,47 @@ def read_capture(
             yield one
 
 
+def _is_pipe(stream: BinaryIO) -> bool:
+    """A stream that cannot seek (stdin on a pipe) may be a live feed."""
+    try:
+        return not stream.seekable()
+    except (OSError, ValueError):
+        return True
+
+
 # --- extraction from one payload --------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Context:
     source: str
-    received_at: int | None = None
+    received_at: float | None = None
     received_by: str | None = None
     record_dialog: str | None = None
     in_record: bool = False
     in_batch: bool = False
+    key: str | None = None  # the capture record's observation id
+    seq: int = 0
+    path: str | None = None  # HAR: the request's URL path
+
+
+def _item_context(item: CaptureItem) -> _Context:
+    return _Context(source=item.source, received_at=item.received_at, seq=item.seq, path=item.path)
+
+
+def _found(payload: object, context: _Context) -> Iterator[Found | HostState]:
+    """``_payload``, with each object of a keyed record given its own key (``id:n``)."""
+    for n, one in enumerate(_payload(payload, context)):
+        if isinstance(one, Carried | HostState) and one.key is not None:
+            one = replace(one, key=f"{one.key}:{n}")
+        yield one
 
 
 def extract(
     payload: object,
     *,
     source: str,
-    received_at: int | None = None,
+    received_at: float | None = None,
     received_by: str | None = None,
     record_dialog: str | None = None,
 ) -> list[Found]:
@@ -176,10 +235,10 @@ def extract(
         received_by=received_by,
         record_dialog=record_dialog,
     )
-    return list(_payload(payload, context))
+    return [one for one in _found(payload, context) if not isinstance(one, HostState)]
 
 
-def _payload(value: object, context: _Context) -> Iterator[Found]:
+def _payload(value: object, context: _Context) -> Iterator[Found | HostState]:
     if isinstance(value, list):
         # A JSON-RPC batch. One level only: an array inside a batch is no payload.
         if context.in_batch:
@@ -193,8 +252,31 @@ def _payload(value: object, context: _Context) -> Iterator[Found]:
     if isinstance(value, Mapping) and "payload" in value and not carry.is_bare_object(value):
         yield from _capture_record(value, context)
         return
-    for found in carry.find(value):
-        yield _carried(found, context)
+    for found in carry.find_all(value, path=context.path):
+        if isinstance(found, carry.TaskState):
+            if (state := _host_state(found, context)) is not None:
+                yield state
+        else:
+            yield _carried(found, context)
+
+
+def _host_state(found: carry.TaskState, context: _Context) -> HostState | None:
+    # A task id that cannot be stored makes no host state (there is no element to report
+    # an error about); a dialog that cannot be stored is dropped.
+    if not _storable(found.task_id):
+        return None
+    dialog = found.dialog if found.dialog and _storable(found.dialog) else None
+    return HostState(
+        source=context.source,
+        carrier=found.carrier,
+        task_id=found.task_id,
+        task_state=found.task_state,
+        dialog=dialog,
+        received_at=context.received_at,
+        received_by=context.received_by,
+        key=context.key,
+        seq=context.seq,
+    )
 
 
 def _carried(found: carry.Found | carry.Unreadable, context: _Context) -> Found:
@@ -217,6 +299,8 @@ def _carried(found: carry.Found | carry.Unreadable, context: _Context) -> Found:
         task_id=found.task_id,
         task_state=found.task_state,
         role=found.role,
+        key=context.key,
+        seq=context.seq,
     )
 
 
@@ -228,7 +312,7 @@ def _storable(text: str) -> bool:
 
 
 # SPEC 10 capture record: {"received_at", "received_by", "dialog", "payload"}.
-def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Found]:
+def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Found | HostState]:
     if context.in_record:
         yield CarrierError(context.source, "a capture record must not wrap another record")
         return
@@ -242,6 +326,9 @@ def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Fo
         record_dialog = context.record_dialog
         if record.get("dialog") is not None:
             record_dialog = check_identifier(record["dialog"], what="dialog")
+        key = context.key
+        if record.get("id") is not None:
+            key = check_identifier(record["id"], what="id", limit=_MAX_KEY)
     except MalformedError as exc:
         yield CarrierError(context.source, f"capture record: {exc.detail}")
         return
@@ -251,18 +338,22 @@ def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Fo
         received_by=received_by,
         record_dialog=record_dialog,
         in_record=True,
+        key=key,
     )
     yield from _payload(record["payload"], inner)
 
 
-def _seconds(value: object) -> int:
-    """A capture record's received_at: NumericDate seconds, a fraction floored."""
+# An observation id: long enough for a UUID or a sender-prefixed counter, short enough to
+# index.
+_MAX_KEY = 128
+
+
+def _seconds(value: object) -> float:
+    """A capture record's received_at: seconds, its fraction kept (the checks floor it)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MalformedError("received_at must be a number of seconds")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise MalformedError("received_at must be a finite number")
-        value = math.floor(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise MalformedError("received_at must be a finite number")
     if not 0 <= value <= MAX_SAFE_INT:
         raise MalformedError(f"received_at must be between 0 and {MAX_SAFE_INT}")
     return value

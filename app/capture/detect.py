@@ -35,14 +35,16 @@ _HEAD_OCTETS = 1 << 20  # enough to sniff: the first line, or the start of a doc
 
 
 def detect_format(
-    data: bytes, *, name: str | None = None, content_type: str | None = None
+    data: bytes, *, name: str | None = None, content_type: str | None = None, live: bool = False
 ) -> CaptureFormat:
     """Pick the capture format: by content type, else by file extension, else by content.
 
     Sniffing: a first non-space byte ``{`` or ``[`` is JSON, or JSON Lines when the first
     line is a whole JSON object or array on its own and another line follows, or HAR when the
     document opens with ``{"log": {``; anything else is CBOR. Whitespace only is JSON Lines
-    (no items). Never raises.
+    (no items). ``live``: the data is the head of a pipe fed live, where one whole JSON
+    object line with nothing after it yet is a JSON Lines feed (``stream_head``). Never
+    raises.
     """
     if content_type:
         media_type = content_type.split(";", 1)[0].strip().lower()
@@ -52,7 +54,21 @@ def detect_format(
         dot = name.rfind(".")
         if dot > name.rfind("/") and name[dot:].lower() in _EXTENSIONS:
             return _EXTENSIONS[name[dot:].lower()]
+    if live and _one_whole_line(data):
+        return CaptureFormat.JSONL
     return _sniff(data)
+
+
+def _one_whole_line(head: bytes) -> bool:
+    """The head is one whole JSON object on its line, and nothing after it yet."""
+    first = NON_SPACE.search(head)
+    end = -1 if first is None else head.find(b"\n", first.start())
+    if first is None or end < 0 or NON_SPACE.search(head, end) or head[first.start()] != ord("{"):
+        return False
+    try:
+        return isinstance(strict_json_loads(head[first.start() : end], what="line"), dict)
+    except MalformedError:
+        return False
 
 
 def _sniff(data: bytes) -> CaptureFormat:
@@ -76,13 +92,17 @@ def _sniff(data: bytes) -> CaptureFormat:
     return CaptureFormat.JSON
 
 
-def stream_head(stream: BinaryIO) -> bytes:
+def stream_head(stream: BinaryIO, *, live: bool = False) -> bytes:
     """The first bytes of ``stream``, as many as ``detect_format`` looks at (the first line
     and the start of the next; at most ~1 MiB more than a chunk); ``read_stream`` reads
     them again."""
-    head = stream.read(streams.STREAM_CHUNK)
+    head = streams.read_some(stream, streams.STREAM_CHUNK)
+    # A live pipe (a feed from running agents) stops at one whole JSON line: waiting for
+    # the next would hold the first until more traffic comes (``detect_format(live=)``).
     while len(head) < _HEAD_OCTETS and not _sniffable(head):
-        more = stream.read(streams.STREAM_CHUNK)
+        if live and _one_whole_line(head):
+            break
+        more = streams.read_some(stream, streams.STREAM_CHUNK)
         if not more:
             break
         head += more

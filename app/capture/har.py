@@ -2,7 +2,8 @@
 
 A HAR log is one JSON document, so it is read whole. Each entry's ``startedDateTime`` is
 when its bodies were received. Bodies become payloads in one place, ``_body_items``: that
-is where a body's transfer encoding is undone and its octets decoded by media type.
+is where a body's transfer encoding is undone and its octets decoded by media type (a
+``text/event-stream`` body is one payload per event, ``app.capture.sse``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import math
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from typing import Any
 from handoff_context import MAX_SAFE_INT, strict_json_loads
 from handoff_context.errors import MalformedError
 
+from app.capture import sse
 from app.capture.items import NON_SPACE, CaptureItem, CarrierError, ItemOrError, label
 
 
@@ -53,7 +55,8 @@ class _Place:
 
     source: str
     what: str
-    received_at: int
+    received_at: float  # the entry's startedDateTime, with its fraction
+    path: str | None = None  # a request's URL path (the A2A HTTP+JSON binding names it)
 
 
 def entries(document: dict[str, Any], name: str, watch: tuple[bytes, ...]) -> Iterator[ItemOrError]:
@@ -73,23 +76,32 @@ def entries(document: dict[str, Any], name: str, watch: tuple[bytes, ...]) -> It
             )
             continue
         for side, body_member in (("request", "postData"), ("response", "content")):
+            # The A2A HTTP+JSON binding names a request's method in its path.
+            path = _har_path(entry) if side == "request" else None
             message = entry.get(side)
             body = message.get(body_member) if isinstance(message, dict) else None
             if not isinstance(body, dict) or not isinstance(body.get("text"), str):
                 continue  # no body: nothing was carried, and it is not an item
             if body["text"]:
-                place = _Place(f"{name}:{where}.{side}", f"{where}.{side}", received_at)
+                place = _Place(f"{name}:{where}.{side}", f"{where}.{side}", received_at, path)
                 yield from _body_items(body, place, watch)
 
 
-def _har_time(value: object) -> int:
-    """HAR startedDateTime -> NumericDate seconds (floored). Raises ValueError."""
+def _har_path(entry: dict[str, Any]) -> str | None:
+    request = entry.get("request")
+    url = request.get("url") if isinstance(request, dict) else None
+    return urllib.parse.urlsplit(url).path if isinstance(url, str) else None
+
+
+def _har_time(value: object) -> float:
+    """HAR startedDateTime -> seconds since the epoch, with its fraction (milliseconds in
+    HAR). Freshness floors it to NumericDate seconds later. Raises ValueError."""
     if not isinstance(value, str):
         raise ValueError("startedDateTime must be a string")
     moment = datetime.fromisoformat(value)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)  # HAR requires an offset; assume UTC without one
-    seconds = math.floor(moment.timestamp())
+    seconds = moment.timestamp()
     if not 0 <= seconds <= MAX_SAFE_INT:
         raise ValueError("startedDateTime is before 1970")
     return seconds
@@ -101,10 +113,14 @@ def _body_items(
     """The payloads of one HAR body (``postData`` or ``content``: text, encoding, mimeType).
 
     This is the seam for body decoding: the transfer encoding is undone here, then the
-    octets are decoded. Today every body is read as one JSON payload (SPEC 10); a decoder
-    for another media type (a stream of events, say) belongs here, and may yield several
-    items, each named from ``place``.
+    octets are decoded. A body is one JSON payload (SPEC 10), except an event stream (by
+    its ``mimeType`` or its first line), which is one payload per event, named
+    ``source event N (line L)`` and numbered in stream order (``CaptureItem.seq``), since
+    the whole stream shares one ``startedDateTime`` (docs/capture-streaming.md).
     """
+    if body.get("encoding") is None and sse.is_event_stream(body.get("mimeType"), body["text"]):
+        yield from _event_items(body["text"], place, watch)
+        return
     octets = _body_octets(body["text"], body.get("encoding"), place)
     if isinstance(octets, CarrierError):
         yield octets
@@ -139,4 +155,15 @@ def _json_body(octets: bytes, place: _Place, watch: tuple[bytes, ...]) -> ItemOr
         if looks_like_json and any(key in octets for key in watch):
             return CarrierError(place.source, exc.detail)
         return None
-    return CaptureItem(place.source, value, place.received_at)
+    return CaptureItem(place.source, value, place.received_at, path=place.path)
+
+
+def _event_items(text: str, place: _Place, watch: tuple[bytes, ...]) -> Iterator[ItemOrError]:
+    for event, value in sse.payloads(text, watch=watch):
+        source = f"{place.source} event {event.index} (line {event.line})"
+        if isinstance(value, MalformedError):
+            yield CarrierError(source, f"{place.what} {value.detail}")
+        elif value is not None:
+            yield CaptureItem(source, value, place.received_at, event.index, place.path)
+        else:
+            yield None

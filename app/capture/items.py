@@ -34,7 +34,12 @@ class CaptureItem:
 
     source: str
     value: object
-    received_at: int | None = None  # HAR: the entry's startedDateTime
+    received_at: float | None = None  # HAR: the entry's startedDateTime, sub-second
+    # The item's position within what shares its receive time (an event of a HAR stream),
+    # so that host task states from one stream are judged in stream order.
+    seq: int = 0
+    # HAR, a request body: the URL path (the A2A HTTP+JSON binding names the method in it).
+    path: str | None = None
 
 
 # An item that holds no payload at all (a HAR body that is not JSON) is None: it is counted

@@ -53,7 +53,14 @@ class _Prefixed(io.RawIOBase):
             self._head = self._head[n:]
             self._read += n
             return n
-        data = self._stream.read(len(buffer))
+        data = read_some(self._stream, len(buffer))
         buffer[: len(data)] = data
         self._read += len(data)
         return len(data)
+
+
+def read_some(stream: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes, returning as soon as some are there: on a pipe fed live (a tap),
+    ``read(n)`` would wait for all ``n``."""
+    read1 = getattr(stream, "read1", None)
+    return bytes(read1(n)) if read1 is not None else stream.read(n)

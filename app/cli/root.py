@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rederive": ("transfer", "rebuild hops, links, verdicts and flags from the stored octets"),
     "export": ("transfer", "write the element store to a file (JSON Lines)"),
     "import": ("transfer", "load an export into an empty database and re-derive it"),
+    "tap": ("tap", "a reverse proxy that reports the handoffs passing to and from an agent"),
 }
 Adder = Callable[[Any], None]
 
@@ -97,6 +98,12 @@ def _transfer() -> Adder:
     return add_transfer_commands
 
 
+def _tap() -> Adder:
+    from app.cli.tap import add_tap_command
+
+    return add_tap_command
+
+
 _GROUPS: dict[str, Callable[[], Adder]] = {
     "verify": _verify,
     "keys": _keys,
@@ -107,6 +114,7 @@ _GROUPS: dict[str, Callable[[], Adder]] = {
     "users": _users,
     "run": _run,
     "transfer": _transfer,
+    "tap": _tap,
 }
 
 

@@ -151,7 +151,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         summary = _Summary(sys.stdout if args.json else None)
         progress = _Progress(sys.stderr, large)
         try:
-            report = ingest(pipeline, inputs, now=now, progress=progress, on_verdict=summary.add)
+            # A pipe may be a live feed: its batches are judged at the clock of each batch
+            # (app.ingest.live), not of the command's start.
+            clock = None if "-" in args.files else now
+            report = ingest(pipeline, inputs, now=clock, progress=progress, on_verdict=summary.add)
         finally:
             engine.dispose()
             progress.finish()

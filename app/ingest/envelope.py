@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,23 +75,33 @@ class EnvelopeIngest:
     now: int
     report: EnvelopeReport = field(default_factory=EnvelopeReport)
     pending: list[tuple[CaptureItem, list[EnvelopeItem]]] = field(default_factory=list)
+    # ``read`` runs in the reader thread of a live pipe (app.ingest.live.timed_batches)
+    # while the ingest thread flushes after each batch: one flush at a time.
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def read(self, item: CaptureItem) -> bool:
         """Keep the item's envelope items for ``flush``; whether it had any (an envelope,
         acceptance, rejection or case event, valid or not). A full batch is stored at
         once (reading happens outside any transaction)."""
+        # Envelope times are NumericDate seconds; a capture's receive time has a fraction.
+        at = None if item.received_at is None else math.floor(item.received_at)
         found = find_items(
-            item.value, source=item.source, received_at=item.received_at, accepted=self.config.types
+            item.value, source=item.source, received_at=at, accepted=self.config.types
         )
         if found:
-            self.pending.append((item, found))
-            if len(self.pending) >= BATCH_ITEMS:
-                self.flush()
+            with self._lock:
+                self.pending.append((item, found))
+                if len(self.pending) >= BATCH_ITEMS:
+                    self.flush()
         return bool(found)
 
     def flush(self) -> None:
         """Store what was read since the last flush, in batches of capture items. Never
         raises for bad input or a failing item."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         pending, self.pending = self.pending, []
         for found in batched(pending):
             batch = [self._prepare(capture, items) for capture, items in found]

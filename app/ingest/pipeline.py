@@ -80,13 +80,23 @@ from sqlmodel import Session
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
 from app.envelope.config import EnvelopeConfig
 from app.errors import ItemProblem as ItemError  # an item that could not be stored
-from app.ingest.batches import BUSY, ItemFailed, batched, database_error, run_batch
+from app.ingest.batches import (
+    BATCH_ITEMS,
+    BUSY,
+    BatchFailed,
+    ItemFailed,
+    batched,
+    database_error,
+    run_batch,
+)
 from app.ingest.envelope import EnvelopeIngest, EnvelopeReport
+from app.ingest.live import HostStates, timed_batches
 from app.ingest.signatures import verify_ahead
 from app.ingest.verifying import VerifyOptions, carrier_error_verdict, context_for
 from app.store import db
 from app.store.db import Locks, NeedLocks, digest_lock, hop_lock
 from app.store.derive import HopKey, affected_hops, derive_hops
+from app.store.host import stored_keys
 from app.store.memory import StoreMemory, fresh_verifier, store_verifier
 from app.store.records import (
     Judgement,
@@ -144,6 +154,9 @@ class IngestReport:
     errors: list[ItemError] = field(default_factory=list)
     skipped: int = 0  # items with neither a signed handoff nor an envelope item
     stored: int = 0  # elements stored for the first time
+    # Observations whose observation id was stored already (a shipper's retry): neither
+    # stored nor judged again, and never counted as a duplicate.
+    redelivered: int = 0
     envelopes: EnvelopeReport = field(default_factory=EnvelopeReport)
     sink: Callable[[Verdict], None] | None = None
     _outcomes: Counter[str] = field(default_factory=Counter)
@@ -156,6 +169,7 @@ class IngestReport:
         counts = {o.value: self._outcomes[o.value] for o in Outcome}
         counts.update(verdicts=self._first + len(self.verdicts), skipped=self.skipped)
         counts.update(errors=len(self.errors), stored=self.stored, **self.envelopes.counts)
+        counts.update(redelivered=self.redelivered)
         return counts
 
     def add(self, verdict: Verdict, observation: int | None = None) -> None:
@@ -215,24 +229,47 @@ def ingest(
     envelopes = EnvelopeIngest(
         pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
     )
+    host = HostStates(receiver=pipeline.options.receiver, at=pipeline.options.at)
     for name, data in inputs:
         stats = ExtractStats()
         items = read_capture(
-            data, name=name, content_type=content_type, stats=stats, on_item=envelopes.read
+            data,
+            name=name,
+            content_type=content_type,
+            stats=stats,
+            on_item=envelopes.read,
+            on_host=host.read,
         )
         done = 0
-        for batch in batched(items):
+        for batch in _batches(items, live=_is_pipe(data)):
+            # A long-running input (a live pipe, app.ingest.live) is judged at the store's
+            # clock of each batch, not of its start.
+            clock = int(time.time()) if now is None else now
             _run(pipeline, batch, clock, report)
-            # The envelope items read with this batch: stored now, not at the end of the
-            # input (docs/envelopes.md).
+            # The host task states and envelope items read with this batch: stored now,
+            # not at the end of the input (docs/envelopes.md).
+            _flush_host(pipeline, host, report, clock)
             envelopes.flush()
             done += len(batch)
             if progress is not None:
                 progress(name, done, _fraction_read(data))
-        envelopes.flush()  # read after the last batch of signed items
+        _flush_host(pipeline, host, report, clock)  # read after the last batch
+        envelopes.flush()
         report.skipped += stats.without_handoff
+    report.redelivered += host.redelivered
     report.finish()
     return report
+
+
+def _flush_host(pipeline: Pipeline, host: HostStates, report: IngestReport, now: int) -> None:
+    """Store the host task states read so far (app.ingest.live); a database failure is
+    reported, never raised."""
+    try:
+        host.flush(pipeline.engine, now=now, timing=pipeline.timing)
+    except SQLAlchemyError as exc:
+        report.errors.append(ItemError("host task states", database_error(exc)))
+    except BatchFailed:
+        report.errors.append(ItemError("host task states", BUSY))
 
 
 def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) -> IngestReport:
@@ -257,6 +294,25 @@ def _run(pipeline: Pipeline, batch: Sequence[Found], now: int, report: IngestRep
         _report(report, outcome)
 
 
+def _batches(items: Iterable[Found], *, live: bool = False) -> Iterator[list[Found]]:
+    """Batches of ``BATCH_ITEMS``; from a stream (``live``), also cut after
+    ``live.FLUSH_SECONDS``, so that a trickling pipe is committed at least once a second."""
+    if live:
+        return timed_batches(items, size=BATCH_ITEMS)
+    return batched(items)
+
+
+def _is_pipe(data: Capture) -> bool:
+    """A stream that cannot seek (stdin on a pipe): it may trickle, so it is batched by
+    time too (``app.ingest.live``)."""
+    if isinstance(data, bytes):
+        return False
+    try:
+        return not data.seekable()
+    except (OSError, ValueError):
+        return True
+
+
 def _fraction_read(data: Capture) -> float | None:
     """How far into a seekable file reading has got; None for octets or a pipe."""
     if isinstance(data, bytes):
@@ -270,6 +326,9 @@ def _fraction_read(data: Capture) -> float | None:
 def _report(report: IngestReport, outcome: _Done | ItemError) -> None:
     if isinstance(outcome, ItemError):
         report.errors.append(outcome)
+        return
+    if outcome.verdict is None:
+        report.redelivered += 1
         return
     report.add(outcome.verdict, outcome.observation)
     report.stored += outcome.new
@@ -296,6 +355,7 @@ def _try_batch(
         state.load(
             {d for p in parsed if p is not None for d in p.digests},
             {p.hop for p in parsed if p is not None},
+            {f.key for f in batch if isinstance(f, Carried) and f.key is not None},
         )
         signed = (e for p in parsed if p is not None for e in (p.element, *p.chain))
         verify_ahead(signed, pipeline.trust, state.memory)
@@ -369,7 +429,7 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     def work(session: Session, keys: frozenset[str]) -> _Done:
         locks = Locks(session, keys)
         state = _Batch(pipeline, session, now, locks)
-        state.load(set(one.digests), {one.hop})
+        state.load(set(one.digests), {one.hop}, {item.key} if item.key is not None else set())
         item_work = _Item(state)
         done = item_work.run(item, one)
         derive_hops(session, item_work.hops(), now=now, timing=pipeline.timing, locks=locks)
@@ -399,7 +459,7 @@ def _refuse(pipeline: Pipeline, session: Session, item: Carried, now: int, locks
 
 @dataclass
 class _Done:
-    verdict: Verdict
+    verdict: Verdict | None  # None: a redelivered observation (its id is stored already)
     observation: int | None = None
     new: int = 0
     judged_again: dict[int, Verdict] = field(default_factory=dict)
@@ -478,8 +538,16 @@ class _Batch:
         self.loaded: frozenset[bytes] = frozenset()
         self.pending: set[bytes] = set()
         self.parents: set[bytes] = set()
+        # The batch's observation ids already stored (a shipper's retry, app.store.host),
+        # loaded with one query and kept up to date as the batch stores more. On PostgreSQL
+        # another writer may store one meanwhile: the unique index then fails that item,
+        # which is run alone and finds it stored.
+        self.keys: set[str] = set()
 
-    def load(self, digests: set[bytes], hops: set[tuple[str, str]]) -> None:
+    def load(
+        self, digests: set[bytes], hops: set[tuple[str, str]], keys: set[str] | None = None
+    ) -> None:
+        self.keys = stored_keys(self.session, keys or set())
         self.memory.load_batch(digests, hops=hops, exact=not self.locks.active)
         if not self.locks.active:
             self.loaded = frozenset(digests)
@@ -518,6 +586,8 @@ class _Item:
         return fresh_verifier(self.memory, policy=self.p.options.policy, objects=self.p.objects)
 
     def run(self, item: Carried, parsed: _Parsed) -> _Done:
+        if item.key is not None and item.key in self.batch.keys:
+            return _Done(None)  # a shipper's retry of a stored observation (app.store.host)
         element = parsed.element
         ctx = context_for(item, self.p.options)
         obj = self._with_stored_chain(parsed.obj, element)
@@ -538,6 +608,8 @@ class _Item:
             now=self.now,
             item=item,
         )
+        if item.key is not None:
+            self.batch.keys.add(item.key)
         add_verdict(
             self.session,
             observation_id=observation,

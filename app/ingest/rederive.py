@@ -142,12 +142,14 @@ def _carried(record: Mapping[str, Any], value: Mapping[str, Any]) -> Carried:
         value=value,
         carrier=Carrier(record.get("carrier") or Carrier.RAW.value),
         dialog=None,
-        received_at=record["received_at"],
+        # The receive time with its fraction when it was kept (docs/capture-streaming.md).
+        received_at=record.get("received_exact") or record["received_at"],
         received_by=record.get("received_by"),
         record_dialog=record.get("dialog"),
         task_id=record.get("task_id"),
         task_state=record.get("task_state"),
         role=Role(record.get("role") or Role.OFFER.value),
+        key=record.get("observation_key"),
     )
 
 

@@ -6,6 +6,7 @@ persistence around the same calls.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,8 +92,10 @@ def load_objects(directory: Path) -> ObjectIndex:
 def context_for(item: Carried, options: VerifyOptions) -> Context:
     """Per-item facts. The carrier's own dialog (A2A contextId) is what the host message
     says, so it wins over a capture record's dialog, which wins over the option."""
+    # SPEC 10: freshness rules are in NumericDate seconds, so the receive time is floored
+    # here; the store keeps the fraction beside it (the order of events within a second).
     return Context(
-        now=item.received_at if item.received_at is not None else options.at,
+        now=math.floor(item.received_at) if item.received_at is not None else options.at,
         receiver=item.received_by if item.received_by is not None else options.receiver,
         dialog=item.dialog or item.record_dialog or options.dialog,
     )

@@ -32,7 +32,6 @@ from handoff_context import (
     DownstreamFact,
     Flag,
     FlagKind,
-    HostObservation,
     OfferFact,
     StatusFact,
     StatusState,
@@ -58,6 +57,7 @@ from app.envelope.ledger import CaseRules
 from app.store.db import Locks, digest_lock, execute, hop_lock, upsert_many
 from app.store.envelopes import case_due_conditions, sweep_cases
 from app.store.flags import hop_flags, sync_flags
+from app.store.host import HostFact, host_facts, host_of
 from app.store.models import (
     ElementRow,
     HopRow,
@@ -285,12 +285,6 @@ _DOWNSTREAM_MANY = (
     .join(LinkRow, LinkRow.offer == ElementRow.digest)
     .where(LinkRow.prev.in_(_IN_OFFERS), _counts(ElementRow.digest))
 )
-_HOST_MANY = select(
-    ObservationRow.digest, ObservationRow.task_state, ObservationRow.received_at
-).where(
-    ObservationRow.digest.in_(bindparam("b_digests", expanding=True)),
-    ObservationRow.task_state.is_not(None),
-)
 
 
 @dataclass
@@ -301,7 +295,7 @@ class _Facts:
     rejections: dict[HopKey, list[tuple[str, bytes, int]]]
     statuses: dict[bytes, list[StatusFact]]  # by the offer they name
     downstream: dict[bytes, list[DownstreamFact]]  # by their prev
-    host: dict[bytes, list[HostObservation]]  # by the element observed
+    host: dict[bytes, list[HostFact]]  # by the element whose tasks they are in
 
     @classmethod
     def load(cls, session: Session, keys: Sequence[HopKey]) -> _Facts:
@@ -328,9 +322,7 @@ class _Facts:
             statuses.setdefault(r.offer, []).append(_status_fact(r))
         downstream = _downstream_many(session, every)
         observed = every + [s.digest for found in statuses.values() for s in found]
-        host: dict[bytes, list[HostObservation]] = {}
-        for r in _rows(session, _HOST_MANY, "b_digests", observed):
-            host.setdefault(r.digest, []).append(HostObservation(r.task_state, r.received_at))
+        host = host_facts(session, observed)
         return cls(offers, rejections, statuses, downstream, host)
 
 
@@ -427,7 +419,7 @@ def _derive_one(
         now=now,
         timing=timing,
         downstream=[f for d in digests for f in facts.downstream.get(d, [])],
-        host=[h for d in observed for h in facts.host.get(d, [])],
+        host=host_of(facts.host, observed),
     )
     values = {
         "iss": iss,

@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Column,
+    Double,
     ForeignKey,
     Index,
     Integer,
@@ -34,6 +35,14 @@ def _digest(**kw: Any) -> Any:
 
 def _time(**kw: Any) -> Any:
     return Field(sa_type=BigInteger, **kw)
+
+
+def _exact() -> Any:
+    return Field(default=None, sa_type=Double)
+
+
+def _observation_key() -> Any:
+    return Field(default=None, sa_type=String(160), unique=True)
 
 
 def _id() -> Any:
@@ -107,6 +116,9 @@ class ObservationRow(SQLModel, table=True):
         sa_column=Column(Digest, ForeignKey("element.digest"), index=True, nullable=False)
     )
     received_at: int = _time()  # the time the checks were judged at (SPEC 10)
+    # The receive time as observed, with its fraction (None: not given, or stored before
+    # fractions were kept); ``received_at`` is it floored.
+    received_exact: float | None = _exact()
     received_by: str | None = Field(default=None, sa_type=Text)
     source: str = Field(sa_type=Text)
     carrier: str | None = Field(default=None, sa_type=String(16))
@@ -116,6 +128,37 @@ class ObservationRow(SQLModel, table=True):
     task_state: str | None = Field(default=None, sa_type=String(64))
     via: bytes | None = _digest(default=None)
     ingested_at: int = _time()
+    # The sender's observation id (a capture record's ``id``, made unique per object): a
+    # shipper's retry of a stored observation is not stored again.
+    observation_key: str | None = _observation_key()
+
+
+class HostStateRow(SQLModel, table=True):
+    """One captured A2A task state (SPEC 8: the host keeps its own task state beside the
+    hop's), from any Task or status update, with or without a handoff element. Hops read
+    those of the tasks their observations name; the latest is the greatest
+    (``received_exact``, ``seq``, ``id``): receive time, position in its stream, arrival.
+
+    Append-only, like observations.
+    """
+
+    __tablename__ = "host_state"
+
+    id: int | None = _id()
+    task_id: str = Field(sa_type=Text, index=True)
+    task_state: str = Field(sa_type=String(64))
+    dialog: str | None = Field(default=None, sa_type=Text)
+    received_at: int = _time()
+    received_exact: float | None = _exact()
+    seq: int = 0
+    received_by: str | None = Field(default=None, sa_type=Text)
+    source: str = Field(sa_type=Text)
+    carrier: str | None = Field(default=None, sa_type=String(16))
+    # True when it rode with an element: an import re-creates it from that observation, so
+    # only the others are exported (app.store.transfer).
+    element: bool = False
+    ingested_at: int = _time()
+    observation_key: str | None = _observation_key()
 
 
 class VerdictRow(SQLModel, table=True):

@@ -19,6 +19,7 @@ from sqlmodel import Session
 
 from app.capture.carriers import Carried
 from app.store.db import Locks, digest_lock, execute
+from app.store.host import add_host_states, host_values
 from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
 # SPEC 6.4: the replay memory holds what passed checks 1-3.
@@ -84,7 +85,13 @@ def add_observation(
             role=item.role.value,
             task_id=item.task_id,
             task_state=item.task_state,
+            received_exact=item.received_at,
+            observation_key=item.key,
         )
+        if item.task_id is not None and item.task_state is not None:
+            # The host task state the element rode in counts like any other (app.store.host).
+            row = host_values(item, received_at=ctx.now, received_by=ctx.receiver, now=now)
+            add_host_states(session, [row])
     return int(execute(session, _ADD_OBSERVATION, values).scalar_one())
 
 

@@ -6,6 +6,8 @@ record ``{"t": KIND, ...columns}``, with octets and digests as base64url text. W
 exported is what cannot be re-derived, in the order an import needs it:
 
 - ``element`` and ``rejected_octets``: the signed octets exactly as received;
+- ``host_state``: captured A2A task states that rode with no element (those that did are
+  re-created with their observation);
 - ``observation`` (receipts as ingested, not the chain receipts ingest derives) with
   ``chain``, the digests of the chain the item carried, so an import can rebuild the item,
   and ``rejected_observation`` (receipts of refused octets);
@@ -35,6 +37,7 @@ from app.store.models import (
     ActionRow,
     ElementRow,
     FlagRow,
+    HostStateRow,
     LinkRow,
     ObservationRow,
     RejectedObservationRow,
@@ -51,6 +54,7 @@ _BATCH = 500
 PLAIN: dict[str, type[SQLModel]] = {
     "element": ElementRow,
     "rejected_octets": RejectedOctetsRow,
+    "host_state": HostStateRow,
     "api_token": TokenRow,
     "operator_user": UserRow,
 }
@@ -110,6 +114,12 @@ def export_records(session: Session, *, secrets: bool) -> Iterator[dict[str, Any
     yield from _rows(session, "element", select(ElementRow).order_by(ElementRow.digest))
     yield from _rows(
         session, "rejected_octets", select(RejectedOctetsRow).order_by(RejectedOctetsRow.digest)
+    )
+    # Before the receipts: replaying them derives the hops, which read these.
+    yield from _rows(
+        session,
+        "host_state",
+        select(HostStateRow).where(HostStateRow.element.is_(False)).order_by(HostStateRow.id),
     )
     yield from _observations(session)
     yield from _rows(

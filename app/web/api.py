@@ -108,7 +108,13 @@ async def post_ingest(
 ) -> Response:
     """Verify every element of the capture (SPEC 6, 7, 5) and store it: elements, receipts,
     verdicts, hop states and flags. One verdict per element, in input order (SPEC 11); an
-    item the database could not store is listed in ``errors`` and the rest goes on."""
+    item the database could not store is listed in ``errors`` and the rest goes on.
+
+    Observation ids: a capture record may carry ``"id"`` (1 to 128 printable ASCII
+    characters, unique per sender, e.g. a UUID; the handoff-context ``Reporter`` sets one).
+    Each id is stored once: a record whose id is already stored is skipped, counted in
+    ``counts.redelivered``, and gets no verdict, so a batch retried after a lost answer is
+    stored once and never counted as a retransmission."""
     try:
         body, media = await read_capture(request, service.settings.max_request_bytes)
     except ApiError as exc:  # PayloadTooLarge among them

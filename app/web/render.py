@@ -108,6 +108,16 @@ def utc(seconds: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(seconds))
 
 
+def utc_exact(seconds: float | None, floor: int | None = None) -> str:
+    """A receive time as observed, with milliseconds; ``floor`` (whole seconds) when the
+    fraction was never kept."""
+    if seconds is None:
+        return utc(floor)
+    whole = int(seconds // 1)
+    millis = min(999, round((seconds - whole) * 1000))
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
 def span(seconds: int) -> str:
     """A duration in its largest sensible unit: ``42 s``, ``5 min``, ``3 h``, ``12 d``."""
     seconds = abs(int(seconds))
@@ -197,6 +207,7 @@ def _environment() -> Environment:
         vpre=visible_lines,
         vt=visible_text,
         utc=utc,
+        utc_exact=utc_exact,
         ago=ago,
         span=span,
         digest=digest,

@@ -116,6 +116,11 @@ class IngestCounts(VerifyCounts):
     stored: int = Field(description="elements stored for the first time")
     envelopes: int = Field(0, description="envelope items read (docs/envelopes.md)")
     envelope_errors: int = Field(0, description="envelope items with errors (see envelope_errors)")
+    redelivered: int = Field(
+        0,
+        description="capture records whose observation id (their `id`) was stored already: a "
+        "reporter's retry, neither stored nor judged again, never counted as a duplicate",
+    )
 
 
 class ItemErrorPublic(SQLModel):

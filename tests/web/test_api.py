@@ -105,6 +105,7 @@ def test_ingest_answers_the_spec_11_verdicts_and_counts(api: Api, world: World) 
         "stored": 8,  # the refused twin too: kept as evidence
         "envelopes": 0,
         "envelope_errors": 0,
+        "redelivered": 0,  # no record repeated an observation id
     }
     assert answer["errors"] == answer["envelope_errors"] == []
     # The same JSON per element as `verify --json` (SPEC 11), sources named "request:N".

@@ -99,3 +99,30 @@ def test_bad_carrying_places_are_unreadable_and_nothing_raises() -> None:
     assert carry.find([1]) == [carry.Unreadable("the payload is an array, not an object")]
     assert carry.find({"jsonrpc": "2.0", "id": 1, "error": {"code": 1}}) == []
     assert carry.find(_rpc("tools/call", {"name": "x"})) == []
+
+
+def test_find_all_reads_host_task_states_that_carry_no_element(
+    objects: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    _, status = objects
+    update = {"taskId": "t-1", "contextId": "ctx-1", "status": {"state": "TASK_STATE_CANCELED"}}
+    assert carry.find({"statusUpdate": update}) == []  # find keeps its old answer
+    assert carry.find_all({"statusUpdate": update}) == [
+        carry.TaskState(Carrier.A2A_1_0, "t-1", "TASK_STATE_CANCELED", "ctx-1")
+    ]
+    # A status that rides in the task says its state itself: no separate task state.
+    reply = carry.put_a2a({"messageId": "m2", "role": "ROLE_AGENT"}, status)
+    task = {"id": "t-1", "contextId": "ctx-1", "status": {"state": "working", "message": reply}}
+    (found,) = carry.find_all({"kind": "task", **task})
+    assert isinstance(found, Found) and found.task_state == "TASK_STATE_WORKING"
+
+
+def test_find_all_reads_an_http_json_cancel_by_its_path(
+    objects: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    _, status = objects
+    body = carry.put_a2a({}, status)  # the HTTP+JSON binding: the params, no JSON-RPC envelope
+    assert carry.find_all(body, path="/v1/tasks/t%2D1:send") == []
+    (found,) = carry.find_all(body, path="/tenant/v1/tasks/t%2D1:cancel")
+    assert isinstance(found, Found)
+    assert (found.role, found.task_id, found.carrier) == (Role.CANCEL, "t-1", Carrier.A2A_1_0)

@@ -478,11 +478,31 @@ def test_host_divergence_ignored_while_expired() -> None:
     assert (view.state, view.flags) == (HopState.EXPIRED, ())
 
 
-def test_host_ties_are_broken_by_state_name() -> None:
+def test_host_ties_of_time_and_order_are_broken_by_state_name() -> None:
     host = [HostObservation("TASK_STATE_CANCELED", 1_020), HostObservation("working", 1_020)]
-    # TASK_STATE_WORKING sorts after TASK_STATE_CANCELED, so it is "latest".
+    # Same time, no order: TASK_STATE_WORKING sorts after TASK_STATE_CANCELED, so it is
+    # "latest" (only so that the answer does not depend on the order facts are given in).
     assert derive(status(A, 1_010), now=1_030, host=host).flags == ()
     assert derive(status(A, 1_010), now=1_030, host=host[::-1]).flags == ()
+
+
+def test_a_fast_task_is_judged_in_stream_order_not_by_name() -> None:
+    # WORKING then COMPLETED within one second: by time with its fraction ...
+    by_time = [
+        HostObservation("TASK_STATE_WORKING", 1_020.25),
+        HostObservation("TASK_STATE_COMPLETED", 1_020.257),
+    ]
+    # ... or, sharing one HAR startedDateTime, by position in the stream.
+    by_order = [
+        HostObservation("TASK_STATE_WORKING", 1_020.5, order=(0,)),
+        HostObservation("TASK_STATE_COMPLETED", 1_020.5, order=(1,)),
+    ]
+    for host in (by_time, by_order):
+        assert derive(status(C, 1_010), now=1_030, host=host).flags == ()
+        assert derive(status(C, 1_010), now=1_030, host=host[::-1]).flags == ()
+    late = [*by_order[::-1], HostObservation("TASK_STATE_WORKING", 1_020.5, order=(2,))]
+    flag = only(derive(status(C, 1_010), now=1_030, host=late), FlagKind.HOST_DIVERGENCE)
+    assert isinstance(flag.opened_at, int)  # flags open at NumericDate seconds
 
 
 # --- real elements -------------------------------------------------------------------------

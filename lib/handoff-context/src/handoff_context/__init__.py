@@ -3,8 +3,10 @@
 Everything an agent needs is importable from here; the names in ``__all__`` are the public
 API (README.md lists them by task). Modules whose names start with an underscore are
 private: they may change in any release. ``handoff_context.errors`` (the error hierarchy),
-``handoff_context.conformance`` (the conformance kit) and ``handoff_context.vectors`` (the
-published vectors) are public modules too.
+``handoff_context.conformance`` (the conformance kit), ``handoff_context.vectors`` (the
+published vectors), ``handoff_context.reporter`` (reporting live to a handoff-trace service)
+and ``handoff_context.taps`` (zero-code ASGI and httpx taps feeding a reporter) are public
+modules too.
 """
 
 from handoff_context import carry

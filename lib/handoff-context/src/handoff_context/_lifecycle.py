@@ -29,8 +29,10 @@ Decisions of this profile where SPEC 8 is silent **[profile]**:
   offers the delegate issued (``iss == offer.aud``, "each offer it issued"). Due at the
   first cancel received + grace; a downstream cancel received after that is late and keeps
   the flag, so the flag never closes itself. Evidence adds each late or missing offer.
-- ``host-divergence``: the latest observation (received_at, then name) among those that map
-  to a hop state; INPUT_REQUIRED, AUTH_REQUIRED and unknown names are skipped. Opened at the
+- ``host-divergence``: the latest observation among those that map to a hop state, by
+  receive time (with its fraction), then ``order`` (the position within a stream, then
+  arrival), never by the state's name; INPUT_REQUIRED, AUTH_REQUIRED and unknown names are
+  skipped. Opened at the
   later of that observation and the start of the hop's state; never while expired.
   Evidence: the offer and the status that set the hop's state.
 - ``deadline``: the first instant after ``now`` at which the answer changes with no new
@@ -40,6 +42,7 @@ Decisions of this profile where SPEC 8 is silent **[profile]**:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -150,10 +153,13 @@ class DownstreamFact:
 
 @dataclass(frozen=True, slots=True)
 class HostObservation:
-    """A captured A2A task state for the hop's task, and when it was received."""
+    """A captured A2A task state for the hop's task, and when it was received: seconds
+    with their fraction, and ``order`` among those received at the same time (the
+    position in one stream, then arrival order)."""
 
     task_state: str
-    received_at: int
+    received_at: float
+    order: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,17 +364,20 @@ def _cancel_not_propagated(h: _Hop, due: int, late: list[bytes]) -> Iterator[Fla
 
 def _host_divergence(h: _Hop, host: Sequence[HostObservation]) -> Iterator[Flag]:
     """The host keeps its own task state beside the hop's (SPEC 8); show when they differ."""
-    seen = [(o.received_at, normalise_task_state(o.task_state)) for o in host]
+    seen = [(o.received_at, o.order, normalise_task_state(o.task_state)) for o in host]
     # INPUT_REQUIRED / AUTH_REQUIRED stay in the host protocol (SPEC 8): they are skipped.
-    seen = [(at, name) for at, name in seen if name in _HOP_STATE_OF_A2A]
+    seen = [s for s in seen if s[2] in _HOP_STATE_OF_A2A]
     # Expiry is local, so the host cannot know it: no divergence while expired.
     if not seen or h.state is HopState.EXPIRED:
         return
-    at, name = max(seen)
+    # The latest by time and then order; the name only breaks a tie of both, so that the
+    # answer still does not depend on the order the facts are given in.
+    at, _, name = max(seen)
     if _HOP_STATE_OF_A2A[name] is not h.state:
         setter = () if h.setter is None else (h.setter,)
         detail = f"host says {name}, hop is {h.state}"
-        yield h.flag(FlagKind.HOST_DIVERGENCE, setter, max(at, h.since), detail)
+        opened = max(math.floor(at), h.since)
+        yield h.flag(FlagKind.HOST_DIVERGENCE, setter, opened, detail)
 
 
 def _deadline(h: _Hop, due: int, late: list[bytes]) -> int | None:

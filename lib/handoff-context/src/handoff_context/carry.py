@@ -24,10 +24,19 @@ Choices this module makes where SPEC is silent:
   status object is ``offer-carrier`` when it has ``offer``, else ``status-carrier`` (a
   ``canceled`` is only known once the element is decoded); a bare A2A message takes its
   sender's role (user: offer, agent: status).
+- Host task states (``TaskState``, from ``find_all``) are read from every A2A Task and
+  status update with a task id and a state that carries no handoff element (one that does
+  says its state in its ``Found``).
+- The A2A HTTP+JSON binding: bodies are the JSON-RPC ``params`` and ``result`` without their
+  envelope, which the A2A objects' own shapes identify; only a cancel
+  (``POST .../tasks/{id}:cancel``) is known by its path (``find_all(path=)``), which also
+  names the task.
 """
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -42,9 +51,11 @@ __all__ = [
     "Carrier",
     "Found",
     "Role",
+    "TaskState",
     "Unreadable",
     "a2a_member",
     "find",
+    "find_all",
     "is_bare_object",
     "put_a2a",
     "put_mcp",
@@ -88,6 +99,17 @@ class Found:
     dialog: str | None = None
     task_id: str | None = None
     task_state: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """A host task state (SPEC 8: the host keeps its own task state) from an A2A Task or
+    status update that carries no handoff element; ``task_state`` in A2A 1.0 names."""
+
+    carrier: Carrier
+    task_id: str
+    task_state: str
+    dialog: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,8 +159,20 @@ def find(message: object) -> list[Found | Unreadable]:
     that carries nothing, and ``Unreadable`` entries for malformed carrying places. Never
     raises on bad input.
     """
+    return [f for f in find_all(message) if not isinstance(f, TaskState)]
+
+
+def find_all(message: object, *, path: str | None = None) -> list[Found | Unreadable | TaskState]:
+    """``find``, plus the host task states of Tasks and status updates that carry no
+    handoff (``TaskState``), in message order. ``path``: the URL path the message was sent
+    to, for the A2A HTTP+JSON binding, whose cancel (``POST .../tasks/{id}:cancel``) is
+    known only by it. Never raises on bad input."""
     if not isinstance(message, Mapping):
         return [Unreadable(f"the payload is {_type_name(message)}, not an object")]
+    if path is not None and not is_bare_object(message):
+        task = _rest_cancel(path)
+        if task is not None:
+            return list(_cancel(message, carrier=Carrier.A2A_1_0, task_id=task))
     return list(_message(message))
 
 
@@ -161,7 +195,10 @@ def is_bare_object(value: Mapping[str, Any]) -> bool:
     return is_handoff_like(value) and not isinstance(value.get("status"), Mapping)
 
 
-def _message(value: Mapping[str, Any]) -> Iterator[Found | Unreadable]:
+_Any = Found | Unreadable | TaskState
+
+
+def _message(value: Mapping[str, Any]) -> Iterator[_Any]:
     if is_bare_object(value):
         role = Role.OFFER if "offer" in value else Role.STATUS
         yield _found(value, "the object", carrier=Carrier.RAW, role=role)
@@ -212,7 +249,7 @@ TASK_STATES_0_3 = {
 _TASK_STATES_1_0 = frozenset(TASK_STATES_0_3.values())
 
 
-def _request(value: Mapping[str, Any]) -> Iterator[Found | Unreadable]:
+def _request(value: Mapping[str, Any]) -> Iterator[_Any]:
     method = value["method"]
     params = value.get("params")
     if not isinstance(params, Mapping):
@@ -221,22 +258,39 @@ def _request(value: Mapping[str, Any]) -> Iterator[Found | Unreadable]:
         carrier = _A2A_SEND[method]
         yield from _a2a_message(params.get("message"), carrier=carrier, role=Role.OFFER)
     elif method in _A2A_CANCEL:
-        # SPEC 9: a delegator's canceled rides in the cancel request's own metadata. The
-        # request names the task ("id") but no context, so the carrier dialog is unknown.
-        metadata = params.get("metadata")
-        if isinstance(metadata, Mapping) and A2A_EXTENSION_URI in metadata:
-            yield _found(
-                metadata[A2A_EXTENSION_URI],
-                "params.metadata",
-                carrier=_A2A_CANCEL[method],
-                role=Role.CANCEL,
-                task_id=_text(params.get("id")),
-            )
+        carrier = _A2A_CANCEL[method]
+        yield from _cancel(params, carrier=carrier, task_id=_text(params.get("id")))
     elif method in _MCP_METHODS:
         yield from _mcp_meta(params, "params._meta", role=_MCP_METHODS[method])
 
 
-def _response(result: object) -> Iterator[Found | Unreadable]:
+def _cancel(
+    params: Mapping[str, Any], *, carrier: Carrier, task_id: str | None
+) -> Iterator[Found | Unreadable]:
+    # SPEC 9: a delegator's canceled rides in the cancel request's own metadata. The
+    # request names the task but no context, so the carrier dialog is unknown.
+    metadata = params.get("metadata")
+    if isinstance(metadata, Mapping) and A2A_EXTENSION_URI in metadata:
+        yield _found(
+            metadata[A2A_EXTENSION_URI],
+            "params.metadata",
+            carrier=carrier,
+            role=Role.CANCEL,
+            task_id=task_id,
+        )
+
+
+# The A2A HTTP+JSON binding's cancel: POST [/{tenant}]/v1/tasks/{id}:cancel (a2a-sdk serves
+# it under any prefix, so only the end of the path is matched).
+_REST_CANCEL = re.compile(r"/tasks/([^/]+):cancel$")
+
+
+def _rest_cancel(path: str) -> str | None:
+    match = _REST_CANCEL.search(path)
+    return urllib.parse.unquote(match.group(1)) if match else None
+
+
+def _response(result: object) -> Iterator[_Any]:
     if not isinstance(result, Mapping):
         return
     if isinstance(result.get("_meta"), Mapping):  # only MCP results have "_meta"
@@ -264,7 +318,7 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _a2a_object(obj: Mapping[str, Any], *, role: Role | None) -> Iterator[Found | Unreadable]:
+def _a2a_object(obj: Mapping[str, Any], *, role: Role | None) -> Iterator[_Any]:
     """A result or bare A2A object: Message, Task, status update, or a 1.0 wrapper of one."""
     kind = obj.get("kind")
     if kind is not None:  # A2A 0.3 names every object's kind
@@ -347,8 +401,9 @@ def _a2a_message(
     )
 
 
-def _a2a_task(task: Mapping[str, Any], *, carrier: Carrier | None) -> Iterator[Found | Unreadable]:
-    """A Task or a status update event: the status rides in ``status.message``."""
+def _a2a_task(task: Mapping[str, Any], *, carrier: Carrier | None) -> Iterator[_Any]:
+    """A Task or a status update event: the status rides in ``status.message``; the host
+    task state is read whether or not it carries one."""
     status = task.get("status")
     if not isinstance(status, Mapping):
         return
@@ -356,11 +411,19 @@ def _a2a_task(task: Mapping[str, Any], *, carrier: Carrier | None) -> Iterator[F
     normal_state = None
     if isinstance(state, str):
         normal_state = state if state in _TASK_STATES_1_0 else TASK_STATES_0_3.get(state)
-    yield from _a2a_message(
-        status.get("message"),
-        carrier=carrier or _version_of(task),
-        role=Role.STATUS,
-        task_id=_text(task.get("id")) or _text(a2a_member(task, "taskId", "task_id")),
-        task_context=_text(a2a_member(task, "contextId", "context_id")),
-        task_state=normal_state,
+    carrier = carrier or _version_of(task)
+    task_id = _text(task.get("id")) or _text(a2a_member(task, "taskId", "task_id"))
+    task_context = _text(a2a_member(task, "contextId", "context_id"))
+    carried = list(
+        _a2a_message(
+            status.get("message"),
+            carrier=carrier,
+            role=Role.STATUS,
+            task_id=task_id,
+            task_context=task_context,
+            task_state=normal_state,
+        )
     )
+    yield from carried
+    if not carried and task_id is not None and normal_state is not None:
+        yield TaskState(carrier, task_id, normal_state, task_context)

@@ -1,0 +1,139 @@
+"""Host task states (SPEC 8: the host keeps its own task state beside the hop's) and the
+observation ids that make a shipper's retry harmless.
+
+Every captured A2A Task or status update with a task id and a state is a ``HostStateRow``,
+whether or not it carried a handoff element; a hop reads those of the tasks its own
+observations name (and its offer's ``task``). They are kept in their own table because most
+of them carry no element to hang an observation on (a delegate that cancels without
+echoing a signed ``canceled`` still says CANCELED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from handoff_context import HostObservation
+from sqlalchemy import bindparam, insert, select, union
+from sqlmodel import Session
+
+from app.capture.carriers import Carried, HostState
+from app.store.db import execute
+from app.store.models import ElementRow, HostStateRow, ObservationRow
+
+_ADD = insert(HostStateRow)
+
+
+def host_values(
+    state: Carried | HostState, *, received_at: int, received_by: str | None, now: int
+) -> dict[str, Any]:
+    """A row for one captured task state; ``received_at`` is what the checks used."""
+    assert state.task_id is not None and state.task_state is not None
+    key = state.key if isinstance(state, HostState) else None
+    return {
+        "task_id": state.task_id,
+        "task_state": state.task_state,
+        "dialog": state.dialog,
+        "received_at": received_at,
+        "received_exact": state.received_at,
+        "seq": state.seq,
+        "received_by": received_by,
+        "source": state.source,
+        "carrier": state.carrier.value,
+        "element": isinstance(state, Carried),
+        "ingested_at": now,
+        "observation_key": key,
+    }
+
+
+def add_host_states(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    if rows:
+        session.connection().execute(_ADD, list(rows))
+
+
+_KNOWN_OBSERVATIONS = select(ObservationRow.observation_key).where(
+    ObservationRow.observation_key.in_(bindparam("b_keys", expanding=True))
+)
+_KNOWN_HOST = select(HostStateRow.observation_key).where(
+    HostStateRow.observation_key.in_(bindparam("b_keys", expanding=True))
+)
+
+
+def stored_keys(session: Session, keys: Collection[str]) -> set[str]:
+    """Which of these observation ids are stored already (a shipper's retry)."""
+    if not keys:
+        return set()
+    params = {"b_keys": list(keys)}
+    found = set(execute(session, _KNOWN_OBSERVATIONS, params).scalars())
+    return found | set(execute(session, _KNOWN_HOST, params).scalars())
+
+
+_TASK_HOPS = union(
+    select(ElementRow.hop_iss, ElementRow.hop)
+    .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
+    .where(ObservationRow.task_id.in_(bindparam("b_tasks", expanding=True))),
+    select(ElementRow.hop_iss, ElementRow.hop).where(
+        ElementRow.type == "offer", ElementRow.task.in_(bindparam("b_tasks", expanding=True))
+    ),
+)
+
+
+def hops_of_tasks(session: Session, task_ids: Iterable[str]) -> set[tuple[str, str]]:
+    """The hops whose elements were observed in (or whose offer names) one of these tasks."""
+    tasks = sorted(set(task_ids))
+    if not tasks:
+        return set()
+    return {(r.hop_iss, r.hop) for r in execute(session, _TASK_HOPS, {"b_tasks": tasks})}
+
+
+# The tasks each element was observed in (or that its offer names), and every captured
+# state of those tasks: one query for all the elements of a chunk of hops (app.store.derive).
+_IN_DIGESTS = bindparam("b_digests", expanding=True)
+_ELEMENT_TASKS = union(
+    select(ObservationRow.digest, ObservationRow.task_id.label("task")).where(
+        ObservationRow.digest.in_(_IN_DIGESTS), ObservationRow.task_id.is_not(None)
+    ),
+    select(ElementRow.digest, ElementRow.task.label("task")).where(
+        ElementRow.digest.in_(_IN_DIGESTS), ElementRow.task.is_not(None)
+    ),
+).subquery()
+_HOST_MANY = select(
+    _ELEMENT_TASKS.c.digest,
+    HostStateRow.id,
+    HostStateRow.task_state,
+    HostStateRow.received_at,
+    HostStateRow.received_exact,
+    HostStateRow.seq,
+).join(HostStateRow, HostStateRow.task_id == _ELEMENT_TASKS.c.task)
+
+
+@dataclass(frozen=True, slots=True)
+class HostFact:
+    """One stored host task state, by its row id (one state may be in the tasks of several
+    of a hop's elements, and counts once)."""
+
+    id: int
+    observation: HostObservation
+
+
+def host_facts(session: Session, digests: Sequence[bytes]) -> dict[bytes, list[HostFact]]:
+    """Every captured state of the tasks these elements were observed in (or their offer
+    names), by element, with the order key ``derive_hop`` judges them by: receive time,
+    position in its stream, arrival. One query, whatever the number of elements."""
+    found: dict[bytes, list[HostFact]] = {}
+    if not digests:
+        return found
+    for r in execute(session, _HOST_MANY, {"b_digests": list(set(digests))}):
+        exact = r.received_exact if r.received_exact is not None else float(r.received_at)
+        fact = HostFact(r.id, HostObservation(r.task_state, exact, order=(r.seq, r.id)))
+        found.setdefault(r.digest, []).append(fact)
+    return found
+
+
+def host_of(
+    facts: Mapping[bytes, Sequence[HostFact]], digests: Iterable[bytes]
+) -> list[HostObservation]:
+    """The host task states of one hop's elements, each once, in arrival order."""
+    unique = {f.id: f.observation for d in digests for f in facts.get(d, ())}
+    return [unique[i] for i in sorted(unique)]
