@@ -4,7 +4,7 @@
 #   DATABASE_URL              postgresql+psycopg://USER:PASSWORD@HOST:5432/DB in production;
 #                             unset: the embedded SQLite file /srv/handoff-trace/var/handoff-trace.db
 #                             (mount a volume on /srv/handoff-trace/var to keep it)
-#   HANDOFF_TRACE_TRUST_FILE  the trust configuration (SPEC 4), mounted read-only; the service
+#   HANDOFF_TRACE_TRUST_FILE  the trust configuration (profile §4), mounted read-only; the service
 #                             refuses to start without one
 #   HANDOFF_TRACE_*           the other settings (see README "Configuration")
 #

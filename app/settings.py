@@ -29,7 +29,7 @@ PREFIX = "HANDOFF_TRACE_"
 # The embedded default: a SQLite file beside the working directory, created on demand.
 DEFAULT_DB_PATH = Path("var") / "handoff-trace.db"
 # A day of skew or a week of offer lifetime is a misconfiguration, not a policy: either
-# would make the freshness check (SPEC 6.3) and the replay window meaningless.
+# would make the freshness check (profile §6.3) and the replay window meaningless.
 _MAX_SKEW = 3600
 _MAX_LIFETIME = 7 * 24 * 3600
 _MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
@@ -59,7 +59,7 @@ class Settings:
     ref_policy: RefPolicy = RefPolicy.NONE
     max_request_bytes: int = 8 * 1024 * 1024
     max_element_bytes: int = MAX_ELEMENT_OCTETS
-    # The service's sweep (SPEC 8 time rules) runs this often, and on each hops/flags query.
+    # The service's sweep (profile §8 time rules) runs this often, and on each hops/flags query.
     sweep_seconds: int = 30
     # Envelope handoffs (docs/envelopes.md): the media types read as envelopes, how long a
     # handoff may wait for its acceptance, and how much inline text is a transcript dump.
@@ -116,7 +116,7 @@ class Settings:
         _at_most("MAX_LIFETIME", self.max_lifetime, _MAX_LIFETIME)
         _at_least("MAX_CHAIN", self.max_chain, 1)
         _at_least("MAX_ELEMENT_BYTES", self.max_element_bytes, 1024)
-        # SPEC 1.2: an element over 64 KiB is malformed whatever the deployment says, so a
+        # Profile §1.2: an element over 64 KiB is malformed whatever the deployment says, so a
         # larger limit would only let bigger requests through to be refused later.
         _at_most("MAX_ELEMENT_BYTES", self.max_element_bytes, MAX_ELEMENT_OCTETS)
         if self.max_request_bytes < self.max_element_bytes:
@@ -253,7 +253,7 @@ class Settings:
 
     @property
     def timing(self) -> Timing:
-        """The lifecycle clock rules (SPEC 8) as the pure core takes them."""
+        """The lifecycle clock rules (profile §8) as the pure core takes them."""
         return Timing(
             skew=self.skew,
             lost_outcome_after=self.lost_outcome_after,
@@ -267,7 +267,7 @@ class Settings:
         return EnvelopeConfig(types=self.envelope_types, rules=rules)
 
     def verify_options(self, *, at: int, **overrides: Any) -> VerifyOptions:
-        """The SPEC 12 verify parameters from these settings; ``overrides`` (receiver,
+        """The profile §12 verify parameters from these settings; ``overrides`` (receiver,
         dialog, or a per-request skew, ...) win where given."""
         values: dict[str, Any] = {
             "skew": self.skew,

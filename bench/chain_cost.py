@@ -2,7 +2,7 @@
 
 Bundle i is offer i (agent i hands to agent i+1) with chain = offers 1..i-1, received by its
 audience, ingested through ``app.ingest.pipeline.ingest`` into a fresh store. Every chain element of
-bundle i was the offer of an earlier bundle, so with the signature cache (SPEC 6.1, the
+bundle i was the offer of an earlier bundle, so with the signature cache (profile §6.1, the
 store's ``signature_cache`` table) the whole run needs k signature verifications, not
 k(k+1)/2 (issue 5, target for k = 16).
 

@@ -198,7 +198,7 @@ def mcp_result(rpc_id: int, text: str, obj: dict[str, Any]) -> dict[str, Any]:
 def record(
     at: int, by: Signer, payload: dict[str, Any], *, dialog: str | None = None
 ) -> dict[str, Any]:
-    """A SPEC 10 capture record: when and by whom the payload was received."""
+    """A profile §10 capture record: when and by whom the payload was received."""
     out: dict[str, Any] = {"received_at": at, "received_by": by.iss}
     if dialog is not None:  # MCP carries no dialog of its own
         out["dialog"] = dialog

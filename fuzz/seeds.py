@@ -40,7 +40,7 @@ def _documents() -> tuple[dict[str, Any], ...]:
 
 
 def payloads() -> Iterator[Any]:
-    """Every SPEC 10 payload of the vectors: JSON handoff/status objects and decoded CBOR
+    """Every profile §10 payload of the vectors: JSON handoff/status objects and decoded CBOR
     objects (COSE elements as byte strings)."""
     for doc in _documents():
         if "input" not in doc:
@@ -70,7 +70,7 @@ def _octets(value: str | bytes) -> bytes:
 
 
 def _wrapped(payload: Any) -> Iterator[Any]:
-    """The payload as found raw, in a capture record, and in each carrier of SPEC 9."""
+    """The payload as found raw, in a capture record, and in each carrier of profile §9."""
     yield payload
     yield {"received_at": AT, "received_by": "spiffe://c.example/agent/tester", "payload": payload}
     message = {"messageId": "m-1", "contextId": "dlg-vectors", "role": "ROLE_USER"}

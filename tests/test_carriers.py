@@ -1,4 +1,4 @@
-"""Carrier extraction (SPEC 9, 10): real A2A and MCP SDK traffic in, carried objects out.
+"""Carrier extraction (profile §9, §10): real A2A and MCP SDK traffic in, carried objects out.
 
 The handoff values are dummies: extraction hands objects over as found and never verifies,
 so only their place and shape matter here.

@@ -5,7 +5,7 @@ ingest`` processes at once.
 
 One difference is the profile's, not a path's, and is pinned exactly: an offer that names
 ``prev`` but carries no chain is reported ``chain: not-checked`` by the database-less
-``verify``, while ingest checks it against the earlier offers the store holds (SPEC 7, "a
+``verify``, while ingest checks it against the earlier offers the store holds (profile §7, "a
 party that holds the earlier offer can still check the link") and says ``carried: false``.
 """
 
@@ -82,7 +82,7 @@ def _pipeline(run: Run, engine: Engine) -> Pipeline:
 
 
 def _stored_chain(verdict: dict[str, Any]) -> bool:
-    """An offer whose chain ingest built from stored offers (SPEC 7)."""
+    """An offer whose chain ingest built from stored offers (profile §7)."""
     chain = verdict.get("chain")
     return bool(chain) and not chain["carried"] and chain["length"] > 1
 

@@ -1,5 +1,5 @@
 """HANDOFF_TRACE_MAX_ELEMENT_BYTES lowers the per-element ceiling below the profile's 64 KiB,
-and an element over it is refused before any decoding (SPEC 1.2)."""
+and an element over it is refused before any decoding (profile §1.2)."""
 
 from __future__ import annotations
 

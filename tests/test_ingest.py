@@ -247,7 +247,7 @@ def test_a_broken_link_found_later_rejects_and_flags(engine: Engine, world: Worl
     row = verdict_row(engine, b)
     assert (row.outcome, row.reason, row.fault) == ("reject", "broken-chain", "broken-chain")
     assert kinds(engine) == [("rejected-element", "broken-chain")]
-    # The hop still exists: the offer passed checks 1-3 (SPEC 6.4).
+    # The hop still exists: the offer passed checks 1-3 (profile §6.4).
     assert hop_of(b) in hops(engine)
 
 

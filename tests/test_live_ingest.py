@@ -1,5 +1,5 @@
 """Live ingest: time as observed, host task states without an element, observation ids, and
-batches cut by time (app.ingest.live, app.store.host; docs/capture-streaming.md)."""
+batches cut by time (app.ingest.live, app.store.host; docs/profile.md §10.5)."""
 
 from __future__ import annotations
 

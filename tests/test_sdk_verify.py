@@ -136,7 +136,7 @@ def capture(tmp_path: Path) -> Path:
         record(mcp_call(handoff_object(tests)), at=T0 + 4, by=TESTER),
         record(mcp_result(status_object(completed)), at=T0 + 9, by=PLANNER),
         record(mcp_cancelled(status_object(canceled)), at=T0 + 10, by=TESTER),
-        # Carried in another dialog than the one it was signed for (SPEC 6.5).
+        # Carried in another dialog than the one it was signed for (profile §6.5).
         record(a2a_send(handoff_object(elsewhere), context="ctx-other"), at=T0 + 5, by=CODER),
     ]
     path = tmp_path / "capture.jsonl"

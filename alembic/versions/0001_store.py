@@ -80,7 +80,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_observation_digest", "observation", ["digest"])
 
-    # One verdict per observation (SPEC 11), with its replay-independent judgement.
+    # One verdict per observation (profile §11), with its replay-independent judgement.
     op.create_table(
         "verdict",
         sa.Column("id", ROW_ID, primary_key=True, autoincrement=True),
@@ -118,7 +118,7 @@ def upgrade() -> None:
         sa.Column("detail", sa.Text(), nullable=True),
     )
 
-    # Derived hop state (SPEC 8); the sweep finds due hops by deadline.
+    # Derived hop state (profile §8); the sweep finds due hops by deadline.
     op.create_table(
         "hop",
         sa.Column("iss", sa.Text(), primary_key=True),
@@ -178,7 +178,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_action_flag_id", "action", ["flag_id"])
 
-    # Memories the checks rest on (SPEC 6.4): primary keys make them safe across workers.
+    # Memories the checks rest on (profile §6.4): primary keys make them safe across workers.
     op.create_table(
         "replay",
         sa.Column("iss", sa.Text(), primary_key=True),

@@ -1,4 +1,4 @@
-"""Carriers: find every handoff and status object in a capture file (SPEC 9, 10).
+"""Carriers: find every handoff and status object in a capture file (profile §9, §10).
 
 Bytes in, carried objects out. ``app.capture.formats`` splits a capture file into payloads; this
 module knows where A2A and MCP put a handoff object inside each. It never decodes or verifies
@@ -8,11 +8,11 @@ what its carrier said about it, so that ``parse_object`` and the checks can judg
 The shape of the answer is the same everywhere: ``read_capture`` yields, and ``extract``
 returns, a sequence of ``Carried | CarrierError`` in input order. Nothing here raises on bad
 input: a bad line, entry or item becomes a ``CarrierError`` naming its position, and the
-rest of the file is still read (SPEC 10).
+rest of the file is still read (profile §10).
 
 Where A2A and MCP put a handoff inside one message is the library's business
-(``handoff_context.carry``, whose docstring lists the choices it makes where SPEC is
-silent); this module adds what only capture files have. Its own choices:
+(``handoff_context.carry``, whose docstring lists the choices it makes where the
+profile is silent); this module adds what only capture files have. Its own choices:
 - Host text (an A2A contextId or task id) with NUL or a lone surrogate makes the item a
   ``CarrierError``: it is kept with each receipt, and cannot be stored or encoded.
 - A capture record's ``received_at`` may be a float: it is kept with its fraction (the order
@@ -87,7 +87,7 @@ class Carried:
 
 @dataclass(frozen=True)
 class HostState:
-    """An A2A task state as captured (SPEC 8: the host keeps its own task state), from a
+    """An A2A task state as captured (profile §8: the host keeps its own task state), from a
     Task or a status update that carries no handoff element."""
 
     source: str
@@ -134,7 +134,7 @@ def read_capture(
     whether it found something there, so an item it claims is not counted as without a
     handoff. ``on_host`` receives the host task states that carry no element
     (``HostState``), in file order, before the item's carried objects. Never
-    raises on bad input: a bad item yields a ``CarrierError`` and reading goes on (SPEC 10),
+    raises on bad input: a bad item yields a ``CarrierError`` and reading goes on (profile §10),
     except inside a CBOR sequence, which cannot be resynchronised after a broken item.
 
     ``data`` is the capture's octets, or a binary file. Both are read the same way, as a
@@ -222,7 +222,7 @@ def extract(
 ) -> list[Found]:
     """Every handoff or status object in one decoded payload, with its carrier's context.
 
-    ``payload`` is any SPEC 10 payload: a handoff or status object, an A2A JSON-RPC request
+    ``payload`` is any profile §10 payload: a handoff or status object, an A2A JSON-RPC request
     or response (1.0 or 0.3), a bare A2A Message, Task or status update, an MCP JSON-RPC
     request, response or notification, a JSON-RPC batch (an array), or a capture record
     around one of these. A capture record's members override the arguments. Returns an empty
@@ -311,7 +311,7 @@ def _storable(text: str) -> bool:
     return not any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in text)
 
 
-# SPEC 10 capture record: {"received_at", "received_by", "dialog", "payload"}.
+# Profile §10 capture record: {"received_at", "received_by", "dialog", "payload"}.
 def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Found | HostState]:
     if context.in_record:
         yield CarrierError(context.source, "a capture record must not wrap another record")

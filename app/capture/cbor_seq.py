@@ -1,4 +1,4 @@
-"""CBOR captures (SPEC 10): RFC 8742 sequences, items back to back, read one at a time.
+"""CBOR captures (profile §10): RFC 8742 sequences, items back to back, read one at a time.
 
 One CBOR object is a sequence of one, so every item is named ``name#N`` (N from 1).
 Duplicate map keys are refused as in JSON; map keys must be strings (no hash-collision

@@ -1,4 +1,4 @@
-"""Which capture format a file is in (SPEC 10): by content type, file extension or content."""
+"""Which capture format a file is in (profile §10): by content type, file extension or content."""
 
 from __future__ import annotations
 

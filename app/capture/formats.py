@@ -1,4 +1,4 @@
-"""Capture files (SPEC 10): which format a file is in, and the payloads it holds.
+"""Capture files (profile §10): which format a file is in, and the payloads it holds.
 
 A capture file splits into items (JSON array elements, JSON Lines lines, HAR bodies, CBOR
 sequence items), each decoded strictly. Every format has one reader, and it reads a binary

@@ -1,4 +1,4 @@
-"""HAR 1.2 captures (SPEC 10): the request and response bodies of every entry.
+"""HAR 1.2 captures (profile §10): the request and response bodies of every entry.
 
 A HAR log is one JSON document, so it is read whole. Each entry's ``startedDateTime`` is
 when its bodies were received. Bodies become payloads in one place, ``_body_items``: that
@@ -66,7 +66,7 @@ def entries(document: dict[str, Any], name: str, watch: tuple[bytes, ...]) -> It
         if not isinstance(entry, dict):
             yield CarrierError(f"{name}:{where}", f"{where} is not an object")
             continue
-        # SPEC 10: the entry's startedDateTime is when its bodies were received. Without it
+        # Profile §10: the entry's startedDateTime is when its bodies were received. Without it
         # freshness would be judged at upload time, so an entry without one is an error.
         try:
             received_at = _har_time(entry.get("startedDateTime"))
@@ -113,10 +113,10 @@ def _body_items(
     """The payloads of one HAR body (``postData`` or ``content``: text, encoding, mimeType).
 
     This is the seam for body decoding: the transfer encoding is undone here, then the
-    octets are decoded. A body is one JSON payload (SPEC 10), except an event stream (by
+    octets are decoded. A body is one JSON payload (profile §10), except an event stream (by
     its ``mimeType`` or its first line), which is one payload per event, named
     ``source event N (line L)`` and numbered in stream order (``CaptureItem.seq``), since
-    the whole stream shares one ``startedDateTime`` (docs/capture-streaming.md).
+    the whole stream shares one ``startedDateTime`` (docs/profile.md §10.5).
     """
     if body.get("encoding") is None and sse.is_event_stream(body.get("mimeType"), body["text"]):
         yield from _event_items(body["text"], place, watch)
@@ -147,7 +147,7 @@ def _json_body(octets: bytes, place: _Place, watch: tuple[bytes, ...]) -> ItemOr
     try:
         value = strict_json_loads(octets, what=f"{place.what} body")
     except MalformedError as exc:
-        # SPEC 10 reads only bodies that parse as JSON; the rest of a browser's traffic is
+        # Profile §10 reads only bodies that parse as JSON; the rest of a browser's traffic is
         # skipped. A JSON-looking body that names a carrier key is reported all the same:
         # skipping it could hide a handoff (duplicate members, a truncated capture).
         first = NON_SPACE.search(octets)

@@ -1,4 +1,4 @@
-"""What a capture reader yields (SPEC 10): a payload with its place, a problem with its
+"""What a capture reader yields (profile §10): a payload with its place, a problem with its
 place, or nothing (an item that holds no payload).
 
 Shared by every format reader (``app.capture.json_doc``, ``jsonl``, ``har``, ``cbor_seq``)
@@ -15,7 +15,7 @@ from app.errors import ItemProblem
 
 
 class CaptureFormat(StrEnum):
-    """The capture file formats of SPEC 10."""
+    """The capture file formats of profile §10."""
 
     JSON = "json"
     JSONL = "jsonl"

@@ -1,4 +1,4 @@
-"""JSON captures (SPEC 10): one payload, an array of payloads, or a HAR log sent as JSON.
+"""JSON captures (profile §10): one payload, an array of payloads, or a HAR log sent as JSON.
 
 A top-level array is read element by element, each element parsed strictly on its own, so
 only one element is held at a time. Any other document (one payload, or a HAR log) is read

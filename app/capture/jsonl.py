@@ -1,4 +1,4 @@
-"""JSON Lines captures (SPEC 10): one payload per line, each line parsed strictly on its own,
+"""JSON Lines captures (profile §10): one payload per line, each line parsed strictly on its own,
 so a bad line costs only itself."""
 
 from __future__ import annotations

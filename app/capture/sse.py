@@ -1,8 +1,8 @@
 """Event streams in capture files: each event of a ``text/event-stream`` body is a payload.
 
 The parser itself is the library's (``handoff_context.taps.sse``, shared with the live
-taps); this module reads each event's ``data`` the way capture reads a HAR body (SPEC 10,
-docs/capture-streaming.md).
+taps); this module reads each event's ``data`` the way capture reads a HAR body (profile §10,
+docs/profile.md §10.5).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def payloads(text: str, *, watch: tuple[bytes, ...] = ()) -> Iterator[tuple[Even
     """Each event of a captured stream and its ``data`` parsed strictly as JSON: the value,
     a ``MalformedError`` (data that looks like JSON and names a carrier key in ``watch``,
     but does not parse), or None (data that is not JSON at all, such as ``[DONE]``: skipped
-    like a non-JSON HAR body, SPEC 10)."""
+    like a non-JSON HAR body, profile §10)."""
     for event in events(text):
         octets = event.data.encode("utf-8", errors="surrogatepass")
         try:

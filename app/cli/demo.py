@@ -19,7 +19,7 @@ _CAPTURE_SUFFIXES = (".jsonl", ".ndjson")
 
 DEMO_EPILOG = f"""\
 outputs, for --out X.jsonl:
-  X.jsonl      capture records (SPEC 10) of the JWS dialogs, in receive-time order:
+  X.jsonl      capture records (profile §10) of the JWS dialogs, in receive-time order:
                A2A 1.0 / 0.3 JSON-RPC, MCP tools/call / CallToolResult /
                notifications/cancelled, raw handoff and status objects; and the
                envelope cases (docs/envelopes.md): A2A handoff messages with envelope
@@ -31,7 +31,7 @@ outputs, for --out X.jsonl:
                check-available --objects
   --trust-out  trust file of the agents (default X.trust.json); one rogue agent is left out
   --answer-key one JSON line per injected fault: {{"fault", "variant", "iss", "hop",
-               "offer", "dialog", "case", "detail"}}; fault is a SPEC 1.2 reject reason or
+               "offer", "dialog", "case", "detail"}}; fault is a profile §1.2 reject reason or
                a flag kind; an envelope fault has "offer": null, the handoff id as "hop"
                and its case id as "case"
 

@@ -111,7 +111,7 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
         raise _usage_error(f"{ident} already has a key with kid {kid!r}")
     key = new_key(args.alg, kid=kid)
     entry["keys"].append(public_jwk(key))
-    # Validate the whole result before writing anything (fail closed, SPEC 4).
+    # Validate the whole result before writing anything (fail closed, profile §4).
     try:
         TrustStore.from_mapping(doc, source=str(trust_path))
     except TrustConfigError as exc:
@@ -135,7 +135,7 @@ def add_sign(sub: Any) -> None:
         "sign",
         help="build signed offers and statuses",
         description="Build and sign handoff offers and statuses. Output is "
-        "a handoff or status object (SPEC 1.4): JSON for the "
+        "a handoff or status object (profile §1.4): JSON for the "
         "jws form, CBOR for the cose form.",
     )
     ssub = sign.add_subparsers(dest="sign_command", required=True, metavar="ELEMENT")
@@ -165,7 +165,7 @@ def add_sign(sub: Any) -> None:
     offer.add_argument(
         "--no-chain",
         action="store_true",
-        help="with --after: set prev but carry no chain (privacy; SPEC 7)",
+        help="with --after: set prev but carry no chain (privacy; profile §7)",
     )
     offer.add_argument(
         "--ref",
@@ -180,7 +180,7 @@ def add_sign(sub: Any) -> None:
         "status",
         help="sign a status answering an offer",
         description="Sign a status answering the offer in --offer. "
-        "iss/aud follow SPEC 1.2 (the delegate answers; the "
+        "iss/aud follow profile §1.2 (the delegate answers; the "
         "delegator cancels).",
     )
     _common(status)

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sign": ("sign", "build signed offers and statuses"),
     "demo": ("demo", "generate simulated multi-agent traffic with known faults"),
     "ingest": ("store", "verify capture files and store them"),
-    "hops": ("store", "list hops and their states (SPEC 8)"),
+    "hops": ("store", "list hops and their states (profile §8)"),
     "flags": ("store", "list flags: hops that need a person"),
     "db": ("store", "database maintenance"),
     "serve": ("serve", "run the service: the JSON API and the dashboard (uvicorn)"),

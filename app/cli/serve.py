@@ -2,7 +2,7 @@
 
 ``serve`` checks everything the service needs before uvicorn starts (trust file, database,
 migrations), so a bad configuration is one line on stderr and exit 2, not a traceback from
-each worker. ``tokens create`` prints the new token alone on the last line (SPEC 12), so a
+each worker. ``tokens create`` prints the new token alone on the last line (profile §12), so a
 script can take it with ``tail -n 1``.
 """
 
@@ -66,7 +66,7 @@ def _add_serve(sub: Any) -> None:
     p.add_argument(
         "--trust",
         metavar="FILE",
-        help="trust configuration (SPEC 4; default: HANDOFF_TRACE_TRUST_FILE)",
+        help="trust configuration (profile §4; default: HANDOFF_TRACE_TRUST_FILE)",
     )
     p.set_defaults(func=cmd_serve)
 

@@ -67,17 +67,17 @@ def _add_ingest(sub: Any) -> None:
     p.add_argument(
         "--trust",
         metavar="FILE",
-        help="trust configuration (SPEC 4; default: HANDOFF_TRACE_TRUST_FILE)",
+        help="trust configuration (profile §4; default: HANDOFF_TRACE_TRUST_FILE)",
     )
     p.add_argument(
-        "--json", action="store_true", help="print the SPEC 11 verdicts as one JSON array"
+        "--json", action="store_true", help="print the profile §11 verdicts as one JSON array"
     )
     p.add_argument("files", nargs="+", metavar="FILES", help="capture files, '-' for stdin")
     p.set_defaults(func=cmd_ingest)
 
 
 def _add_hops(sub: Any) -> None:
-    p = sub.add_parser("hops", help="list hops and their states (SPEC 8)")
+    p = sub.add_parser("hops", help="list hops and their states (profile §8)")
     add_db_option(p)
     add_now_option(p)
     p.add_argument("--state", choices=[s.value for s in HopState], help="only hops in state S")

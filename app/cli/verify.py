@@ -24,7 +24,7 @@ from app.cli.common import (
 from app.ingest.verifying import VerifyOptions, load_objects, verify_inputs
 
 VERIFY_EPILOG = """\
-INPUT is a capture file (SPEC 10): JSON, JSON Lines (.jsonl/.ndjson), HAR 1.2 (.har) or CBOR
+INPUT is a capture file (profile §10): JSON, JSON Lines (.jsonl/.ndjson), HAR 1.2 (.har) or CBOR
 (.cbor, one object or a CBOR sequence); '-' reads standard input. A payload may be a handoff
 or status object, an A2A (1.0 or 0.3) JSON-RPC request/response, a bare A2A Message or Task,
 or an MCP tools/call request, CallToolResult or notifications/cancelled, optionally wrapped
@@ -44,7 +44,7 @@ def add_verify(sub: Any) -> None:
         "verify",
         help="verify captured offers, chains and statuses",
         description="Verify every handoff offer, chain and status found in the inputs exactly "
-        "as a careful receiver would, and say why for each (SPEC 6, 7, 5, 11).",
+        "as a careful receiver would, and say why for each (profile §6, §7, §5, §11).",
         epilog=VERIFY_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -52,7 +52,7 @@ def add_verify(sub: Any) -> None:
         "--trust",
         required=True,
         metavar="TRUST.json",
-        help="trust configuration (SPEC 4): identifiers and their public JWKs",
+        help="trust configuration (profile §4): identifiers and their public JWKs",
     )
     p.add_argument(
         "--receiver",
@@ -109,7 +109,7 @@ def add_verify(sub: Any) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="print the SPEC 11 verdicts as one JSON array instead of a table",
+        help="print the profile §11 verdicts as one JSON array instead of a table",
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="capture files, '-' for stdin")
     p.set_defaults(func=cmd_verify)

@@ -2,7 +2,7 @@
 
 What a run writes, for ``--out X.jsonl``:
 
-- ``X.jsonl``: SPEC 10 capture records ``{"received_at", "received_by", "dialog"?,
+- ``X.jsonl``: profile §10 capture records ``{"received_at", "received_by", "dialog"?,
   "payload"}`` in receive-time order, for the dialogs signed in the JSON form (JWS). The
   payload is an A2A 1.0 or 0.3 JSON-RPC request or response, an MCP ``tools/call``,
   ``CallToolResult`` or ``notifications/cancelled``, or a raw handoff or status object.
@@ -15,7 +15,7 @@ What a run writes, for ``--out X.jsonl``:
 - the trust file (``--trust-out``, default ``X.trust.json``): every agent except the rogue.
 - the answer key (``--answer-key``): one JSON line per injected fault,
   ``{"fault", "variant", "iss", "hop", "offer", "dialog", "case", "detail"}``:
-  ``fault`` is a SPEC 1.2 reason for an element a receiver must reject, or an issue-3 flag
+  ``fault`` is a profile §1.2 reason for an element a receiver must reject, or an issue-3 flag
   kind; ``iss``/``hop`` name the hop; ``offer`` is the digest of the rejected offer for a
   rejection, and of the hop's (first) offer for a flag, which for ``equivocation`` is also
   the verdict's ``equivocation.first``; ``variant`` says how the fault was made (for

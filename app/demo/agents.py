@@ -47,7 +47,7 @@ class Cast:
     rogue: Agent
 
     def trust_document(self) -> dict[str, Any]:
-        """The SPEC 4 trust file for the trusted agents (the rogue is left out)."""
+        """The profile §4 trust file for the trusted agents (the rogue is left out)."""
         return trust_document([a.signer for a in self.agents])
 
     def by_role(self, *roles: str) -> list[Agent]:

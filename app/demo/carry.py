@@ -21,7 +21,7 @@ A2A_1_0, A2A_0_3, MCP, RAW = "a2a-1.0", "a2a-0.3", "mcp", "raw"
 KINDS = (A2A_1_0, A2A_0_3, MCP, RAW)
 KIND_WEIGHTS = (35, 20, 25, 20)
 
-# Status state -> host task state (SPEC 8 table). Only hops whose host task state agrees
+# Status state -> host task state (profile §8 table). Only hops whose host task state agrees
 # with the final hop state carry statuses in Task results (see ``Channel.task_states``).
 _TASK_STATE_1_0 = {
     "accepted": "TASK_STATE_WORKING",
@@ -105,7 +105,7 @@ class Channel:
         }
 
     def cancel(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """The delegator's cancel request carrying a ``canceled`` status (SPEC 9)."""
+        """The delegator's cancel request carrying a ``canceled`` status (profile §9)."""
         if self.kind == RAW:
             return obj
         if self.kind == MCP:

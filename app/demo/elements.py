@@ -29,7 +29,7 @@ def _cose_parts(octets: bytes) -> tuple[int, list[Any]]:
 
 def high_s_twin(octets: bytes, form: Form) -> bytes:
     """The same header and payload with the ES256 signature (r, n - s): equally valid, and
-    made without the key, as a relay could (SPEC 6.4 signature-only equivocation)."""
+    made without the key, as a relay could (profile §6.4 signature-only equivocation)."""
 
     def twin(signature: bytes) -> bytes:
         r, s = signature[:32], int.from_bytes(signature[32:], "big")
@@ -69,7 +69,7 @@ def _json_form(value: Any) -> Any:
 
 def embedded_key_offer(payload: Mapping[str, Any], signer: Signer) -> bytes:
     """A compact JWS offer whose protected header carries the signer's own public key
-    (``jwk``): what SPEC 2 rejects as untrusted-key, whoever the key belongs to."""
+    (``jwk``): what profile §2 rejects as untrusted-key, whoever the key belongs to."""
     header = {
         "alg": signer.alg,
         "typ": OFFER_TYP,

@@ -39,7 +39,7 @@ CLEAN = frozenset({Fate.COMPLETE, Fate.FAIL, Fate.REJECT, Fate.SILENT})
 WORKING = frozenset({Fate.COMPLETE, Fate.FAIL, Fate.PARTIAL})  # accepted, then an outcome
 CANCELING = frozenset({Fate.CANCEL, Fate.NOPROP, Fate.CANCELED})
 
-# Fault kinds: SPEC 1.2 reasons for rejections, issue 3 flag kinds for flags.
+# Fault kinds: profile §1.2 reasons for rejections, issue 3 flag kinds for flags.
 STRAY_KINDS = (
     "bad-signature",
     "untrusted-key",

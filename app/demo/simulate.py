@@ -254,7 +254,7 @@ class DialogSim:
         if e.twin:
             self.twin(e, chain)
         if e.fate is Fate.SILENT or rng.random() < 0.08:
-            # No status yet: the delegator retransmits the identical octets (SPEC 6.4).
+            # No status yet: the delegator retransmits the identical octets (profile §6.4).
             seen += rng.randint(10, 20)
             self.emit(seen, e.dst, wire)
         if e.fate is Fate.SILENT:
@@ -352,7 +352,7 @@ class DialogSim:
         return at
 
     def cancel(self, e: Edge, t: int) -> int:
-        """Cancel ``e`` at ``t`` and let its delegate propagate (SPEC 8), or not."""
+        """Cancel ``e`` at ``t`` and let its delegate propagate (profile §8), or not."""
         received = self.cancel_status(e, t)
         late = e.fate is Fate.NOPROP and e.variant == "late"
         if e.fate is Fate.NOPROP:
@@ -403,7 +403,7 @@ class DialogSim:
         )
 
     def conflict(self, e: Edge, t: int) -> int:
-        """Two answers that cannot both be true (SPEC 8 status conflict)."""
+        """Two answers that cannot both be true (profile §8 status conflict)."""
         variant = e.variant
         if variant == "accept-reject":
             after = e.run.accepted + self.rng.randint(1, 3)  # signed strictly after accepted

@@ -1,7 +1,7 @@
 """Reference checks for an envelope's url parts (docs/envelopes.md, "References").
 
 A url part names bulky evidence by location with ``sha256`` and ``bytes`` metadata. Like a
-signed ref (SPEC 5) it is checked against the objects the receiver holds
+signed ref (profile §5) it is checked against the objects the receiver holds
 (``handoff_context.ObjectIndex``) and never fetched: ``verified`` when an object with that
 SHA-256 (and size, when given) is held; ``mismatch`` when the object the part names (its
 filename, else the last segment of the URL path) is held but its digest or size differs;

@@ -1,5 +1,5 @@
 """The ingest pipeline, one path for every entry point (HTTP, upload, CLI):
-payload -> carriers -> verify (SPEC 6, 7, 5) -> persist -> re-derive hops and flags.
+payload -> carriers -> verify (profile §6, §7, §5) -> persist -> re-derive hops and flags.
 
 Items are committed in batches of up to ``app.ingest.batches.BATCH_ITEMS``, through the one
 batch runner the envelope stage uses too (``app.ingest.batches.run_batch``; envelope items
@@ -39,9 +39,9 @@ What makes the result independent of ingest order (the hypothesis test proves it
 - every verdict row also records the element judged against an empty replay memory
   (``Judgement``); hops and flags are derived from that, never from duplicate/equivocation;
 - a status whose offer is unknown is kept pending and judged again when any item makes
-  the offer known (SPEC 6, last paragraph);
+  the offer known (profile §6.8);
 - an offer with ``prev`` but no carried chain is checked against the earlier offers the
-  store holds (SPEC 7: "a party that holds the earlier offer can still check the link"),
+  store holds (profile §7: "a party that holds the earlier offer can still check the link"),
   and judged again when an earlier offer arrives later.
 """
 
@@ -131,7 +131,7 @@ class Pipeline:
 
     engine: Engine
     trust: TrustStore
-    options: VerifyOptions  # SPEC 12; ``at`` is the receive time of items without one
+    options: VerifyOptions  # profile §12; ``at`` is the receive time of items without one
     timing: Timing = field(default_factory=Timing)
     objects: ObjectIndex = field(default_factory=ObjectIndex)
     envelope: EnvelopeConfig = field(default_factory=EnvelopeConfig)
@@ -139,7 +139,7 @@ class Pipeline:
 
 @dataclass
 class IngestReport:
-    """SPEC 11 verdicts in input order, plus what the store made of them.
+    """Profile §11 verdicts in input order, plus what the store made of them.
 
     Without ``sink`` every verdict is kept in ``verdicts``. With one, each verdict is handed
     to it, in input order, once ``VERDICT_WINDOW`` later verdicts have been made (or at the
@@ -216,10 +216,10 @@ def ingest(
     progress: Progress | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
 ) -> IngestReport:
-    """Ingest capture files (SPEC 10), each ``(name, octets or binary file)``, in order.
+    """Ingest capture files (profile §10), each ``(name, octets or binary file)``, in order.
 
     ``now`` is the store's clock (default: wall clock): first-seen times and the time rules
-    of SPEC 8. Freshness is judged at each item's receive time (SPEC 10), else
+    of profile §8. Freshness is judged at each item's receive time (profile §10), else
     ``options.at``. A file is read as a stream (``read_capture``). ``on_verdict`` receives
     every verdict in input order and bounds what the report keeps (``IngestReport``).
     ``progress`` is called after each batch. Never raises for bad input or a failing item.
@@ -478,7 +478,7 @@ class _Parsed:
 
     @property
     def hop(self) -> tuple[str, str]:
-        """(iss, hop) of the element, as the replay memory keys it (SPEC 6.4)."""
+        """(iss, hop) of the element, as the replay memory keys it (profile §6.4)."""
         return self.element.payload.iss, self.element.payload.hop
 
 
@@ -640,7 +640,7 @@ class _Item:
         self, obj: HandoffObject | StatusObject, element: Element
     ) -> HandoffObject | StatusObject:
         """An offer naming ``prev`` without a carried chain is checked against the earlier
-        offers the store holds (SPEC 7); the report then says ``carried: false``."""
+        offers the store holds (profile §7); the report then says ``carried: false``."""
         offer = element.payload
         if not isinstance(obj, HandoffObject) or obj.chain or not isinstance(offer, Offer):
             return obj

@@ -132,7 +132,7 @@ def _rebuild(engine: Engine, record: Mapping[str, Any]) -> tuple[Carried, bool]:
 
 
 def _member(octets: bytes, form: str) -> str | bytes:
-    """An element as a handoff object carries it (SPEC 1.4): JWS text, COSE bytes."""
+    """An element as a handoff object carries it (profile §1.4): JWS text, COSE bytes."""
     return octets.decode("ascii") if form == "jws" else octets
 
 
@@ -142,7 +142,7 @@ def _carried(record: Mapping[str, Any], value: Mapping[str, Any]) -> Carried:
         value=value,
         carrier=Carrier(record.get("carrier") or Carrier.RAW.value),
         dialog=None,
-        # The receive time with its fraction when it was kept (docs/capture-streaming.md).
+        # The receive time with its fraction when it was kept (docs/profile.md §10.5).
         received_at=record.get("received_exact") or record["received_at"],
         received_by=record.get("received_by"),
         record_dialog=record.get("dialog"),

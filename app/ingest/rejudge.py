@@ -39,7 +39,7 @@ from app.store.derived import ReplaceError
 from app.store.transfer import TransferError
 
 log = logging.getLogger("handoff_trace.trust")
-# The rejections a change of trust can turn around (SPEC 4).
+# The rejections a change of trust can turn around (profile §4).
 TRUST_REASONS = ("untrusted-key", "bad-signature")
 
 

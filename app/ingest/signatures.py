@@ -2,7 +2,7 @@
 
 Signature verification is the one step of ``verify`` and ``ingest`` that does not depend on
 order: whether an element's signature verifies under a trust store is a fact of its octets
-(SPEC 6.1). So before a run of items is judged in input order, the signatures of its
+(profile §6.1). So before a run of items is judged in input order, the signatures of its
 elements (each item's element and its carried chain) that the signature cache does not hold
 yet are verified in a thread pool, and the ones that verify are marked in that cache. The
 in-order checks then find them there (``Verifier.check_signature``); a signature that does

@@ -33,7 +33,7 @@ from app.ingest.signatures import Ahead, elements_of, submit_ahead
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    """The SPEC 12 verify parameters, with the same names as the CLI and the HTTP API."""
+    """The profile §12 verify parameters, with the same names as the CLI and the HTTP API."""
 
     at: int
     receiver: str | None = None
@@ -62,7 +62,7 @@ class Report:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Verdicts by outcome (every outcome present), plus totals (SPEC 12 ``counts``)."""
+        """Verdicts by outcome (every outcome present), plus totals (profile §12 ``counts``)."""
         return outcome_counts(self.verdicts, skipped=self.skipped)
 
 
@@ -92,7 +92,7 @@ def load_objects(directory: Path) -> ObjectIndex:
 def context_for(item: Carried, options: VerifyOptions) -> Context:
     """Per-item facts. The carrier's own dialog (A2A contextId) is what the host message
     says, so it wins over a capture record's dialog, which wins over the option."""
-    # SPEC 10: freshness rules are in NumericDate seconds, so the receive time is floored
+    # Profile §10: freshness rules are in NumericDate seconds, so the receive time is floored
     # here; the store keeps the fraction beside it (the order of events within a second).
     return Context(
         now=math.floor(item.received_at) if item.received_at is not None else options.at,
@@ -113,10 +113,10 @@ def verify_inputs(
     objects: ObjectIndex | None = None,
     content_type: str | None = None,
 ) -> Report:
-    """Verify every element in every input, in order, against one memory (SPEC 11)."""
+    """Verify every element in every input, in order, against one memory (profile §11)."""
     verifier = Verifier(trust=trust, policy=options.policy, objects=objects or ObjectIndex())
     cache = verifier.signature_cache
-    assert cache is not None  # the verifier's own (SPEC 6.1)
+    assert cache is not None  # the verifier's own (profile §6.1)
     session = Session(verifier)
     stats = ExtractStats()
     limit = options.max_element_bytes

@@ -1,4 +1,4 @@
-"""Hop state and flags, re-derived from stored facts (SPEC 8) by the pure
+"""Hop state and flags, re-derived from stored facts (profile §8) by the pure
 ``handoff_context.derive_hop``; plus the two flags it leaves to the store
 (equivocation and rejected-element) and the sweep that applies the clock.
 
@@ -7,7 +7,7 @@ the order they arrived in, so any permutation of the same input yields the same 
 flags:
 
 - An offer counts for its hop (iss, hop) when some observation of it passed checks 1-3
-  (SPEC 6.4, judged against an empty replay memory) or it arrived in the verified chain of
+  (profile §6.4, judged against an empty replay memory) or it arrived in the verified chain of
   an accepted bundle.
 - **The hop's offer** (canonical rule, [profile]): among the offers that count, the one
   received first by capture time (``received_at``), ties broken by the smaller digest. A
@@ -113,7 +113,7 @@ _IN_OFFERS = bindparam("b_offers", expanding=True)
 
 
 def _counts(digest_column: Any) -> Any:
-    """EXISTS an observation by which the offer counts: it passed checks 1-3 (SPEC 6.4),
+    """EXISTS an observation by which the offer counts: it passed checks 1-3 (profile §6.4),
     or it was carried in a verified chain."""
     return (
         select(ObservationRow.id)

@@ -1,4 +1,4 @@
-"""Host task states (SPEC 8: the host keeps its own task state beside the hop's) and the
+"""Host task states (profile §8: the host keeps its own task state beside the hop's) and the
 observation ids that make a shipper's retry harmless.
 
 Every captured A2A Task or status update with a task id and a state is a ``HostStateRow``,

@@ -1,4 +1,4 @@
-"""The receiver's memories backed by the database (SPEC 6.4: they survive a restart).
+"""The receiver's memories backed by the database (profile §6.4: they survive a restart).
 
 ``StoreMemory`` implements the memory Protocols of ``handoff_context`` (replay memory, known
 offers, seen statuses, signature cache) over one session, so a ``Verifier`` built by
@@ -141,7 +141,7 @@ _REPLAY_AMONG = select(ReplayRow.iss, ReplayRow.hop, ReplayRow.digest, ReplayRow
 
 
 def seen_among(session: Session, *, digests: Collection[bytes]) -> set[bytes]:
-    """Which of ``digests`` are seen statuses (SPEC 6, last paragraph): one query."""
+    """Which of ``digests`` are seen statuses (profile §6.8): one query."""
     if not digests:
         return set()
     return set(execute(session, _SEEN_AMONG, {"b_digests": list(digests)}).scalars())
@@ -192,7 +192,7 @@ class StoreMemory:
         self._replay_loaded: set[tuple[str, str]] = set()
         self._replay: dict[tuple[str, str], Remembered] = {}
         self._replay_rows: list[dict[str, object]] = []
-        # Set by ``store_verifier``: the verifier's cached signature check (SPEC 6.1).
+        # Set by ``store_verifier``: the verifier's cached signature check (profile §6.1).
         self.check_signature: Callable[[Element], None] | None = None
         self._offers: dict[bytes, Element | None] = {}
 

@@ -1,5 +1,5 @@
 """The tables, named by role. Signed elements are the source of truth; the rest is either an
-observation (append-only), memory the checks rest on (SPEC 6.4), or derived and re-derivable
+observation (append-only), memory the checks rest on (profile §6.4), or derived and re-derivable
 from the elements (verdicts, hops, flags).
 
 Digests are the 32 raw octets; times are NumericDate seconds (BIGINT: up to 2^53). The
@@ -75,7 +75,7 @@ class ElementRow(SQLModel, table=True):
     aud: str = Field(sa_type=Text)
     hop: str = Field(sa_type=String(64))
     # The issuer of the hop this element belongs to: an offer's iss; for a status the
-    # offer's iss by SPEC 1.2's swap (aud, or iss for canceled). Groups rejected elements.
+    # offer's iss by profile §1.2's swap (aud, or iss for canceled). Groups rejected elements.
     hop_iss: str = Field(sa_type=Text)
     dialog: str | None = Field(default=None, sa_type=Text)
     task: str | None = Field(default=None, sa_type=Text)
@@ -91,7 +91,7 @@ class ElementRow(SQLModel, table=True):
 
 
 class LinkRow(SQLModel, table=True):
-    """A chain link: the offer names ``prev`` (SPEC 7), so dialogs form trees across
+    """A chain link: the offer names ``prev`` (profile §7), so dialogs form trees across
     bundles. ``prev`` need not be stored (yet): a partial chain still links upward."""
 
     __tablename__ = "link"
@@ -102,7 +102,7 @@ class LinkRow(SQLModel, table=True):
 
 
 class ObservationRow(SQLModel, table=True):
-    """One receipt of an element (SPEC 10): who received it, when, in which carrier.
+    """One receipt of an element (profile §10): who received it, when, in which carrier.
 
     Append-only; the same octets ingested again add a row (a retransmission). An element
     carried in an accepted bundle's chain is observed too, with ``via`` naming the offer
@@ -115,7 +115,7 @@ class ObservationRow(SQLModel, table=True):
     digest: bytes = Field(
         sa_column=Column(Digest, ForeignKey("element.digest"), index=True, nullable=False)
     )
-    received_at: int = _time()  # the time the checks were judged at (SPEC 10)
+    received_at: int = _time()  # the time the checks were judged at (profile §10)
     # The receive time as observed, with its fraction (None: not given, or stored before
     # fractions were kept); ``received_at`` is it floored.
     received_exact: float | None = _exact()
@@ -134,7 +134,7 @@ class ObservationRow(SQLModel, table=True):
 
 
 class HostStateRow(SQLModel, table=True):
-    """One captured A2A task state (SPEC 8: the host keeps its own task state beside the
+    """One captured A2A task state (profile §8: the host keeps its own task state beside the
     hop's), from any Task or status update, with or without a handoff element. Hops read
     those of the tasks their observations name; the latest is the greatest
     (``received_exact``, ``seq``, ``id``): receive time, position in its stream, arrival.
@@ -162,7 +162,7 @@ class HostStateRow(SQLModel, table=True):
 
 
 class VerdictRow(SQLModel, table=True):
-    """The SPEC 11 verdict of one observation, and its judgement ignoring replay.
+    """The profile §11 verdict of one observation, and its judgement ignoring replay.
 
     ``outcome``..``equivocation_*`` are what was reported (order-dependent by nature:
     duplicate, equivocation, pending). ``remembered``/``valid``/``fault`` judge the same
@@ -186,7 +186,7 @@ class VerdictRow(SQLModel, table=True):
     equivocation_first: bytes | None = _digest(default=None)
     equivocation_variant: str | None = Field(default=None, sa_type=String(16))
     trust: str = Field(sa_type=String(64))  # fingerprint of the trust store judged under
-    # SPEC 6.4: passed checks 1-3 (signature, audience, freshness), so the replay memory
+    # Profile §6.4: passed checks 1-3 (signature, audience, freshness), so the replay memory
     # holds it; only such offers count for a hop and for equivocation.
     remembered: bool = False
     valid: bool = False  # every check passed, replay aside
@@ -195,7 +195,7 @@ class VerdictRow(SQLModel, table=True):
 
 
 class RefOutcomeRow(SQLModel, table=True):
-    """One ref's outcome in a verdict (SPEC 5)."""
+    """One ref's outcome in a verdict (profile §5)."""
 
     __tablename__ = "ref_outcome"
 
@@ -207,7 +207,7 @@ class RefOutcomeRow(SQLModel, table=True):
 
 
 class HopRow(SQLModel, table=True):
-    """A hop (SPEC 8), keyed by (iss, hop) of its offer; re-derived, never authoritative.
+    """A hop (profile §8), keyed by (iss, hop) of its offer; re-derived, never authoritative.
 
     ``offer`` is the hop's offer by the canonical rule (see ``app.store.derive``);
     ``deadline`` is when the derived answer changes with no new element (the sweep's
@@ -243,7 +243,7 @@ class HopRow(SQLModel, table=True):
 
 
 class FlagRow(SQLModel, table=True):
-    """A condition that needs a person (SPEC 8 flags), flagged once per ``key``.
+    """A condition that needs a person (profile §8 flags), flagged once per ``key``.
 
     Derived columns (severity, evidence, offer, opened_at, detail) follow the stored facts;
     the workflow columns (status, assignee, snoozed_until, note) belong to operators and are
@@ -266,7 +266,7 @@ class FlagRow(SQLModel, table=True):
     assignee: str | None = Field(default=None, sa_type=Text)
     snoozed_until: int | None = _time(default=None)
     note: str | None = Field(default=None, sa_type=Text)
-    evidence: list[str] = Field(sa_type=JSON)  # digests, base64url (SPEC 1.3)
+    evidence: list[str] = Field(sa_type=JSON)  # digests, base64url (profile §1.3)
     iss: str = Field(sa_type=Text)
     hop: str = Field(sa_type=String(64))
     offer: bytes | None = _digest(default=None)
@@ -398,7 +398,7 @@ class DeliveryRow(SQLModel, table=True):
 
 
 class ReplayRow(SQLModel, table=True):
-    """The replay memory (SPEC 6.4): the first element remembered for each (iss, hop).
+    """The replay memory (profile §6.4): the first element remembered for each (iss, hop).
 
     Its primary key is what makes dedupe and equivocation detection correct with many
     workers: the first insert wins, every later one finds it.
@@ -481,7 +481,7 @@ class WebSessionRow(SQLModel, table=True):
 
 class RejectedOctetsRow(SQLModel, table=True):
     """Octets refused before they could become an element: a malformed element, one whose
-    header carries a key (SPEC 2), or a carried object that is no handoff or status object.
+    header carries a key (profile §2), or a carried object that is no handoff or status object.
     Kept as evidence, keyed by the SHA-256 of the octets (for an element, its handoff
     digest), so nothing a sender sent is lost and a ``rejected-element`` flag can name it.
 
@@ -525,7 +525,7 @@ class RejectedObservationRow(SQLModel, table=True):
     task_state: str | None = Field(default=None, sa_type=String(64))
     reason: str = Field(sa_type=Text)
     detail: str | None = Field(default=None, sa_type=Text)
-    verdict: dict[str, Any] = Field(sa_type=JSON)  # the SPEC 11 verdict as reported
+    verdict: dict[str, Any] = Field(sa_type=JSON)  # the profile §11 verdict as reported
     ingested_at: int = _time()
 
 

@@ -178,7 +178,7 @@ class TreeNode:
 
 
 def dialog_tree(session: Session, *, dialog: str) -> list[TreeNode]:
-    """The hops of one dialog with their chain links (SPEC 7), in (iat, iss, hop) order:
+    """The hops of one dialog with their chain links (profile §7), in (iat, iss, hop) order:
     a node whose ``parent`` is the offer of another node hangs below it; a parent outside
     the dialog, or not stored, makes the node a root of this dialog's tree."""
     query = select(HopRow).where(HopRow.dialog == dialog)

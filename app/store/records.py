@@ -1,7 +1,7 @@
 """Writing what ingest learned: observations, verdicts, ref outcomes; and finding the stored
 observations that a newly known offer lets us judge again.
 
-A verdict row keeps two judgements of its observation (see ``VerdictRow``): the SPEC 11
+A verdict row keeps two judgements of its observation (see ``VerdictRow``): the profile §11
 verdict as reported, and ``Judgement``, the same observation judged against an empty replay
 memory, which is what hop states and flags are derived from.
 """
@@ -22,7 +22,7 @@ from app.store.db import Locks, digest_lock, execute
 from app.store.host import add_host_states, host_values
 from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
-# SPEC 6.4: the replay memory holds what passed checks 1-3.
+# Profile §6.4: the replay memory holds what passed checks 1-3.
 _REMEMBERED_AFTER = ("signature", "audience", "freshness")
 
 
@@ -30,7 +30,7 @@ _REMEMBERED_AFTER = ("signature", "audience", "freshness")
 class Judgement:
     """An observation judged as if it were the first ever seen (replay aside)."""
 
-    remembered: bool  # an offer that passed checks 1-3 (SPEC 6.4)
+    remembered: bool  # an offer that passed checks 1-3 (profile §6.4)
     valid: bool  # every check passed
     fault: str | None  # the reason it failed; None when valid or still pending
 
@@ -336,8 +336,8 @@ def stored_ancestors(
     session: Session, prev: bytes, *, form: Form, limit: int, locks: Locks
 ) -> list[bytes]:
     """The stored offers up the chain from ``prev``, oldest first, at most ``limit``: the
-    chain a receiver holding them can check (SPEC 7, last rule). Only elements of
-    ``form`` qualify, as in a carried chain (SPEC 1.4)."""
+    chain a receiver holding them can check (profile §7, rule 6). Only elements of
+    ``form`` qualify, as in a carried chain (profile §1.4)."""
     found: list[bytes] = []
     digest: bytes | None = prev
     while digest is not None and len(found) < limit:

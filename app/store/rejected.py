@@ -1,6 +1,6 @@
 """Octets refused before they could become an element, kept as evidence.
 
-An element that does not parse (malformed, or a key in its header, SPEC 2) has no payload
+An element that does not parse (malformed, or a key in its header, profile §2) has no payload
 the store can trust, so it gets no ``ElementRow``; a carried object that is neither a
 handoff nor a status object has no element at all. Their verdict alone would lose what was
 sent, so the octets are kept here (``RejectedOctetsRow``, keyed by their SHA-256), with one
@@ -75,7 +75,7 @@ class Refused:
 
     @property
     def hop_key(self) -> tuple[str, str] | None:
-        """(iss, hop) of the hop the element claims (``hop_owner``: SPEC 1.2's swap)."""
+        """(iss, hop) of the hop the element claims (``hop_owner``: profile §1.2's swap)."""
         p = self.payload
         return None if p is None else (p.hop_owner, p.hop)
 

@@ -166,7 +166,7 @@ def carried_chain(
     (or its chain came from the store). Read off the verdict's chain report when the chain
     check ran; otherwise (the item was a retransmission, or failed an earlier check) the
     offer's stored ancestors by prev, as many as the chain was long: what a valid carried
-    chain holds (SPEC 7). Elements the store does not hold are left out."""
+    chain holds (profile §7). Elements the store does not hold are left out."""
     if chain is None or not chain.get("carried"):
         return None
     wanted = int(chain.get("length", 1)) - 1

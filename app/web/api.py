@@ -1,4 +1,4 @@
-"""The JSON API under ``/api/v1`` (issue 3, section 4; SPEC 11 and 12).
+"""The JSON API under ``/api/v1`` (issue 3, section 4; profile §11 and §12).
 
 Routes only translate: HTTP in, the ingest pipeline or a store query, HTTP out. Nothing
 here verifies or writes SQL. Who may call what is in ``app.web.auth``; how errors look is
@@ -92,7 +92,7 @@ _ERRORS = documented(401, 403, 422, 503)
 ELEMENT_TYPES = {"jws": "application/jose", "cose": "application/cose"}
 
 
-# --- ingest and verify (SPEC 11, 12) ----------------------------------------------------
+# --- ingest and verify (profile §11, §12) ----------------------------------------------------
 
 
 @router.post(
@@ -106,8 +106,8 @@ ELEMENT_TYPES = {"jws": "application/jose", "cose": "application/cose"}
 async def post_ingest(
     request: Request, who: Ingester, service: ServiceDep, params: VerifyQuery
 ) -> Response:
-    """Verify every element of the capture (SPEC 6, 7, 5) and store it: elements, receipts,
-    verdicts, hop states and flags. One verdict per element, in input order (SPEC 11); an
+    """Verify every element of the capture (profile §6, §7, §5) and store it: elements, receipts,
+    verdicts, hop states and flags. One verdict per element, in input order (profile §11); an
     item the database could not store is listed in ``errors`` and the rest goes on.
 
     Observation ids: a capture record may carry ``"id"`` (1 to 128 printable ASCII
@@ -277,7 +277,7 @@ def get_dialogs(
 def get_dialog(
     who: Reader, service: ServiceDep, dialog: Annotated[str, Path(min_length=1, max_length=1024)]
 ) -> DialogTree:
-    """The hops of one dialog as a tree (SPEC 7 chain links): ``roots`` and, per node, its
+    """The hops of one dialog as a tree (profile §7 chain links): ``roots`` and, per node, its
     ``parent`` and ``children`` offers."""
     service.sweep()
     with service.reading() as session:

@@ -1,7 +1,7 @@
 """The service: ``create_app(settings)`` builds the FastAPI app.
 
 Its lifespan loads the trust store once (failing closed), connects, brings the schema to
-head, and runs the sweep (SPEC 8 time rules) every ``HANDOFF_TRACE_SWEEP_SECONDS``; queries
+head, and runs the sweep (profile §8 time rules) every ``HANDOFF_TRACE_SWEEP_SECONDS``; queries
 of hops and flags sweep too, so a lost outcome shows up without a new element. ``uvicorn``
 builds the app with ``create_app_from_env`` (``handoff-trace serve`` does).
 """

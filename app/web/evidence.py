@@ -95,7 +95,7 @@ def compare(left: Decoded, right: Decoded) -> list[Member]:
 
 
 def variant_sentence(variant: str | None) -> str:
-    """SPEC 6.4's two kinds of equivocation, in one sentence each."""
+    """Profile §6.4's two kinds of equivocation, in one sentence each."""
     if variant == "signature-only":
         return (
             "Signature-only: both offers sign exactly the same header and payload, but their "
@@ -108,4 +108,4 @@ def variant_sentence(variant: str | None) -> str:
             "receivers can hold valid, contradictory instructions; the differing members are "
             "highlighted below."
         )
-    return "The issuer signed more than one offer for the same hop id (SPEC 6.4)."
+    return "The issuer signed more than one offer for the same hop id (profile §6.4)."

@@ -114,7 +114,7 @@ class KeysError(HandoffTraceError, ValueError):
 
 
 def own_trust(text: str, issuer: str) -> TrustStore | None:
-    """The operator's own keys: a trust document (``{"issuers": [...]}``, SPEC 4), or a JWK
+    """The operator's own keys: a trust document (``{"issuers": [...]}``, profile §4), or a JWK
     Set or one JWK that speaks for ``issuer``. None when none were given. Raises KeysError.
     """
     text = text.strip()
@@ -138,22 +138,22 @@ def own_trust(text: str, issuer: str) -> TrustStore | None:
         raise KeysError(f"Your keys cannot be used: {exc}") from exc
 
 
-# One sentence per check (SPEC 6, in its order; a status's offer and parties checks are the
+# One sentence per check (profile §6, in its order; a status's offer and parties checks are the
 # paragraph after it), shown beside each check's result.
 CHECK_SENTENCES = {
     "signature": "The issuer's keys are found in the trust configuration and the signature "
-    "verifies with one of them (SPEC 6.1: untrusted-key, bad-signature).",
-    "audience": "aud equals the receiver's own identifier (SPEC 6.2: wrong-audience).",
+    "verifies with one of them (profile §6.1: untrusted-key, bad-signature).",
+    "audience": "aud equals the receiver's own identifier (profile §6.2: wrong-audience).",
     "freshness": "iat is no later than now + skew, now is no later than exp + skew, and "
-    "exp - iat is within the maximum lifetime (SPEC 6.3: stale, policy).",
+    "exp - iat is within the maximum lifetime (profile §6.3: stale, policy).",
     "replay": "No other offer with a different digest was seen for this (iss, hop) "
-    "(SPEC 6.4: a different digest is equivocation).",
-    "dialog": "dialog equals the dialog of the host message that carried it (SPEC 6.5).",
+    "(profile §6.4: a different digest is equivocation).",
+    "dialog": "dialog equals the dialog of the host message that carried it (profile §6.5).",
     "chain": "The chain links up: prev digests, iss/aud continuity, timing, no cycle, not "
-    "too deep (SPEC 7).",
+    "too deep (profile §7).",
     "refs": "The referenced objects match their digests, as far as the ref policy asks "
-    "(SPEC 5, 6.7).",
-    "offer": "The status names a known offer by digest and carries its hop (SPEC 6).",
-    "parties": "The status obeys the iss/aud swap of SPEC 1.2: it is signed by the party "
+    "(profile §5, §6.7).",
+    "offer": "The status names a known offer by digest and carries its hop (profile §6).",
+    "parties": "The status obeys the iss/aud swap of profile §1.2: it is signed by the party "
     "allowed to report that state.",
 }

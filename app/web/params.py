@@ -1,7 +1,7 @@
 """What the API's routes take: query and path parameters, cursors, and capture bodies.
 
 Checked here, before any route runs: unknown query parameters (422), digests in canonical
-base64url (SPEC 1.3), cursors this API gave out (400), capture content types (415) and the
+base64url (profile §1.3), cursors this API gave out (400), capture content types (415) and the
 body size (413, counted as the octets arrive).
 """
 
@@ -65,7 +65,7 @@ def reject_unknown_query(request: Request) -> None:
         )
 
 
-# SPEC 12's four capture types, and the aliases the capture reader knows as well.
+# Profile §12's four capture types, and the aliases the capture reader knows as well.
 CAPTURE_TYPES = (
     "application/json",
     "application/x-ndjson",
@@ -74,16 +74,16 @@ CAPTURE_TYPES = (
 )
 CAPTURE_ALIASES = ("application/ndjson", "application/jsonl", "application/cbor-seq")
 MAX_PAGE = 500
-# A SHA-256 digest in canonical base64url (SPEC 1.3): 43 characters, the last of which
+# A SHA-256 digest in canonical base64url (profile §1.3): 43 characters, the last of which
 # leaves its two unused bits zero.
 DIGEST_PATTERN = r"^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$"
 
 CAPTURE_BODY = {
     "requestBody": {
         "required": True,
-        "description": "A capture file (SPEC 10); its content type says which format.",
+        "description": "A capture file (profile §10); its content type says which format.",
         "content": {
-            # Any octets: an item that is not JSON gets its own malformed verdict (SPEC 10).
+            # Any octets: an item that is not JSON gets its own malformed verdict (profile §10).
             "application/json": {"schema": {}},
             **{
                 media: {"schema": {"type": "string", "format": "binary"}}
@@ -98,8 +98,8 @@ CAPTURE_BODY = {
 
 
 class VerifyParams(BaseModel):
-    """SPEC 12: the verify options, named as on the command line. Capture records override
-    ``at``, ``receiver`` and ``dialog`` per item (SPEC 10); the rest default to the
+    """Profile §12: the verify options, named as on the command line. Capture records override
+    ``at``, ``receiver`` and ``dialog`` per item (profile §10); the rest default to the
     service's settings."""
 
     model_config = ConfigDict(extra="forbid")

@@ -110,7 +110,7 @@ def case_proof(session: Session, flag: FlagRow) -> CaseProof | None:
     return CaseProof(items, detail.epochs, frozenset(involved), events, len(named - found))
 
 
-# Members of an element that are NumericDates (SPEC 1.3), shown readable beside the number.
+# Members of an element that are NumericDates (profile §1.3), shown readable beside the number.
 TIME_MEMBERS = ("iat", "exp", "nbf")
 
 

@@ -1,7 +1,7 @@
 """The API's request and response bodies, named by role (``HopPublic``, ``FlagUpdate``).
 
 They document the wire format in the OpenAPI document, and the read routes build them from
-the store's listings (``from_listing``). Digests are 43 characters of base64url (SPEC 1.3);
+the store's listings (``from_listing``). Digests are 43 characters of base64url (profile §1.3);
 times are NumericDate seconds.
 """
 
@@ -39,7 +39,7 @@ from app.web.params import storable
 Digest = str  # 43 characters of base64url
 
 
-# --- verdicts (SPEC 11) -----------------------------------------------------------------
+# --- verdicts (profile §11) -----------------------------------------------------------------
 
 
 class CheckPublic(SQLModel):
@@ -79,7 +79,7 @@ class EquivocationPublic(SQLModel):
 
 
 class VerdictPublic(SQLModel):
-    """One element's verdict, exactly as ``verify --json`` prints it (SPEC 11). Offers
+    """One element's verdict, exactly as ``verify --json`` prints it (profile §11). Offers
     carry ``chain`` and ``refs``; statuses carry ``offer`` (the offer's digest) instead."""
 
     source: str
@@ -156,7 +156,7 @@ class IngestResponse(SQLModel):
 
 
 class HopPublic(SQLModel):
-    """A hop (SPEC 8), keyed by (iss, hop); ``offer`` is its offer's digest."""
+    """A hop (profile §8), keyed by (iss, hop); ``offer`` is its offer's digest."""
 
     offer: Digest
     iss: str
@@ -242,7 +242,7 @@ class DialogPage(SQLModel):
 
 class DialogNode(HopPublic):
     """A hop in its dialog's tree: ``parent`` is the offer its offer names as ``prev``
-    (SPEC 7), null for none; ``children`` are the offers of the hops below it."""
+    (profile §7), null for none; ``children`` are the offers of the hops below it."""
 
     parent: Digest | None
     children: list[Digest]
@@ -304,7 +304,7 @@ class AgentList(SQLModel):
 
 
 class FlagPublic(SQLModel):
-    """A condition that needs a person (SPEC 8 flags). ``evidence`` are element digests;
+    """A condition that needs a person (profile §8 flags). ``evidence`` are element digests;
     ``status`` is as of now (a snooze that has run out reads ``open``)."""
 
     id: int

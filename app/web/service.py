@@ -250,7 +250,7 @@ class Service:
         )
 
     def sweep(self, *, force: bool = False) -> int:
-        """Apply the clock to time-based states and flags (SPEC 8). Queries call it before
+        """Apply the clock to time-based states and flags (profile §8). Queries call it before
         they read; at most once per clock second per process unless ``force``d (the
         background task), since ingests derive their hops at their own clock anyway.
 

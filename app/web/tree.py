@@ -79,7 +79,7 @@ def build(nodes: Sequence[TreeNode]) -> Tree:
         for c in reversed(children[i]):
             depth[c] = depth[i] + 1
             stack.append(c)
-    # A cycle of prev links (never valid, SPEC 7) leaves nodes unreached: make them roots.
+    # A cycle of prev links (never valid, profile §7) leaves nodes unreached: make them roots.
     for i in range(count):
         if not seen[i]:
             roots.append(i)

@@ -1,6 +1,6 @@
 """A store made only of hostile traffic, for tests/browser/test_xss.py.
 
-Every field an agent or a capture chooses carries a payload, as far as SPEC 1.2 lets it:
+Every field an agent or a capture chooses carries a payload, as far as profile §1.2 lets it:
 identifiers (``iss``, ``aud``, ``dialog``, ``task``, ``obo``, ref ``uri``, ``kid``) are
 printable ASCII without spaces, so they carry markup spelt without spaces
 (``<img/src=x/onerror=...>``), attribute break-outs, ``hx-*`` attributes and
@@ -75,7 +75,7 @@ from app.store import db
 T = 1_793_200_000  # the offers' issue time
 NOW = T + 300  # the service's pinned clock: every hop is still live or just answered
 
-# Identifiers: printable ASCII, no spaces (SPEC 1.2).
+# Identifiers: printable ASCII, no spaces (profile §1.2).
 A = "spiffe://a.example/<script>window.__xss='iss'</script>"
 B = 'spiffe://b.example/"onmouseover="window.__xss=\'aud\'"x="<b>bold<br>'
 C = "javascript:window.__xss='C'//<img/src=https://evil.example/c.png/onerror=alert('C')>"
@@ -155,7 +155,7 @@ def _record(at: int, by: str | None, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _a2a(handoff: dict[str, Any], context: str) -> dict[str, Any]:
-    """An A2A 1.0 SendMessage request carrying ``handoff`` (SPEC 9)."""
+    """An A2A 1.0 SendMessage request carrying ``handoff`` (profile §9)."""
     message = {
         "messageId": "msg-1",
         "contextId": context,

@@ -247,7 +247,7 @@ def event(
 
 
 def record(payload: Any, at: int, by: str | None = None) -> dict[str, Any]:
-    """A capture record (SPEC 10)."""
+    """A capture record (profile §10)."""
     rec: dict[str, Any] = {"received_at": at, "payload": payload}
     if by is not None:
         rec["received_by"] = by

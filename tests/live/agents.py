@@ -60,7 +60,7 @@ def a2a_app(executor: AgentExecutor, agent_card: AgentCard) -> Starlette:
 
 
 def offer_of(message: pb.Message | None) -> bytes | None:
-    """The compact JWS offer a message carries (SPEC 9), or None."""
+    """The compact JWS offer a message carries (profile §9), or None."""
     if message is None or A2A_EXTENSION_URI not in message.metadata:
         return None
     carried = json_format.MessageToDict(message.metadata)[A2A_EXTENSION_URI]

@@ -217,7 +217,7 @@ class Planner(AgentExecutor):
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id
         coder_task, offer = self.waiting[context.task_id]
-        # SPEC 8: a delegate that receives a valid canceled cancels what it issued below.
+        # Profile §8: a delegate that receives a valid canceled cancels what it issued below.
         canceled = make_status(PLANNER, offer_octets=offer, state="canceled", iat=now())
         hooks = self.wiring.hooks(PLANNER, CODER)
         async with httpx.AsyncClient(event_hooks=hooks, timeout=30) as http:

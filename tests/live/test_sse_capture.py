@@ -1,5 +1,5 @@
 """Event streams in capture files: the SSE parser, and real a2a-sdk streaming traffic
-captured as HAR and read back event by event (SPEC 10, docs/capture-streaming.md)."""
+captured as HAR and read back event by event (profile §10, docs/profile.md §10.5)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ TIMING = Timing()
 
 
 def rec(payload: Any, at: int, by: str | None = None, dialog: str | None = None) -> dict[str, Any]:
-    """A SPEC 10 capture record."""
+    """A profile §10 capture record."""
     record: dict[str, Any] = {"received_at": at, "payload": payload}
     if by is not None:
         record["received_by"] = by

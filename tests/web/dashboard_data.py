@@ -67,7 +67,7 @@ def _hostile(start: int) -> tuple[list[Signer], bytes]:
     stray = make_offer(evil, aud=STRANGER, dialog=HOSTILE_DIALOG, iat=iat + 20)
     # Rejected (a lifetime over the 300 s policy), so the hostile issuer reaches triage.
     too_long = make_offer(evil, aud=HELPER, dialog=HOSTILE_DIALOG, iat=iat + 30, lifetime=900)
-    # The same offer with the signer's key in its header (SPEC 2): refused before parsing,
+    # The same offer with the signer's key in its header (profile §2): refused before parsing,
     # kept as evidence under the hostile hop.
     keyed = embedded_key_offer(dict(parse_element(offer, Form.JWS).raw_payload), evil)
     records = [

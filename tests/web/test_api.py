@@ -108,7 +108,7 @@ def test_ingest_answers_the_spec_11_verdicts_and_counts(api: Api, world: World) 
         "redelivered": 0,  # no record repeated an observation id
     }
     assert answer["errors"] == answer["envelope_errors"] == []
-    # The same JSON per element as `verify --json` (SPEC 11), sources named "request:N".
+    # The same JSON per element as `verify --json` (profile §11), sources named "request:N".
     expected = verify_inputs([("request", body)], trust=world.trust, options=VerifyOptions(at=NOW))
     assert answer["verdicts"] == [v.to_json() for v in expected.verdicts]
     # Idempotent: the same octets again are retransmissions, and nothing new is stored.

@@ -31,7 +31,7 @@ def test_tokens_create_list_revoke(db_url: str, capsys: pytest.CaptureFixture[st
     )
     assert code == 0
     token = out.splitlines()[-1]
-    # SPEC 12: the token alone on the last line.
+    # Profile §12: the token alone on the last line.
     assert token.startswith("ht_") and " " not in token
     engine = make_engine(db_url)
     try:

@@ -5,8 +5,8 @@ and stored), get the same verdicts everywhere.
 
 Each vector runs on a fresh SQLite store (copied from one migrated template that already
 holds the admin account, so no password is hashed per vector), with the vector's trust file,
-its SPEC 12 policy as the service's settings and its objects as HANDOFF_TRACE_OBJECTS_DIR.
-The receiver, the receive time and the dialog travel in SPEC 10 capture records, which the
+its profile §12 policy as the service's settings and its objects as HANDOFF_TRACE_OBJECTS_DIR.
+The receiver, the receive time and the dialog travel in profile §10 capture records, which the
 upload page (it has no form fields for them) reads as every other entry point does; the CLI
 and the API get them as parameters as well.
 """
@@ -90,7 +90,7 @@ class Case:
 
 
 def _records(doc: dict[str, Any]) -> bytes:
-    """The vector's input as SPEC 10 capture records carrying its receiver, clock and
+    """The vector's input as profile §10 capture records carrying its receiver, clock and
     dialog, in the vector's own format (JSON Lines or a CBOR sequence)."""
     facts = {"received_at": doc["at"], "received_by": doc["receiver"], "dialog": doc["dialog"]}
     if doc["input_format"] == "cbor":
@@ -220,7 +220,7 @@ def assert_alike(seen: dict[str, list[dict[str, Any]]]) -> None:
 
 def _as_verify(stored: list[dict[str, Any]], verified: list[dict[str, Any]]) -> list[Any]:
     """The stored verdicts, with the chain that ingest built from offers the store holds
-    (SPEC 7: an offer naming ``prev`` without a carried chain is checked against the earlier
+    (profile §7: an offer naming ``prev`` without a carried chain is checked against the earlier
     offers held; ``app.ingest.pipeline``) replaced by what verify, holding no store, says:
     not checked (not run, when an earlier check failed). Everything else must already be
     equal."""

@@ -111,7 +111,7 @@ def test_bad_bodies_and_parameters(sqlite_api: Api) -> None:
         422,
         "invalid-request",
     )
-    # SPEC 12 parameters are checked, and unknown ones refused rather than ignored.
+    # Profile §12 parameters are checked, and unknown ones refused rather than ignored.
     for query in ("skew=-1", "max_chain=0", "ref_policy=sometimes", "at=-5", "recever=x"):
         response = sqlite_api.post(f"/api/v1/verify?{query}", b"")
         assert_error(response, 422, "invalid-request")

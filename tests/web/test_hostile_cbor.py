@@ -162,7 +162,7 @@ def test_fuzzed_cbor_through_ingest_gives_200_with_verdicts(
     """COSE payloads and raw capture items from a generator of CBOR heads (any tag, any
     simple value, deep nesting, indefinite lengths, stray bytes), then a valid item: always
     200, no item lost to an error, and a malformed verdict with its reason for each COSE
-    item (what follows a capture item that is not CBOR cannot be read, SPEC 10)."""
+    item (what follows a capture item that is not CBOR cannot be read, profile §10)."""
     body = b"".join(cose_item(p, protected) for p in payloads) + b"".join(items) + VALID[0]
     for path in ("/api/v1/ingest", "/api/v1/verify"):
         response = cbor_api.post(path, body, content_type="application/cbor")

@@ -1,5 +1,5 @@
 """``handoff_context.carry``: what ``put_a2a`` and ``put_mcp`` put in, ``find`` finds again,
-with the carrier and role of the place it sat (SPEC 9). The service's tests drive the same
+with the carrier and role of the place it sat (profile §9). The service's tests drive the same
 code with messages built by the real a2a-sdk and mcp packages (tests/test_carriers.py)."""
 
 from __future__ import annotations

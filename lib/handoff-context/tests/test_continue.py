@@ -1,5 +1,5 @@
 """``continue_handoff``: hand a received handoff on (what ``handoff-trace sign offer --after``
-does), and the next receiver can check the whole chain (SPEC 7)."""
+does), and the next receiver can check the whole chain (profile §7)."""
 
 from __future__ import annotations
 

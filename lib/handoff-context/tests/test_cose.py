@@ -1,4 +1,4 @@
-"""The CBOR form (SPEC 3): round trips, COSE WG vectors, one test per rejection, properties."""
+"""The CBOR form (profile §3): round trips, COSE WG vectors, one test per rejection, properties."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def test_sign_without_kid_and_protected_header_layout() -> None:
 
 def test_resigning_changes_octets_but_not_signed_content() -> None:
     # ECDSA signatures are randomised: the same header and payload signed twice give two
-    # elements that differ only in their signature (SPEC 6.4 "signature-only").
+    # elements that differ only in their signature (profile §6.4 "signature-only").
     first = cose.parse(cose.sign(offer_payload(), key=EC_KEY, alg="ES256", kid="p1"))
     second = cose.parse(cose.sign(offer_payload(), key=EC_KEY, alg="ES256", kid="p1"))
     assert first.octets != second.octets

@@ -1,4 +1,4 @@
-"""The JSON form (SPEC 2) and the payload model behind it (SPEC 1): one test per rule.
+"""The JSON form (profile §2) and the payload model behind it (profile §1): one test per rule.
 
 Elements are forged with correct signatures wherever possible, so that each refusal is the
 rule under test and not a broken signature.
@@ -140,7 +140,7 @@ def test_both_names_of_ed25519_are_accepted(world: World, alg: str) -> None:
     assert jws.parse(forge(world.planner, offer(world), alg=alg)).header.alg == alg
 
 
-# --- the protected header (SPEC 2) -------------------------------------------------------------
+# --- the protected header (profile §2) ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("alg", ["none", "None", "NONE"])
@@ -220,7 +220,7 @@ def test_kid_of_128_characters_is_allowed(world: World) -> None:
     assert jws.parse(forge(world.planner, offer(world), kid="k" * 128)).header.kid == "k" * 128
 
 
-# --- serialization and base64url (SPEC 2, 1.3) --------------------------------------------------
+# --- serialization and base64url (profile §2, §1.3) -----------------------------------------------
 
 
 @pytest.mark.parametrize("parts", [1, 2, 4, 5])
@@ -281,7 +281,7 @@ def test_oversize_element_is_refused_before_decoding() -> None:
     malformed(b"\xff" * (64 * 1024 + 1), "larger")
 
 
-# --- header and payload JSON (SPEC 1.2, 2) -------------------------------------------------------
+# --- header and payload JSON (profile §1.2, §2) ---------------------------------------------------
 
 
 def test_bom_in_header_is_malformed(world: World) -> None:
@@ -361,7 +361,7 @@ def test_depth_scanner_skips_brackets_inside_strings() -> None:
     }
 
 
-# --- payload members (SPEC 1.1, 1.2) --------------------------------------------------------------
+# --- payload members (profile §1.1, §1.2) ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -528,7 +528,7 @@ def test_unknown_payload_member_is_ignored(world: World) -> None:
     assert jws.parse(forge(world.planner, offer(world, **{"x-new": {"a": [1, 2]}})))
 
 
-# --- statuses (SPEC 1.2) ----------------------------------------------------------------------
+# --- statuses (profile §1.2) ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("state", ["accepted", "rejected", "completed", "failed", "canceled"])

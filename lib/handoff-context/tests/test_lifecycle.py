@@ -1,4 +1,4 @@
-"""Hop state and flags (SPEC 8): one test per rule and decision, and order-independence
+"""Hop state and flags (profile §8): one test per rule and decision, and order-independence
 properties over random sets of facts."""
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def test_timing_refuses_negative_values() -> None:
 
 
 def test_no_status_is_offered_until_exp_plus_skew() -> None:
-    view = derive(now=EXP + T.skew)  # still fresh at exactly exp + skew (SPEC 6.3)
+    view = derive(now=EXP + T.skew)  # still fresh at exactly exp + skew (profile §6.3)
     assert (view.state, view.a2a_state) == (HopState.OFFERED, "TASK_STATE_SUBMITTED")
     assert view.deadline == EXP + T.skew + 1
     assert (view.flags, view.accepted_at, view.terminal_at) == ((), None, None)

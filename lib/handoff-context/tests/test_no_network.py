@@ -1,4 +1,4 @@
-"""SPEC 2, 9: no URL in an element is ever fetched, and verifying makes no network request.
+"""Profile §2, §9: no URL in an element is ever fetched, and verifying makes no network request.
 
 Every stored vector (including `jku`, `x5u`, refs with a `uri` and carriers naming extension
 URIs) is judged again with every way of opening a connection made to fail loudly.

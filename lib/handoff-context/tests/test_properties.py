@@ -279,7 +279,7 @@ def changed(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_invariants(element: Any) -> None:
-    """What a successful parse promises (SPEC 1.1, 1.2)."""
+    """What a successful parse promises (profile §1.1, §1.2)."""
     p = element.payload
     for ident in (p.iss, p.aud, getattr(p, "dialog", None) or "x"):
         assert 1 <= len(ident) <= 2048 and all("\x21" <= c <= "\x7e" for c in ident)
@@ -517,7 +517,7 @@ def test_seventeen_offers_are_too_deep(algs: list[str]) -> None:
     assert (v.outcome, v.reason and v.reason.value) == (Outcome.REJECT, "too-deep")
 
 
-# --- ingest order never changes results (SPEC 6, 11) ----------------------------------------------
+# --- ingest order never changes results (profile §6, §11) -----------------------------------------
 
 
 def _events() -> list[dict[str, Any]]:

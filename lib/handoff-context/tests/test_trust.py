@@ -1,4 +1,4 @@
-"""The trust configuration (SPEC 4): what loads, and every refusal with a clear message."""
+"""The trust configuration (profile §4): what loads, and every refusal with a clear message."""
 
 from __future__ import annotations
 

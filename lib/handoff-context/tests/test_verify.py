@@ -1,4 +1,4 @@
-"""The receiver's pipeline (SPEC 6, 7, 5, 11): each check, its order, statuses and sessions.
+"""The receiver's pipeline (profile §6, §7, §5, §11): each check, its order, statuses and sessions.
 
 Every test names the check it exercises; the helper ``checks`` renders a verdict's check list
 so that the pipeline ordering (first failure ends processing, later checks ``not-run``) is
@@ -656,7 +656,7 @@ def test_refs_check_result_when_checked(world: World) -> None:
     assert checks(v)[6] == "refs:pass"
 
 
-# --- statuses (SPEC 6, last paragraph) ------------------------------------------------------------
+# --- statuses (profile §6.8) ------------------------------------------------------------
 
 
 def sent_offer(world: World, verifier: Verifier) -> bytes:

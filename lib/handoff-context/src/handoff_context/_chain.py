@@ -1,4 +1,4 @@
-"""Chain rules (SPEC 7): s0..sn is chain[0..] followed by the current offer."""
+"""Chain rules (profile §7): s0..sn is chain[0..] followed by the current offer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from handoff_context.errors import CheckFailed, HandoffError, Reason
 
 
 def check_too_deep(chain_length: int, max_chain: int) -> None:
-    """SPEC 7 [profile]: checked first, before any signature work."""
+    """Profile §7 [profile]: checked first, before any signature work."""
     if chain_length + 1 > max_chain:
         raise CheckFailed(
             Reason.TOO_DEEP,

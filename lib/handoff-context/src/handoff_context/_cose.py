@@ -1,4 +1,4 @@
-"""The CBOR form (SPEC 3): a tagged COSE_Sign1 (RFC 9052) holding an offer or a status.
+"""The CBOR form (profile §3): a tagged COSE_Sign1 (RFC 9052) holding an offer or a status.
 
 cbor2 is lenient where the profile is not (it keeps the last of duplicate map keys, ignores
 trailing bytes and decodes dozens of semantic tags, including shared references that can
@@ -54,7 +54,7 @@ _ALLOWED_LABELS = frozenset({_ALG, _CONTENT_TYPE, _KID})
 # RFC 9053 s3.1: HMAC 256/64, 256/256, 384/384, 512/512. Named in the error so that an
 # "alg confusion" attempt (an HMAC keyed with a public key) is recognisable in the logs.
 _HMAC_ALGS = frozenset({4, 5, 6, 7})
-# SPEC 2/3 [profile]: header parameters that carry a key, a certificate or a pointer to one
+# Profile §2/§3 [profile]: header parameters that carry a key, a certificate or a pointer to one
 # (IANA "COSE Header Parameters" and "COSE Header Algorithm Parameters"). They are refused
 # as untrusted-key before the allow-list runs, so the reason says why.
 _KEY_LABELS: dict[int | str, str] = {
@@ -211,7 +211,7 @@ def decode_sign1(octets: bytes) -> Sign1:
     around an array of exactly [protected bstr, unprotected map, payload bstr, signature
     bstr], carry trailing bytes, break a rule of the strict reader, or use a longer head
     than needed in the unsigned envelope (a relay could otherwise change the handoff digest
-    without touching the signature, SPEC 3).
+    without touching the signature, profile §3).
     """
     if not isinstance(octets, bytes):
         raise MalformedError("a COSE element must be a byte string")
@@ -274,7 +274,7 @@ def _refuse_embedded_keys(sign1: Sign1) -> None:
 
 
 def _check_header(sign1: Sign1) -> Header:
-    """SPEC 3 [profile]: protected {1: alg, 3: content type, 4: kid?}, unprotected empty."""
+    """Profile §3 [profile]: protected {1: alg, 3: content type, 4: kid?}, unprotected empty."""
     protected, unprotected = sign1.protected_map, sign1.unprotected
     if _ALG in unprotected:
         raise MalformedError("alg must be in the protected header, not the unprotected one")
@@ -317,9 +317,9 @@ def _check_header(sign1: Sign1) -> Header:
 def parse(octets: bytes) -> Element:
     """Parse a tagged COSE_Sign1 holding an offer or status. Does NOT verify the signature.
 
-    Raises MalformedError for anything outside the profile (SPEC 1, 3), or
+    Raises MalformedError for anything outside the profile (profile §1, §3), or
     CheckFailed(Reason.UNTRUSTED_KEY) for an embedded key, x5chain, x5bag or other
-    key-carrying header in either bucket (SPEC 2/3: keys come only from the trust config).
+    key-carrying header in either bucket (profile §2/§3: keys come only from the trust config).
     The signature's length and value are the signature layer's business, not checked here.
     """
     try:
@@ -356,7 +356,7 @@ def _parse(octets: bytes) -> Element:
         payload=payload,
         signing_input=sig_structure(sign1.protected, sign1.payload),
         signature=sign1.signature,
-        # Header and payload exactly as signed, without the signature (SPEC 6.4 evidence).
+        # Header and payload exactly as signed, without the signature (profile §6.4 evidence).
         signed_content=cbor2.dumps([sign1.protected, sign1.payload]),
         raw_header=raw_header,
         raw_payload=raw_payload,
@@ -383,7 +383,7 @@ def _sign_raw(key: ECKey | OKPKey, alg: str, data: bytes) -> bytes:
 def sign(
     payload: Mapping[str, Any], *, key: ECKey | OKPKey, alg: str, kid: str | None = None
 ) -> bytes:
-    """Sign ``payload`` as a tagged COSE_Sign1 and return its octets (SPEC 3).
+    """Sign ``payload`` as a tagged COSE_Sign1 and return its octets (profile §3).
 
     The payload map is encoded with deterministic CBOR (RFC 8949 s4.2, so equal maps give
     equal octets); digests must already be 32-byte byte strings. The payload is not

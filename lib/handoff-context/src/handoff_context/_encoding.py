@@ -1,6 +1,6 @@
 """Strict encodings shared by both forms: canonical base64url, digests, strict JSON.
 
-JOSE libraries are lenient about several of these (SPEC 2); the profile is not, so the
+JOSE libraries are lenient about several of these (profile §2); the profile is not, so the
 checks live here and run before and after any library call.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from handoff_context.errors import MalformedError
 
-# SPEC 1.2 [profile]: every element is refused above 64 KiB before any decoding work, and
+# Profile §1.2 [profile]: every element is refused above 64 KiB before any decoding work, and
 # nesting deeper than 32 levels is malformed.
 MAX_ELEMENT_OCTETS = 64 * 1024
 MAX_DEPTH = 32
@@ -25,7 +25,7 @@ _B64URL = re.compile(r"^[A-Za-z0-9_-]*\Z")  # \Z: $ would also match before a fi
 _B64_VALUE = {
     ch: i for i, ch in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 }
-# The largest integer JSON can carry without loss in every implementation (SPEC 1.1).
+# The largest integer JSON can carry without loss in every implementation (profile §1.1).
 MAX_SAFE_INT = 2**53 - 1
 
 
@@ -38,7 +38,7 @@ def b64url_decode(text: str, *, what: str) -> bytes:
     """Decode canonical base64url without padding.
 
     Raises MalformedError for padding, characters outside the url-safe alphabet, an
-    impossible length, or unused trailing bits that are not zero (SPEC 2).
+    impossible length, or unused trailing bits that are not zero (profile §2).
     """
     if not _B64URL.match(text):
         raise MalformedError(f"{what} is not base64url without padding")
@@ -57,12 +57,12 @@ def b64url_decode(text: str, *, what: str) -> bytes:
 
 
 def handoff_digest(octets: bytes) -> bytes:
-    """SHA-256 over the element's octets exactly as received (SPEC 1.3, 2, 3)."""
+    """SHA-256 over the element's octets exactly as received (profile §1.3, §2, §3)."""
     return hashlib.sha256(octets).digest()
 
 
 def digest_text(digest: bytes) -> str:
-    """The JSON form of a digest: 43 characters of base64url (SPEC 1.3)."""
+    """The JSON form of a digest: 43 characters of base64url (profile §1.3)."""
     return b64url_encode(digest)
 
 

@@ -1,4 +1,4 @@
-"""The handoff object and the status object that carry elements (SPEC 1.4).
+"""The handoff object and the status object that carry elements (profile §1.4).
 
 JSON objects carry compact JWS strings; CBOR objects carry byte strings holding tagged
 COSE_Sign1 octets. The form of each element follows from that type.
@@ -16,7 +16,7 @@ from handoff_context.errors import MalformedError
 
 @dataclass(frozen=True, slots=True)
 class HandoffObject:
-    """``{"offer": ..., "chain": [...]}``; chain oldest first (SPEC 1.4)."""
+    """``{"offer": ..., "chain": [...]}``; chain oldest first (profile §1.4)."""
 
     offer: bytes
     chain: tuple[bytes, ...]
@@ -26,7 +26,7 @@ class HandoffObject:
 
 @dataclass(frozen=True, slots=True)
 class StatusObject:
-    """``{"status": ...}`` (SPEC 1.4)."""
+    """``{"status": ...}`` (profile §1.4)."""
 
     status: bytes
     form: Form
@@ -55,7 +55,7 @@ def is_handoff_like(value: object) -> bool:
 def parse_object(
     value: object, *, max_element: int = MAX_ELEMENT_OCTETS
 ) -> HandoffObject | StatusObject:
-    """Read a handoff or status object. Other top-level members are ignored (SPEC 1.4).
+    """Read a handoff or status object. Other top-level members are ignored (profile §1.4).
     An element above ``max_element`` octets (at most the profile's 64 KiB) is refused
     before any decoding work.
 

@@ -1,4 +1,4 @@
-"""The JSON form: JWS Compact Serialization, strict (SPEC 2).
+"""The JSON form: JWS Compact Serialization, strict (profile §2).
 
 ``parse`` turns the octets into an unverified Element; the signature is checked later by
 ``signature.verify_element`` against the trust store. Everything a JOSE library would let
@@ -37,7 +37,7 @@ STATUS_TYP = "handoff-status+jws"
 TYP_FOR_TYPE = {ElementType.OFFER: OFFER_TYP, ElementType.STATUS: STATUS_TYP}
 
 ALLOWED_HEADER = frozenset({"alg", "typ", "kid"})
-# A key in the message says nothing about who signed (SPEC 2): named as untrusted-key.
+# A key in the message says nothing about who signed (profile §2): named as untrusted-key.
 KEY_CARRYING_HEADER = frozenset({"jwk", "jku", "x5u", "x5c"})
 
 

@@ -1,10 +1,10 @@
-"""Hop state and flags (SPEC 8), re-derived from stored elements by one pure function.
+"""Hop state and flags (profile §8), re-derived from stored elements by one pure function.
 
 ``derive_hop`` reads no database and no clock; ``now`` is a parameter. Its answer depends
 only on the *set* of facts and ``now``: facts are de-duplicated by digest and every choice
 is a min or max over a total key, so input order never matters.
 
-Decisions of this profile where SPEC 8 is silent **[profile]**:
+Decisions of this profile where profile §8 is silent **[profile]**:
 - A ``rejected`` with reason ``stale``/``replay`` is dropped first: it sets no state, joins
   no conflict, stops no expiry and is evidence for no flag.
 - Between contradictory statuses the first signed wins: the least ``(iat, digest)``.
@@ -16,7 +16,7 @@ Decisions of this profile where SPEC 8 is silent **[profile]**:
   answer (rejected, completed, failed) the first signed wins. A cancel and an outcome is a
   ``cancel-race`` either way; a cancel and a rejection is not flagged (nothing ran).
 - Two different ``canceled`` are no conflict: one per slot binds the delegate only.
-- ``expired``: no status and ``now > exp + skew`` (``exp + skew`` itself is fresh, SPEC 6.3);
+- ``expired``: no status and ``now > exp + skew`` (``exp + skew`` itself is fresh, profile §6.3);
   it has no ``terminal_at`` and no ``deadline``.
 - ``accepted_at``: the earliest ``received_at`` among statuses showing acceptance (explicit
   or implied), None unless the hop was accepted; ``terminal_at``: the earliest among those
@@ -60,7 +60,7 @@ class HopState(StrEnum):
     EXPIRED = "expired"
 
 
-# SPEC 8 mapping table; expiry is local and has no A2A counterpart.
+# Profile §8 mapping table; expiry is local and has no A2A counterpart.
 A2A_STATE: dict[HopState, str | None] = {
     HopState.OFFERED: "TASK_STATE_SUBMITTED",
     HopState.ACCEPTED: "TASK_STATE_WORKING",
@@ -76,7 +76,7 @@ _A2A_ALIASES = {"TASK_STATE_CANCELLED": "TASK_STATE_CANCELED"}
 
 
 class FlagKind(StrEnum):
-    """The hop flags of signed handoffs (SPEC 8). A service may keep flags of its own kinds
+    """The hop flags of signed handoffs (profile §8). A service may keep flags of its own kinds
     in the same ``Flag`` shape (handoff-trace's envelope cases do)."""
 
     EQUIVOCATION = "equivocation"
@@ -187,7 +187,7 @@ class HopView:
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Seconds for SPEC 6.3 skew and this profile's flag timers. Raises ValueError if < 0."""
+    """Seconds for profile §6.3 skew and this profile's flag timers. Raises ValueError if < 0."""
 
     skew: int = 60
     lost_outcome_after: int = 3600
@@ -207,7 +207,7 @@ def normalise_task_state(task_state: str) -> str:
 
 
 def hop_state_of_a2a(task_state: str) -> HopState | None:
-    """The hop state an A2A task state maps to (SPEC 8), or None when it maps to none."""
+    """The hop state an A2A task state maps to (profile §8), or None when it maps to none."""
     return _HOP_STATE_OF_A2A.get(normalise_task_state(task_state))
 
 
@@ -225,7 +225,7 @@ def _first_received(statuses: Iterable[StatusFact]) -> int:
 
 
 def _unique_statuses(statuses: Sequence[StatusFact]) -> tuple[StatusFact, ...]:
-    """One fact per digest, stale/replay rejections dropped (SPEC 8), in signed order."""
+    """One fact per digest, stale/replay rejections dropped (profile §8), in signed order."""
     kept: dict[bytes, StatusFact] = {}
     for s in sorted(statuses, key=_total_key, reverse=True):  # the smallest duplicate stays
         if not (s.state is StatusState.REJECTED and s.reason in _NOT_TERMINAL_REASONS):
@@ -275,7 +275,7 @@ class _Hop:
 
 
 def _derive_state(offer: OfferFact, sts: tuple[StatusFact, ...], now: int, timing: Timing) -> _Hop:
-    """The state machine of SPEC 8 over a set of statuses: the first signed wins."""
+    """The state machine of profile §8 over a set of statuses: the first signed wins."""
     hop = _Hop(offer, sts, now, timing)
     if not sts:
         expired = is_expired(offer.exp, now=now, skew=timing.skew)
@@ -299,7 +299,7 @@ def _derive_state(offer: OfferFact, sts: tuple[StatusFact, ...], now: int, timin
 
 
 def _status_conflicts(h: _Hop) -> Iterator[Flag]:
-    """SPEC 8: both members of a pair, or two different octets for one slot."""
+    """Profile §8: both members of a pair, or two different octets for one slot."""
     pairs = (
         ("accept-reject", h.of(*_ACCEPTING), h.of(StatusState.REJECTED), "accepted or implied"),
         ("complete-fail", h.of(StatusState.COMPLETED), h.of(StatusState.FAILED), "both"),
@@ -319,7 +319,7 @@ def _status_conflicts(h: _Hop) -> Iterator[Flag]:
 
 
 def _cancel_race(h: _Hop) -> Iterator[Flag]:
-    """A cancel does not prove the work had no effect (SPEC 8): show both sides."""
+    """A cancel does not prove the work had no effect (profile §8): show both sides."""
     cancels, outcomes = h.of(StatusState.CANCELED), h.of(*_OUTCOMES)
     if cancels and outcomes:
         opened = max(_first_received(cancels), _first_received(outcomes))
@@ -328,7 +328,7 @@ def _cancel_race(h: _Hop) -> Iterator[Flag]:
 
 
 def _lost_outcome(h: _Hop) -> Iterator[Flag]:
-    """An accepted hop with no terminal status is a possibly lost outcome (SPEC 8)."""
+    """An accepted hop with no terminal status is a possibly lost outcome (profile §8)."""
     if h.state is HopState.ACCEPTED and h.accepted_at is not None:
         opened = h.accepted_at + h.timing.lost_outcome_after
         if h.now >= opened:
@@ -337,7 +337,7 @@ def _lost_outcome(h: _Hop) -> Iterator[Flag]:
 
 
 def _partial_failure(h: _Hop) -> Iterator[Flag]:
-    """SPEC 1.2: a failed status whose work partly took effect lists it in refs."""
+    """Profile §1.2: a failed status whose work partly took effect lists it in refs."""
     if partial := [s for s in h.of(StatusState.FAILED) if s.refs > 0]:
         detail = "failed, but lists work that took effect"
         yield h.flag(FlagKind.PARTIAL_FAILURE, partial, _first_received(partial), detail)
@@ -349,13 +349,13 @@ def _unpropagated(h: _Hop, downstream: Sequence[DownstreamFact]) -> tuple[int, l
         return 0, []
     due = h.terminal_at + h.timing.cancel_grace
     in_time = {d.digest for d in downstream if d.canceled_at is not None and d.canceled_at <= due}
-    # SPEC 8: the delegate propagates to "each offer it issued" below this hop.
+    # Profile §8: the delegate propagates to "each offer it issued" below this hop.
     issued = {d.digest for d in downstream if d.iss == h.offer.aud}
     return due, sorted(issued - in_time)
 
 
 def _cancel_not_propagated(h: _Hop, due: int, late: list[bytes]) -> Iterator[Flag]:
-    """SPEC 8: a delegate that receives a valid cancel SHOULD cancel what it issued below."""
+    """Profile §8: a delegate that receives a valid cancel SHOULD cancel what it issued below."""
     if late and h.now >= due:
         detail = f"{len(late)} downstream offer(s) not canceled within the grace period"
         cancels = h.of(StatusState.CANCELED)
@@ -363,9 +363,9 @@ def _cancel_not_propagated(h: _Hop, due: int, late: list[bytes]) -> Iterator[Fla
 
 
 def _host_divergence(h: _Hop, host: Sequence[HostObservation]) -> Iterator[Flag]:
-    """The host keeps its own task state beside the hop's (SPEC 8); show when they differ."""
+    """The host keeps its own task state beside the hop's (profile §8); show when they differ."""
     seen = [(o.received_at, o.order, normalise_task_state(o.task_state)) for o in host]
-    # INPUT_REQUIRED / AUTH_REQUIRED stay in the host protocol (SPEC 8): they are skipped.
+    # INPUT_REQUIRED / AUTH_REQUIRED stay in the host protocol (profile §8): they are skipped.
     seen = [s for s in seen if s[2] in _HOP_STATE_OF_A2A]
     # Expiry is local, so the host cannot know it: no divergence while expired.
     if not seen or h.state is HopState.EXPIRED:
@@ -399,10 +399,10 @@ def derive_hop(
     downstream: Sequence[DownstreamFact] = (),
     host: Sequence[HostObservation] = (),
 ) -> HopView:
-    """Re-derive a hop's state and flags from its stored facts (SPEC 8). Raises nothing.
+    """Re-derive a hop's state and flags from its stored facts (profile §8). Raises nothing.
 
     The result depends only on the set of facts and ``now``; the module docstring lists
-    every decision the profile makes where SPEC 8 is silent.
+    every decision the profile makes where profile §8 is silent.
     """
     h = _derive_state(offer, _unique_statuses(statuses), now, timing)
     due, late = _unpropagated(h, downstream)

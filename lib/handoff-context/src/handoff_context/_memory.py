@@ -1,8 +1,8 @@
 """What a receiver remembers between elements: replay memory, known offers, seen statuses.
 
 The protocol core depends only on these Protocols. ``verify`` uses the in-memory versions
-(each run starts empty, SPEC 11); the service backs them with its database so they survive
-a restart (SPEC 6.4).
+(each run starts empty, profile §11); the service backs them with its database so they survive
+a restart (profile §6.4).
 """
 
 from __future__ import annotations

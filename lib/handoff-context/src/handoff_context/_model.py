@@ -1,4 +1,4 @@
-"""The element model (SPEC 1): offers, statuses, refs and the signed element around them.
+"""The element model (profile §1): offers, statuses, refs and the signed element around them.
 
 Objects here are frozen and validated on construction; the only way in from octets is a
 codec (``jws.parse`` / ``cose.parse``), which builds these from a decoded payload map.
@@ -41,22 +41,22 @@ class StatusState(StrEnum):
 
     @property
     def from_delegator(self) -> bool:
-        """Who signs a status in this state (SPEC 1.2): the delegate answers every state
+        """Who signs a status in this state (profile §1.2): the delegate answers every state
         except ``canceled``, which the delegator signs. The one place this rule is written;
         ``status_parties`` and ``hop_owner`` follow from it."""
         return self is StatusState.CANCELED
 
 
 def is_expired(exp: int, *, now: int, skew: int) -> bool:
-    """SPEC 6.3: an offer with ``exp`` is expired at ``now`` when ``now > exp + skew``; at
+    """Profile §6.3: an offer with ``exp`` is expired at ``now`` when ``now > exp + skew``; at
     ``exp + skew`` itself it is still fresh. The freshness check and the hop state
-    ``expired`` (SPEC 8) both judge by this."""
+    ``expired`` (profile §8) both judge by this."""
     return now > exp + skew
 
 
 def status_parties(state: StatusState, *, delegator: str, delegate: str) -> tuple[str, str]:
     """The (iss, aud) a status in ``state`` must carry for the offer delegator -> delegate
-    (SPEC 1.2)."""
+    (profile §1.2)."""
     return (delegator, delegate) if state.from_delegator else (delegate, delegator)
 
 
@@ -77,7 +77,7 @@ REASON_CODES = frozenset(r.value for r in Reason if r is not Reason.MALFORMED)
 
 
 def check_identifier(value: object, *, what: str, limit: int = MAX_IDENTIFIER) -> str:
-    """SPEC 1.2 [profile]: 1..limit printable ASCII characters, nothing that can hide."""
+    """Profile §1.2 [profile]: 1..limit printable ASCII characters, nothing that can hide."""
     if not isinstance(value, str):
         raise MalformedError(f"{what} must be a string")
     if not 1 <= len(value) <= limit:
@@ -126,7 +126,7 @@ def _optional_text(payload: Mapping[str, Any], key: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Ref:
-    """A prior-context reference (SPEC 5)."""
+    """A prior-context reference (profile §5)."""
 
     kind: str
     digest: bytes
@@ -198,7 +198,7 @@ def _hop(payload: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Offer:
-    """An offer payload (SPEC 1.1)."""
+    """An offer payload (profile §1.1)."""
 
     hop: str
     dialog: str
@@ -220,7 +220,7 @@ class Offer:
 
     @property
     def hop_owner(self) -> str:
-        """The delegator, whose (iss, hop) names the hop (SPEC 8): the offer's issuer."""
+        """The delegator, whose (iss, hop) names the hop (profile §8): the offer's issuer."""
         return self.iss
 
     @classmethod
@@ -249,7 +249,7 @@ class Offer:
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """A status payload (SPEC 1.2)."""
+    """A status payload (profile §1.2)."""
 
     hop: str
     offer: bytes
@@ -270,8 +270,8 @@ class Status:
 
     @property
     def hop_owner(self) -> str:
-        """The delegator of the hop this status is about (SPEC 8's hop key is (delegator,
-        hop)): its issuer for a ``canceled``, else its audience (SPEC 1.2)."""
+        """The delegator of the hop this status is about (profile §8's hop key is (delegator,
+        hop)): its issuer for a ``canceled``, else its audience (profile §1.2)."""
         return self.iss if self.state.from_delegator else self.aud
 
     @classmethod
@@ -290,7 +290,7 @@ class Status:
             if not isinstance(reason, str) or not (
                 reason in REASON_CODES or is_absolute_uri(reason)
             ):
-                raise MalformedError("reason must be a SPEC reason code or an absolute URI")
+                raise MalformedError("reason must be a profile §1.2 reason code or an absolute URI")
             if state not in (StatusState.REJECTED, StatusState.FAILED):
                 raise MalformedError("reason is allowed only on rejected and failed")
         detail = payload.get("detail")
@@ -312,7 +312,7 @@ Payload = Offer | Status
 
 @dataclass(frozen=True, slots=True)
 class Header:
-    """The protected header members the profile allows (SPEC 2, 3)."""
+    """The protected header members the profile allows (profile §2, §3)."""
 
     alg: str
     kid: str | None
@@ -327,7 +327,7 @@ class Element:
     ``octets`` are the signed octets (compact JWS ASCII or tagged COSE_Sign1), never
     re-serialized. ``signing_input`` is what the signature covers; two elements with the same
     ``signed_content`` and different ``octets`` differ only in their signature
-    (equivocation variant ``signature-only``, SPEC 6.4).
+    (equivocation variant ``signature-only``, profile §6.4).
     """
 
     form: Form

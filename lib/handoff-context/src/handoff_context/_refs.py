@@ -1,4 +1,4 @@
-"""Prior-context reference checks (SPEC 5).
+"""Prior-context reference checks (profile §5).
 
 An object is found by the digest of its content, so a ``verified`` outcome always means
 the SHA-256 was computed over octets we hold and matched. A ``mismatch`` needs to know
@@ -60,7 +60,7 @@ class ObjectIndex:
 
 
 def check_ref(ref: Ref, index: int, objects: ObjectIndex) -> RefReport:
-    """Check one ref against the available objects (SPEC 5)."""
+    """Check one ref against the available objects (profile §5)."""
     kind = ref.known_kind
     if kind is None:
         return RefReport(

@@ -1,7 +1,7 @@
 """The signing toolkit: build and sign offers, statuses, chains and handoff objects.
 
 Tests, the demo generator and users who want to produce bundles all use this module, so
-what it makes is exactly what the verifier expects (SPEC 1-3).
+what it makes is exactly what the verifier expects (profile §1-§3).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def public_jwk(key: Any) -> dict[str, Any]:
 
 
 def new_hop() -> str:
-    """A fresh hop identifier: 128 random bits, base64url (SPEC 1.1)."""
+    """A fresh hop identifier: 128 random bits, base64url (profile §1.1)."""
     return b64url_encode(secrets.token_bytes(16))
 
 
@@ -82,7 +82,7 @@ class Signer:
 
 
 def trust_document(signers: Sequence[Signer]) -> dict[str, Any]:
-    """A SPEC 4 trust file listing the public keys of ``signers``."""
+    """A profile §4 trust file listing the public keys of ``signers``."""
     return {"issuers": [s.trust_entry() for s in signers]}
 
 
@@ -124,7 +124,7 @@ def offer_payload(
     refs: Sequence[Mapping[str, Any]] = (),
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An offer payload (SPEC 1.1); ``exp`` defaults to ``iat + lifetime``."""
+    """An offer payload (profile §1.1); ``exp`` defaults to ``iat + lifetime``."""
     payload: dict[str, Any] = {
         "v": 1,
         "type": "offer",
@@ -165,7 +165,7 @@ def status_payload(
     detail: str | None = None,
     refs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """A status payload answering ``offer`` (its decoded payload) with the SPEC 1.2 iss/aud
+    """A status payload answering ``offer`` (its decoded payload) with the profile §1.2 iss/aud
     swap by default: the delegate answers; the delegator cancels."""
     state = StatusState(state)
     default_iss, default_aud = status_parties(state, delegator=offer["iss"], delegate=offer["aud"])
@@ -260,7 +260,7 @@ def handoff_object(
     form: Form | None = None,
     include_chain: bool = True,
 ) -> dict[str, Any]:
-    """The SPEC 1.4 handoff object: JWS as strings, COSE as byte strings."""
+    """The profile §1.4 handoff object: JWS as strings, COSE as byte strings."""
     form = form or form_of(offer)
     obj: dict[str, Any] = {"offer": _carried(offer, form)}
     if include_chain and chain:
@@ -273,7 +273,7 @@ def _carried(octets: bytes, form: Form) -> str | bytes:
 
 
 def status_object(status: bytes) -> dict[str, Any]:
-    """The SPEC 1.4 status object."""
+    """The profile §1.4 status object."""
     return {"status": _carried(status, form_of(status))}
 
 
@@ -289,9 +289,9 @@ def continue_handoff(
     **fields: Any,
 ) -> dict[str, Any]:
     """Hand a received handoff on to ``aud``: a new offer from ``signer`` whose ``prev`` names
-    the received offer, in a SPEC 1.4 handoff object whose chain is the received chain plus
-    the received offer, oldest first (SPEC 7). With ``carry_chain=False`` the offer still
-    names its predecessor but no chain is carried (the privacy choice of SPEC 7: the next
+    the received offer, in a profile §1.4 handoff object whose chain is the received chain plus
+    the received offer, oldest first (profile §7). With ``carry_chain=False`` the offer still
+    names its predecessor but no chain is carried (the privacy choice of profile §7: the next
     receiver then reports the chain ``not-checked``).
 
     ``received`` is the handoff object as found in the carrier (a map) or as parsed. Check it

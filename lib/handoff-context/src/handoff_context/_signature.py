@@ -1,4 +1,4 @@
-"""The signature layer shared by both forms (SPEC 2, 3, 4).
+"""The signature layer shared by both forms (profile §2, §3, §4).
 
 Both forms sign with raw signatures: ES256 as 64-byte ``r||s`` and Ed25519 as 64 bytes, so
 one function checks either once the codec has produced the signing input. The arithmetic is
@@ -16,7 +16,7 @@ from handoff_context._model import Element
 from handoff_context._trust import TrustedKey, TrustStore
 from handoff_context.errors import CheckFailed, Reason
 
-# P-256 group order (SEC 2): ES256 needs 1 <= r, s < n (SPEC 2).
+# P-256 group order (SEC 2): ES256 needs 1 <= r, s < n (profile §2).
 _P256_N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 # JOSE algorithm name -> the key type it needs. "EdDSA" and "Ed25519" are the same
@@ -57,7 +57,7 @@ def sign_raw(alg: str, private_key: Any, signing_input: bytes) -> bytes:
 
 
 def verify_element(element: Element, trust: TrustStore) -> TrustedKey:
-    """Check the element's signature with the keys configured for its ``iss`` (SPEC 4, 6.1).
+    """Check the element's signature with the keys configured for its ``iss`` (profile §4, §6.1).
 
     Returns the key that verified. Raises CheckFailed with ``untrusted-key`` when the issuer
     has no configured key, or ``bad-signature`` when it has keys but none fits and verifies.

@@ -1,4 +1,4 @@
-"""The trust configuration (SPEC 4): which public keys speak for which identifier.
+"""The trust configuration (profile §4): which public keys speak for which identifier.
 
 Loading fails closed: a file that could let a forged element verify (a private key, a
 small-order Ed25519 key, a key that does not fit its algorithm, no issuer at all) is a

@@ -1,4 +1,4 @@
-"""The verdict report (SPEC 11): what a careful receiver decided about one element, and why.
+"""The verdict report (profile §11): what a careful receiver decided about one element, and why.
 
 The same JSON shape is printed by ``verify --json`` and answered by the HTTP API.
 """
@@ -144,7 +144,7 @@ class Verdict:
     chain: ChainReport | None = None
     refs: list[RefReport] = field(default_factory=list)
     equivocation: Equivocation | None = None
-    # Not part of SPEC 11's shape, kept for the store and the table output.
+    # Not part of profile §11's shape, kept for the store and the table output.
     dialog: str | None = None
     offer: bytes | None = None  # a status's offer digest
 

@@ -1,4 +1,4 @@
-"""The receiver's check pipeline (SPEC 6, 7, 5), producing SPEC 11 verdicts.
+"""The receiver's check pipeline (profile §6, §7, §5), producing profile §11 verdicts.
 
 Each check is one small function named after it, called in the spec's order; the first
 failure ends processing and the checks after it are reported ``not-run``.
@@ -49,19 +49,19 @@ from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Receiver policy shared by every element of a run (SPEC 6, 7, 12)."""
+    """Receiver policy shared by every element of a run (profile §6, §7, §12)."""
 
     skew: int = 60
     max_lifetime: int = 300
     max_chain: int = 16
     ref_policy: RefPolicy = RefPolicy.NONE
-    # A deployment may refuse elements below the profile's 64 KiB ceiling (SPEC 1.2).
+    # A deployment may refuse elements below the profile's 64 KiB ceiling (profile §1.2).
     max_element: int = MAX_ELEMENT_OCTETS
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """Per-item facts: who received it, when, and in which host dialog (SPEC 10)."""
+    """Per-item facts: who received it, when, and in which host dialog (profile §10)."""
 
     now: int
     receiver: str | None = None
@@ -79,7 +79,7 @@ def parse_element(octets: bytes, form: Form) -> Element:
 
 
 class _VerifiedCache:
-    """The default signature cache (SPEC 6.1): the (digest, trust fingerprint) pairs whose
+    """The default signature cache (profile §6.1): the (digest, trust fingerprint) pairs whose
     signature verified, most recent ``size`` of them. Whether a signature verifies under a
     trust store is a fact of the octets alone, so a hit can never change a verdict; it only
     spares the work. Without it a capture of k bundles, each carrying the chain before it,
@@ -158,7 +158,7 @@ class Verifier:
             self.signature_cache = _VerifiedCache()
 
     def check_signature(self, element: Element) -> None:
-        """SPEC 6.1, through the cache when one is configured. Raises CheckFailed."""
+        """Profile §6.1, through the cache when one is configured. Raises CheckFailed."""
         cache, fingerprint = self.signature_cache, self.trust.fingerprint
         if cache is not None and cache.verified(element.digest, fingerprint):
             return
@@ -194,7 +194,7 @@ class Verifier:
             return self.verify_status(obj.status, obj.form, ctx, source=source)
         return self.verify_offer(obj, ctx, source=source)
 
-    # -- offers (SPEC 6) ----------------------------------------------------------------
+    # -- offers (profile §6) ----------------------------------------------------------------
 
     def verify_offer(self, obj: HandoffObject, ctx: Context, *, source: str) -> Verdict:
         verdict = Verdict(source=source, element="offer", form=obj.form.value)
@@ -223,7 +223,7 @@ class Verifier:
 
     @staticmethod
     def _name(verdict: Verdict, payload: Offer | Status) -> None:
-        """Say which element the verdict is about (SPEC 11 iss, aud, hop)."""
+        """Say which element the verdict is about (profile §11 iss, aud, hop)."""
         verdict.iss, verdict.aud, verdict.hop = payload.iss, payload.aud, payload.hop
         if isinstance(payload, Offer):
             verdict.dialog = payload.dialog
@@ -239,7 +239,7 @@ class Verifier:
         except MalformedError as exc:
             run.verdict.reason, run.verdict.detail = Reason.MALFORMED, exc.detail
             raise _Stop() from exc
-        except EmbeddedKeyError as exc:  # a key carried inside the message (SPEC 2)
+        except EmbeddedKeyError as exc:  # a key carried inside the message (profile §2)
             if isinstance(exc.payload, Offer | Status):
                 self._name(run.verdict, exc.payload)
             raise run.fail("signature", exc.reason, exc.detail) from exc
@@ -251,7 +251,7 @@ class Verifier:
         return element
 
     def _too_deep(self, obj: HandoffObject, run: _Run) -> None:
-        # SPEC 7 [profile]: before any signature work; reported under the chain check.
+        # Profile §7 [profile]: before any signature work; reported under the chain check.
         try:
             check_too_deep(len(obj.chain), self.policy.max_chain)
         except CheckFailed as exc:
@@ -370,7 +370,7 @@ class Verifier:
         else:
             run.record("refs", Result.PASS)
 
-    # -- statuses (SPEC 6, last paragraph) ----------------------------------------------
+    # -- statuses (profile §6.8) ----------------------------------------------
 
     def verify_status(self, octets: bytes, form: Form, ctx: Context, *, source: str) -> Verdict:
         verdict = Verdict(source=source, element="status", form=form.value)
@@ -418,7 +418,7 @@ class Verifier:
         return offer
 
     def _status_parties(self, status: Status, offer: Offer, run: _Run) -> None:
-        # SPEC 1.2: the delegate answers, except that the delegator cancels.
+        # Profile §1.2: the delegate answers, except that the delegator cancels.
         want_iss, want_aud = status_parties(status.state, delegator=offer.iss, delegate=offer.aud)
         who = "the delegator (canceled)" if status.state.from_delegator else "the delegate"
         if status.iss != want_iss or status.aud != want_aud:
@@ -435,7 +435,7 @@ class Verifier:
 class Session:
     """One run over many items (a ``verify`` call, one ingest request): verdicts come out in
     input order, and a status whose offer appears later in the same run is judged once the
-    offer is known, so ``pending`` is left only for offers that never appear (SPEC 11)."""
+    offer is known, so ``pending`` is left only for offers that never appear (profile §11)."""
 
     verifier: Verifier
     verdicts: list[Verdict] = field(default_factory=list)

@@ -1,12 +1,12 @@
-"""Carrying handoffs in A2A 1.0, A2A 0.3 and MCP messages (SPEC 9): put them in, find them.
+"""Carrying handoffs in A2A 1.0, A2A 0.3 and MCP messages (profile §9): put them in, find them.
 
 Everything here works on messages as decoded JSON (maps and lists), the shape every SDK
 reads and writes on the wire (a2a-sdk's ``json_format.MessageToDict``, the mcp package's
 ``model_dump(by_alias=True)``); nothing is fetched, decoded or verified. The values put and
-found are SPEC 1.4 handoff and status objects (``handoff_object``, ``status_object``);
+found are profile §1.4 handoff and status objects (``handoff_object``, ``status_object``);
 JSON carriers take the JWS form. Judge what ``find`` returns with a ``Verifier``.
 
-Choices this module makes where SPEC is silent:
+Choices this module makes where the profile is silent:
 - A2A statuses are read from the reply Message, the returned Task's status message and the
   status message of a streamed status update. ``Task.history`` is not read: it repeats
   earlier messages (the offer that started the task among them), so reading it would report
@@ -16,7 +16,7 @@ Choices this module makes where SPEC is silent:
   URI is still read: the key alone says what the value is, and the URI is only a label.
 - A metadata or ``_meta`` entry under our key that is not a map is ``Unreadable``; a
   message without the key yields nothing.
-- The key is only looked for where SPEC 9 puts it: ``params._meta`` of ``tools/call`` and
+- The key is only looked for where profile §9 puts it: ``params._meta`` of ``tools/call`` and
   ``notifications/cancelled``, ``result._meta`` of any MCP result (a response does not name
   its method), the message of A2A send requests and replies, ``params.metadata`` of A2A
   cancel requests.
@@ -61,7 +61,7 @@ __all__ = [
     "put_mcp",
 ]
 
-# SPEC 9: the carrying keys. Both are labels; nothing is ever fetched from them.
+# Profile §9: the carrying keys. Both are labels; nothing is ever fetched from them.
 A2A_EXTENSION_URI = "https://quantumlearningmachines.com/a2a/ext/agent-handoff/v1"
 MCP_META_KEY = "quantumlearningmachines.com/agent-handoff"
 
@@ -103,7 +103,7 @@ class Found:
 
 @dataclass(frozen=True)
 class TaskState:
-    """A host task state (SPEC 8: the host keeps its own task state) from an A2A Task or
+    """A host task state (profile §8: the host keeps its own task state) from an A2A Task or
     status update that carries no handoff element; ``task_state`` in A2A 1.0 names."""
 
     carrier: Carrier
@@ -127,7 +127,7 @@ def put_a2a(host: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]:
 
     ``host`` is a Message (a send request's, a reply, a Task's status message) or the params
     of a cancel-task request, in 1.0 or 0.3 JSON. A handoff object (an offer) also lists the
-    URI in the message's ``extensions`` (SPEC 9); a status object does not need to."""
+    URI in the message's ``extensions`` (profile §9); a status object does not need to."""
     out = dict(host)
     out["metadata"] = {**dict(out.get("metadata") or {}), A2A_EXTENSION_URI: dict(obj)}
     if "offer" in obj:
@@ -189,7 +189,7 @@ def _type_name(value: object) -> str:
 
 
 def is_bare_object(value: Mapping[str, Any]) -> bool:
-    """True for a handoff or status object travelling bare (SPEC 1.4). An A2A Task or status
+    """True for a handoff or status object travelling bare (profile §1.4). An A2A Task or status
     update also has a "status" member, but it is a map; a status object's is a JWS string or
     COSE bytes."""
     return is_handoff_like(value) and not isinstance(value.get("status"), Mapping)
@@ -267,7 +267,7 @@ def _request(value: Mapping[str, Any]) -> Iterator[_Any]:
 def _cancel(
     params: Mapping[str, Any], *, carrier: Carrier, task_id: str | None
 ) -> Iterator[Found | Unreadable]:
-    # SPEC 9: a delegator's canceled rides in the cancel request's own metadata. The
+    # Profile §9: a delegator's canceled rides in the cancel request's own metadata. The
     # request names the task but no context, so the carrier dialog is unknown.
     metadata = params.get("metadata")
     if isinstance(metadata, Mapping) and A2A_EXTENSION_URI in metadata:

@@ -6,9 +6,9 @@
         --objects {objects} {input}"
 
 A vector (``handoff_context/vectors``, README.md there) is one JSON document: a capture to
-verify, the SPEC 12 verify parameters, and the SPEC 11 verdicts the capture must produce.
+verify, the profile §12 verify parameters, and the profile §11 verdicts the capture must produce.
 ``check_vector`` compares what a *runner* answered with those expectations; a runner is any
-callable that judges one vector and answers the verdicts as SPEC 11 JSON (the shape
+callable that judges one vector and answers the verdicts as profile §11 JSON (the shape
 ``Verdict.to_json`` writes), or ``Refused`` when it gave no verdicts (it refused the trust
 file, or failed). ``library_verdicts`` is this library's own runner; ``command_runner``
 drives another implementation's verify command through files and its JSON output, the way
@@ -82,7 +82,7 @@ def _b64u(text: str) -> bytes:
 
 
 def capture_of(doc: dict[str, Any]) -> tuple[str, bytes]:
-    """The vector's input as a capture file (SPEC 10): JSON Lines, or a CBOR sequence."""
+    """The vector's input as a capture file (profile §10): JSON Lines, or a CBOR sequence."""
     if doc["input_format"] == "cbor":
         return f"{doc['name']}.cbor", b"".join(_b64u(item) for item in doc["input"])
     lines = "".join(json.dumps(item) + "\n" for item in doc["input"])
@@ -96,7 +96,7 @@ def trust_of(doc: dict[str, Any], directory: Path = DIRECTORY) -> Any:
 
 
 def objects_of(doc: dict[str, Any]) -> ObjectIndex:
-    """The objects available for ref checks (SPEC 5)."""
+    """The objects available for ref checks (profile §5)."""
     return ObjectIndex.of(
         AvailableObject(o["name"], _b64u(o["content"]), _b64u(o["salt"]) if "salt" in o else None)
         for o in doc["objects"]
@@ -146,7 +146,7 @@ def library_verdicts(doc: dict[str, Any], directory: Path = DIRECTORY) -> Answer
 
 
 def mismatches(expected: dict[str, Any], got: dict[str, Any]) -> list[str]:
-    """How one SPEC 11 verdict (as JSON) differs from one ``expect`` entry."""
+    """How one profile §11 verdict (as JSON) differs from one ``expect`` entry."""
     out = []
     for key in ("outcome", "reason", "element"):
         if key in expected and got.get(key) != expected[key]:
@@ -267,7 +267,7 @@ def _write_inputs(doc: dict[str, Any], directory: Path, folder: Path) -> dict[st
 def command_runner(template: str, *, timeout: float = 120.0) -> Runner:
     """A runner that runs ``template`` once per vector (placeholders: ``PLACEHOLDERS``;
     ``{trust}``, ``{objects}`` and ``{input}`` are files written for the vector) and reads
-    the SPEC 11 verdicts it prints as one JSON array on standard output. Exit status 0 or 1
+    the profile §11 verdicts it prints as one JSON array on standard output. Exit status 0 or 1
     with that array is an answer; anything else is ``Refused``. Raises ValueError for a bad
     template (``check_template``)."""
     args = check_template(template)
@@ -318,7 +318,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TEMPLATE",
         help="the command to judge one vector, with placeholders "
         + ", ".join("{" + n + "}" for n in PLACEHOLDERS)
-        + "; it must print the SPEC 11 verdicts as a JSON array (default: this library)",
+        + "; it must print the profile §11 verdicts as a JSON array (default: this library)",
     )
     p.add_argument(
         "--vectors",

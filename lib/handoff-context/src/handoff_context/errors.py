@@ -1,7 +1,7 @@
 """The error hierarchy of the protocol core.
 
-Every failure that can befall an element carries a machine ``reason`` (a SPEC 1.2 reason
-code, or ``malformed`` for a local parse failure, SPEC 6) and a human ``detail``. Callers
+Every failure that can befall an element carries a machine ``reason`` (a profile §1.2 reason
+code, or ``malformed`` for a local parse failure, profile §6) and a human ``detail``. Callers
 branch on ``reason``; people read ``detail``.
 """
 
@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class Reason(StrEnum):
-    """Rejection reasons: the SPEC 1.2 codes plus the local ``malformed`` (SPEC 6)."""
+    """Rejection reasons: the profile §1.2 codes plus the local ``malformed`` (profile §6)."""
 
     BAD_SIGNATURE = "bad-signature"
     UNTRUSTED_KEY = "untrusted-key"
@@ -25,7 +25,7 @@ class Reason(StrEnum):
     UNVERIFIABLE_REF = "unverifiable-ref"
     REF_MISMATCH = "ref-mismatch"
     POLICY = "policy"
-    # A local verdict only: never sent as a status reason (SPEC 6 [profile]).
+    # A local verdict only: never sent as a status reason (profile §6 [profile]).
     MALFORMED = "malformed"
 
 
@@ -53,18 +53,18 @@ def escaped(detail: str) -> str:
 
 
 class MalformedError(HandoffError):
-    """The octets are not a well-formed element of this profile (SPEC 1, 2, 3)."""
+    """The octets are not a well-formed element of this profile (profile §1, §2, §3)."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(Reason.MALFORMED, detail)
 
 
 class CheckFailed(HandoffError):
-    """A receiver check (SPEC 6, 7, 5) failed with ``reason``."""
+    """A receiver check (profile §6, §7, §5) failed with ``reason``."""
 
 
 class EmbeddedKeyError(CheckFailed):
-    """The header carries a key (SPEC 2): ``untrusted-key``. ``payload`` is the element's
+    """The header carries a key (profile §2): ``untrusted-key``. ``payload`` is the element's
     payload when it could still be read, so the verdict can name the issuer and hop."""
 
     def __init__(self, detail: str, payload: object | None = None) -> None:
@@ -73,4 +73,4 @@ class EmbeddedKeyError(CheckFailed):
 
 
 class TrustConfigError(Exception):
-    """The trust configuration is unusable (SPEC 4). A configuration error, not a verdict."""
+    """The trust configuration is unusable (profile §4). A configuration error, not a verdict."""

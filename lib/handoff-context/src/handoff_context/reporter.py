@@ -7,7 +7,7 @@ reporter = Reporter("https://trace.example", token, receiver="spiffe://b.example
 reporter.observe_received(message)  # an A2A or MCP message as the SDK built it, or a dict
 ```
 
-Each observation becomes a capture record (SPEC 10) ``{"id", "received_at", "received_by",
+Each observation becomes a capture record (profile §10) ``{"id", "received_at", "received_by",
 "dialog", "payload"}``, queued in memory and posted in batches, as JSON Lines, to the
 service's ``POST /api/v1/ingest``. What it promises the agent:
 
@@ -34,7 +34,7 @@ service's ``POST /api/v1/ingest``. What it promises the agent:
 
 It finds the handoff elements itself: a message is queued when it carries our A2A extension
 key or MCP ``_meta`` key, or is an A2A Task or status update (the host keeps its own task
-state beside the hop's, SPEC 8, even when no element rides in it). Everything else is
+state beside the hop's, profile §8, even when no element rides in it). Everything else is
 counted as ``ignored`` and not sent. The service does the real reading and every check.
 
 Only the standard library is used for HTTP (``urllib``), so the library keeps its three
@@ -63,7 +63,7 @@ __all__ = ["Reporter", "ReporterStats", "to_plain"]
 
 log = logging.getLogger("handoff_context.reporter")
 
-# SPEC 9: the carrying keys (labels; nothing is fetched from them).
+# Profile §9: the carrying keys (labels; nothing is fetched from them).
 A2A_EXTENSION_URI = "https://quantumlearningmachines.com/a2a/ext/agent-handoff/v1"
 MCP_META_KEY = "quantumlearningmachines.com/agent-handoff"
 INGEST_PATH = "/api/v1/ingest"
@@ -377,7 +377,7 @@ def _bytes_as_text(value: object) -> object:
 
 # --- reading messages as the SDKs build them --------------------------------------------
 #
-# The one place where the reporter knows where A2A and MCP put a handoff (SPEC 9). It only
+# The one place where the reporter knows where A2A and MCP put a handoff (profile §9). It only
 # decides whether a message is worth sending; the service reads it again, strictly.
 
 

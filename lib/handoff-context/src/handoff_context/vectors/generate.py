@@ -121,7 +121,7 @@ MALLORY = Agent("spiffe://evil.example/agent/mallory", Key.ed25519("mallory-ed1"
 
 
 def trust_document() -> dict[str, Any]:
-    """trust.json: every agent above except MALLORY (SPEC 4)."""
+    """trust.json: every agent above except MALLORY (profile §4)."""
     entries: list[tuple[str, list[Key]]] = [
         (ASSISTANT.iss, [ASSISTANT.key]),
         (PLANNER.iss, [PLANNER.key, PLANNER_KEY2]),
@@ -144,7 +144,7 @@ def b64u_decode(text: str) -> bytes:
 
 
 def digest(element: str | bytes) -> bytes:
-    """The handoff digest: SHA-256 over the element's octets as sent (SPEC 1.3)."""
+    """The handoff digest: SHA-256 over the element's octets as sent (profile §1.3)."""
     return hashlib.sha256(element.encode("ascii") if isinstance(element, str) else element).digest()
 
 
@@ -252,7 +252,7 @@ def cbor_map_with_pairs(pairs: Sequence[tuple[Any, Any]]) -> bytes:
 
 
 def hop(name: str, index: int = 0) -> str:
-    """128 bits derived from the vector's name: 22 base64url characters (SPEC 1.1)."""
+    """128 bits derived from the vector's name: 22 base64url characters (profile §1.1)."""
     return b64u(hashlib.sha256(f"hop {name} {index}".encode()).digest()[:16])
 
 
@@ -289,7 +289,7 @@ def status(
     iat: int = T0 + 10,
     **extra: Any,
 ) -> dict[str, Any]:
-    """A status answering an offer, with the SPEC 1.2 iss/aud swap unless ``extra`` says."""
+    """A status answering an offer, with the profile §1.2 iss/aud swap unless ``extra`` says."""
     delegator, delegate = answered["iss"], answered["aud"]
     iss, aud = (delegator, delegate) if state == "canceled" else (delegate, delegator)
     payload: dict[str, Any] = {
@@ -433,14 +433,14 @@ def one(
 
 
 def header_vectors() -> list[Vector]:
-    """SPEC 2: what the protected header may and may not say."""
+    """Profile §2: what the protected header may and may not say."""
     vs: list[Vector] = []
     p = base_offer("alg-none")
     head = b64u(json_octets({"alg": "none", "typ": OFFER_TYP}))
     vs.append(
         one(
             "alg-none",
-            "SPEC 2",
+            "profile §2",
             "alg none with an empty signature: every element must be signed",
             f"{head}.{b64u(json_octets(p))}.",
             reject("malformed"),
@@ -457,7 +457,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "hmac-with-public-key",
-            "SPEC 2",
+            "profile §2",
             "HS256 keyed with the coder's public key "
             "(PEM): the classic algorithm-confusion forgery",
             f"{signing_input}.{b64u(mac)}",
@@ -482,7 +482,7 @@ def header_vectors() -> list[Vector]:
         vs.append(
             one(
                 name,
-                "SPEC 2",
+                "profile §2",
                 f"signed by the attacker, naming the planner as iss and "
                 f"carrying {what}: a key in the message proves nothing",
                 token,
@@ -502,7 +502,7 @@ def header_vectors() -> list[Vector]:
         vs.append(
             one(
                 name,
-                "SPEC 2",
+                "profile §2",
                 f"a correctly signed offer whose header carries {what}",
                 jws(base_offer(name), PLANNER.key, **changes),
                 reject("malformed"),
@@ -515,7 +515,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "zip",
-            "SPEC 2",
+            "profile §2",
             'zip "DEF" with a raw-DEFLATE payload',
             jws(
                 compressed,
@@ -534,7 +534,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "json-serialization-general",
-            "SPEC 2",
+            "profile §2",
             "a valid signature in the general JWS JSON Serialization instead of the compact form",
             general,
             reject("malformed"),
@@ -546,7 +546,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "json-serialization-flattened",
-            "SPEC 2",
+            "profile §2",
             "a valid signature in the flattened JWS JSON Serialization",
             flat,
             reject("malformed"),
@@ -557,7 +557,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "padding",
-            "SPEC 2",
+            "profile §2",
             "the signature part with base64 '=' padding",
             token + "==",
             reject("malformed"),
@@ -573,7 +573,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "plus-slash-base64",
-            "SPEC 2",
+            "profile §2",
             "all three parts in the standard base64 alphabet (+ and /) instead of base64url",
             std,
             reject("malformed"),
@@ -589,7 +589,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "unused-bits",
-            "SPEC 1.3, 2",
+            "profile §1.3, §2",
             "the signature's last base64url character with "
             "an unused bit set: it decodes to the same octets, so a lenient decoder would "
             "accept a second spelling (and a second handoff digest)",
@@ -605,7 +605,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "bom-header",
-            "SPEC 2",
+            "profile §2",
             "the protected header starts with a UTF-8 byte order mark; correctly signed",
             jws(p, PLANNER.key, header=bom_header),
             reject("malformed"),
@@ -616,7 +616,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "utf16-payload",
-            "SPEC 2",
+            "profile §2",
             "the payload encoded as UTF-16 (with BOM); correctly signed",
             jws(utf16, PLANNER.key),
             reject("malformed"),
@@ -635,7 +635,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "duplicate-header-member",
-            "SPEC 2",
+            "profile §2",
             "kid twice in the header (planner-ed2, "
             "then planner-ed1): parsers disagree on which one wins",
             jws(base_offer("duplicate-header-member"), PLANNER.key, header=dup_header),
@@ -647,7 +647,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "duplicate-payload-member",
-            "SPEC 1.2, 2",
+            "profile §1.2, §2",
             "aud twice in the payload (coder, then mallory): parsers disagree on which one wins",
             jws(dup_payload, PLANNER.key),
             reject("malformed"),
@@ -657,7 +657,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "missing-typ",
-            "SPEC 2",
+            "profile §2",
             "a correctly signed offer without typ",
             jws(base_offer("missing-typ"), PLANNER.key, typ=None),
             reject("malformed"),
@@ -666,7 +666,7 @@ def header_vectors() -> list[Vector]:
     vs.append(
         one(
             "typ-mismatch",
-            "SPEC 2",
+            "profile §2",
             "an offer payload under typ handoff-status+jws",
             jws(base_offer("typ-mismatch"), PLANNER.key, typ=STATUS_TYP),
             reject("malformed"),
@@ -676,7 +676,7 @@ def header_vectors() -> list[Vector]:
 
 
 def signature_vectors() -> list[Vector]:
-    """SPEC 2 (ES256 signature form) and SPEC 4 (which key)."""
+    """Profile §2 (ES256 signature form) and profile §4 (which key)."""
     vs: list[Vector] = []
     at_tester: dict[str, Any] = {"receiver": TESTER.iss}
 
@@ -685,7 +685,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "der-signature",
-            "SPEC 2",
+            "profile §2",
             "a correct ES256 signature in ASN.1 DER instead of raw r||s",
             with_signature(token, encode_dss_signature(r, s)),
             reject("bad-signature"),
@@ -707,7 +707,7 @@ def signature_vectors() -> list[Vector]:
         vs.append(
             one(
                 name,
-                "SPEC 2",
+                "profile §2",
                 f"an ES256 signature with {what}: outside 1 <= r, s < n",
                 with_signature(token, sig),
                 reject("bad-signature"),
@@ -721,7 +721,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "high-s-valid",
-            "SPEC 2",
+            "profile §2",
             "a high-S ES256 signature (s > n/2): valid, JWS has no low-S rule",
             with_signature(token, high),
             accept(),
@@ -734,7 +734,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "truncated-signature",
-            "SPEC 2",
+            "profile §2",
             "the ES256 signature without its last octet (63 octets)",
             with_signature(token, sig[:-1]),
             reject("bad-signature"),
@@ -745,7 +745,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "kid-unknown",
-            "SPEC 4",
+            "profile §4",
             "kid planner-ed9 names none of the planner's keys",
             jws(base_offer("kid-unknown"), PLANNER.key, kid="planner-ed9"),
             reject("bad-signature"),
@@ -754,7 +754,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "kid-other-key",
-            "SPEC 4",
+            "profile §4",
             "signed with planner-ed1 but kid names planner-ed2, the planner's other key",
             jws(base_offer("kid-other-key"), PLANNER.key, kid=PLANNER_KEY2.kid),
             reject("bad-signature"),
@@ -763,7 +763,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "alg-key-mismatch",
-            "SPEC 4",
+            "profile §4",
             "alg ES256 with kid naming the planner's Ed25519 "
             "key (the signature is a valid Ed25519 one)",
             jws(base_offer("alg-key-mismatch"), PLANNER.key, alg="ES256"),
@@ -773,7 +773,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "untrusted-issuer",
-            "SPEC 4",
+            "profile §4",
             "a well-formed offer from mallory, who is not in the trust file",
             jws(offer(MALLORY, CODER, name="untrusted-issuer"), MALLORY.key),
             reject("untrusted-key"),
@@ -782,7 +782,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "offer-ed25519",
-            "SPEC 2",
+            "profile §2",
             "an ordinary offer planner -> coder, alg Ed25519",
             signed("offer-ed25519"),
             accept(),
@@ -791,7 +791,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "offer-es256",
-            "SPEC 2",
+            "profile §2",
             "an ordinary offer coder -> tester, alg ES256",
             es256_offer("offer-es256")[1],
             accept(),
@@ -801,7 +801,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "offer-eddsa-alg",
-            "SPEC 2",
+            "profile §2",
             "alg EdDSA, the pre-RFC 9864 name of Ed25519",
             jws(base_offer("offer-eddsa-alg"), PLANNER.key, alg="EdDSA"),
             accept(),
@@ -810,7 +810,7 @@ def signature_vectors() -> list[Vector]:
     vs.append(
         one(
             "offer-without-kid",
-            "SPEC 2, 4",
+            "profile §2, §4",
             "no kid, signed with the planner's second key: each of the issuer's keys is tried",
             jws(base_offer("offer-without-kid"), PLANNER_KEY2, kid=None),
             accept(),
@@ -820,7 +820,7 @@ def signature_vectors() -> list[Vector]:
 
 
 def payload_vectors() -> list[Vector]:
-    """SPEC 1.1, 1.2: members, types and identifiers."""
+    """Profile §1.1, §1.2: members, types and identifiers."""
     vs: list[Vector] = []
 
     def bad(name: str, rule: str, description: str, element: str) -> None:
@@ -828,13 +828,13 @@ def payload_vectors() -> list[Vector]:
 
     bad(
         "nan",
-        "SPEC 1.2",
+        "profile §1.2",
         "iat is the JSON extension NaN",
         jws(base_offer("nan", replace={"iat": float("nan")}), PLANNER.key),
     )
     bad(
         "infinity",
-        "SPEC 1.2",
+        "profile §1.2",
         "exp is the JSON extension Infinity",
         jws(
             raw_json(base_offer("infinity", replace={"exp": "@EXP@"}), EXP="Infinity"), PLANNER.key
@@ -842,25 +842,25 @@ def payload_vectors() -> list[Vector]:
     )
     bad(
         "huge-number",
-        "SPEC 1.1",
+        "profile §1.1",
         "exp = 2^64, beyond 2^53",
         jws(base_offer("huge-number", replace={"exp": 2**64}), PLANNER.key),
     )
     bad(
         "float-iat",
-        "SPEC 1.2",
+        "profile §1.2",
         "iat written as 1793000000.0",
         jws(base_offer("float-iat", replace={"iat": float(T0)}), PLANNER.key),
     )
     bad(
         "bool-v",
-        "SPEC 1.2",
+        "profile §1.2",
         "v is true instead of 1",
         jws(base_offer("bool-v", replace={"v": True}), PLANNER.key),
     )
     bad(
         "string-iat",
-        "SPEC 1.2",
+        "profile §1.2",
         'iat is the string "1793000000"',
         jws(base_offer("string-iat", replace={"iat": str(T0)}), PLANNER.key),
     )
@@ -869,19 +869,19 @@ def payload_vectors() -> list[Vector]:
         deep = [deep]
     bad(
         "deep-nesting",
-        "SPEC 1.2",
+        "profile §1.2",
         "an unknown member nested 40 arrays deep (limit 32 levels)",
         jws(base_offer("deep-nesting", replace={"x-deep": deep}), PLANNER.key),
     )
     bad(
         "oversize-element",
-        "SPEC 1.2",
+        "profile §1.2",
         "an element over 64 KiB (an unknown member of 70000 characters)",
         jws(base_offer("oversize-element", replace={"x-pad": "A" * 70000}), PLANNER.key),
     )
     bad(
         "nul-in-identifier",
-        "SPEC 1.2",
+        "profile §1.2",
         "aud is the coder's identifier followed by NUL and more",
         jws(
             base_offer("nul-in-identifier", replace={"aud": CODER.iss + "\x00.evil.example"}),
@@ -890,7 +890,7 @@ def payload_vectors() -> list[Vector]:
     )
     bad(
         "bidi-in-identifier",
-        "SPEC 1.2",
+        "profile §1.2",
         "aud hides a RIGHT-TO-LEFT OVERRIDE (U+202E)",
         jws(
             base_offer(
@@ -901,33 +901,33 @@ def payload_vectors() -> list[Vector]:
     )
     bad(
         "newline-in-identifier",
-        "SPEC 1.2",
+        "profile §1.2",
         "aud is the coder's identifier followed by a newline (a pattern anchored with $ lets "
         "it through)",
         jws(base_offer("newline-in-identifier", replace={"aud": CODER.iss + "\n"}), PLANNER.key),
     )
     bad(
         "space-in-identifier",
-        "SPEC 1.2",
+        "profile §1.2",
         'dialog is "dlg vectors", with a space',
         jws(base_offer("space-in-identifier", dialog="dlg vectors"), PLANNER.key),
     )
     bad(
         "bad-hop",
-        "SPEC 1.1",
+        "profile §1.1",
         "hop is 16 characters (at least 22 needed)",
         jws(base_offer("bad-hop", replace={"hop": "c2hvcnQtaG9wLWlk"}), PLANNER.key),
     )
     bad(
         "iat-after-exp",
-        "SPEC 1.1",
+        "profile §1.1",
         "iat is after exp",
         jws(base_offer("iat-after-exp", replace={"exp": T0 - 10}), PLANNER.key),
     )
     vs.append(
         one(
             "offer-unknown-member",
-            "SPEC 1.2",
+            "profile §1.2",
             "an unknown payload member is ignored (forward compatibility)",
             signed("offer-unknown-member", **{"x-priority": "high"}),
             accept(),
@@ -936,7 +936,7 @@ def payload_vectors() -> list[Vector]:
     vs.append(
         one(
             "offer-all-members",
-            "SPEC 1.1",
+            "profile §1.1",
             "task, obo and grant set",
             signed(
                 "offer-all-members",
@@ -951,12 +951,12 @@ def payload_vectors() -> list[Vector]:
 
 
 def receiver_vectors() -> list[Vector]:
-    """SPEC 6: audience, freshness, replay, dialog."""
+    """Profile §6: audience, freshness, replay, dialog."""
     vs: list[Vector] = []
     vs.append(
         one(
             "wrong-audience",
-            "SPEC 6.2",
+            "profile §6.2",
             "planner -> tester, received by the coder",
             jws(offer(PLANNER, TESTER, name="wrong-audience"), PLANNER.key),
             reject("wrong-audience"),
@@ -965,7 +965,7 @@ def receiver_vectors() -> list[Vector]:
     vs.append(
         one(
             "stale-expired",
-            "SPEC 6.3",
+            "profile §6.3",
             "exp was 180 s before the receive time (skew 60 s)",
             signed("stale-expired", iat=AT - 300),
             reject("stale"),
@@ -974,7 +974,7 @@ def receiver_vectors() -> list[Vector]:
     vs.append(
         one(
             "stale-future",
-            "SPEC 6.3",
+            "profile §6.3",
             "iat is 120 s after the receive time (skew 60 s)",
             signed("stale-future", iat=AT + 120),
             reject("stale"),
@@ -983,7 +983,7 @@ def receiver_vectors() -> list[Vector]:
     vs.append(
         one(
             "lifetime-policy",
-            "SPEC 6.3",
+            "profile §6.3",
             "exp - iat = 301 s, above the 300 s maximum",
             signed("lifetime-policy", lifetime=301),
             reject("policy"),
@@ -994,7 +994,7 @@ def receiver_vectors() -> list[Vector]:
     vs.append(
         Vector(
             "replay-retransmission",
-            "SPEC 6.4",
+            "profile §6.4",
             "the same offer octets twice: a retransmission, not processed again",
             [handoff(token), handoff(token)],
             [accept(), duplicate()],
@@ -1005,7 +1005,7 @@ def receiver_vectors() -> list[Vector]:
     vs.append(
         Vector(
             "equivocation-content",
-            "SPEC 6.4",
+            "profile §6.4",
             "two different offers for one (iss, hop): the second is equivocation, variant content",
             [handoff(first), handoff(second)],
             [accept(), reject("equivocation", equivocation="content")],
@@ -1017,7 +1017,7 @@ def receiver_vectors() -> list[Vector]:
     vs.append(
         Vector(
             "equivocation-signature-only",
-            "SPEC 6.4",
+            "profile §6.4",
             "the ES256 offer, then its "
             "(r, n-s) twin: the same signed content with another valid signature",
             [handoff(token), handoff(twin)],
@@ -1028,7 +1028,7 @@ def receiver_vectors() -> list[Vector]:
     vs.append(
         one(
             "dialog-mismatch",
-            "SPEC 6.5",
+            "profile §6.5",
             "the offer names dialog dlg-elsewhere; the carrier's dialog is dlg-vectors",
             signed("dialog-mismatch", dialog="dlg-elsewhere"),
             reject("policy"),
@@ -1038,7 +1038,7 @@ def receiver_vectors() -> list[Vector]:
 
 
 def chain_vectors() -> list[Vector]:
-    """SPEC 7: assistant -> planner -> coder -> tester, received by the tester."""
+    """Profile §7: assistant -> planner -> coder -> tester, received by the tester."""
     vs: list[Vector] = []
     s0, s1, s2 = chain([ASSISTANT, PLANNER, CODER], TESTER, name="chain")
     at_tester: dict[str, Any] = {"receiver": TESTER.iss}
@@ -1049,7 +1049,7 @@ def chain_vectors() -> list[Vector]:
         current: str,
         elements: Sequence[str],
         expect: dict[str, Any],
-        rule: str = "SPEC 7",
+        rule: str = "profile §7",
         **options: Any,
     ) -> None:
         vs.append(
@@ -1080,7 +1080,7 @@ def chain_vectors() -> list[Vector]:
     vs.append(
         Vector(
             "prev-without-chain",
-            "SPEC 7",
+            "profile §7",
             "prev is set but no chain is carried: the link cannot be checked here",
             [handoff(s2)],
             [accept(partial=True, checks={"chain": "not-checked"})],
@@ -1183,7 +1183,7 @@ def chain_vectors() -> list[Vector]:
 
 
 def ref_vectors() -> list[Vector]:
-    """SPEC 5: prior-context references."""
+    """Profile §5: prior-context references."""
     vs: list[Vector] = []
     plan = b"# Plan\n1. write the parser\n2. test it\n"
     plan_object = {"name": "plan.md", "content": b64u(plan)}
@@ -1194,7 +1194,7 @@ def ref_vectors() -> list[Vector]:
     vs.append(
         one(
             "verified-ref",
-            "SPEC 5",
+            "profile §5",
             "a digest ref to plan.md, which is available: verified under ref policy require",
             ref_offer(
                 "verified-ref",
@@ -1208,7 +1208,7 @@ def ref_vectors() -> list[Vector]:
     vs.append(
         one(
             "ref-mismatch",
-            "SPEC 5",
+            "profile §5",
             "a digest ref named plan.md whose digest is that of another version of plan.md",
             ref_offer(
                 "ref-mismatch",
@@ -1228,7 +1228,7 @@ def ref_vectors() -> list[Vector]:
     vs.append(
         one(
             "unverifiable-ref",
-            "SPEC 5",
+            "profile §5",
             "a digest ref to notes.md, which is not available, under ref policy require",
             ref_offer(
                 "unverifiable-ref",
@@ -1250,7 +1250,7 @@ def ref_vectors() -> list[Vector]:
     vs.append(
         one(
             "salted-ref",
-            "SPEC 5",
+            "profile §5",
             "a salted-digest ref: SHA-256(salt || content), the "
             "16-octet salt travelling with the object",
             ref_offer(
@@ -1271,7 +1271,7 @@ def ref_vectors() -> list[Vector]:
     vs.append(
         one(
             "uri-kind-ref",
-            "SPEC 5",
+            "profile §5",
             "a ref kind named by an absolute URI this receiver "
             "does not know: not-checked, and the offer is accepted",
             ref_offer(
@@ -1291,7 +1291,7 @@ def ref_vectors() -> list[Vector]:
     vs.append(
         one(
             "unknown-ref-kind",
-            "SPEC 5",
+            "profile §5",
             'ref kind "blob": neither a listed kind nor an absolute URI',
             ref_offer(
                 "unknown-ref-kind", [{"kind": "blob", "digest": hashlib.sha256(plan).digest()}]
@@ -1303,7 +1303,7 @@ def ref_vectors() -> list[Vector]:
 
 
 def status_vectors() -> list[Vector]:
-    """SPEC 1.2, 6 (last paragraph), 11: statuses."""
+    """Profile §1.2, §6 (last paragraph), 11: statuses."""
     vs: list[Vector] = []
 
     def answered(name: str) -> tuple[dict[str, Any], str]:
@@ -1311,7 +1311,11 @@ def status_vectors() -> list[Vector]:
         return payload, jws(payload, PLANNER.key)
 
     def pair(
-        name: str, description: str, status_token: str, expect: dict[str, Any], rule: str = "SPEC 6"
+        name: str,
+        description: str,
+        status_token: str,
+        expect: dict[str, Any],
+        rule: str = "profile §6",
     ) -> None:
         vs.append(
             Vector(
@@ -1371,7 +1375,7 @@ def status_vectors() -> list[Vector]:
                 'an accepted that carries reason "policy"',
                 jws(status(payload, tokens[name], "accepted", reason="policy"), CODER.key),
                 reject("malformed"),
-                rule="SPEC 1.2",
+                rule="profile §1.2",
             )
 
     payload, token = answered("status-pending")
@@ -1379,7 +1383,7 @@ def status_vectors() -> list[Vector]:
     vs.append(
         Vector(
             "status-pending",
-            "SPEC 6, 11",
+            "profile §6, §11",
             "a status whose offer never appears",
             [{"status": orphan}],
             [pending()],
@@ -1390,7 +1394,7 @@ def status_vectors() -> list[Vector]:
     vs.append(
         Vector(
             "status-before-offer",
-            "SPEC 6, 11",
+            "profile §6, §11",
             "the status arrives before its offer: "
             "it is judged once the offer is known (ingest order never changes results)",
             [{"status": early}, handoff(token)],
@@ -1402,7 +1406,7 @@ def status_vectors() -> list[Vector]:
     vs.append(
         Vector(
             "status-retransmission",
-            "SPEC 6.4, 11",
+            "profile §6.4, §11",
             "the same status octets twice",
             [handoff(token), {"status": sent}, {"status": sent}],
             [accept(), accept(), duplicate()],
@@ -1413,7 +1417,7 @@ def status_vectors() -> list[Vector]:
     vs.append(
         Vector(
             "offer-and-status-both",
-            "SPEC 1.4",
+            "profile §1.4",
             "one object carrying both offer and status",
             [both],
             [reject("malformed", element=None)],
@@ -1423,7 +1427,7 @@ def status_vectors() -> list[Vector]:
 
 
 def cose_vectors() -> list[Vector]:
-    """SPEC 3: the CBOR form."""
+    """Profile §3: the CBOR form."""
     vs: list[Vector] = []
 
     def cbor_vector(
@@ -1436,7 +1440,7 @@ def cose_vectors() -> list[Vector]:
         vs.append(
             Vector(
                 name,
-                "SPEC 3",
+                "profile §3",
                 description,
                 [cbor_item(i) for i in items],
                 expect,
@@ -1527,7 +1531,7 @@ def ed25519_identity() -> bytes:
 
 
 def trust_vectors() -> list[Vector]:
-    """SPEC 4: trust files that must be refused at load."""
+    """Profile §4: trust files that must be refused at load."""
     small = "spiffe://evil.example/agent/small-order"
     forged_offer = offer(small, CODER, name="small-order-ed25519")
     forged = jws(forged_offer, MALLORY.key, kid="small-1")
@@ -1561,7 +1565,7 @@ def trust_vectors() -> list[Vector]:
         vectors.append(
             Vector(
                 name,
-                "SPEC 4",
+                "profile §4",
                 f"a trust file whose Ed25519 key is {what}",
                 [handoff(forged)],
                 [],
@@ -1722,11 +1726,11 @@ vectors with no rejection, `invalid/` the rest.
   document for the trust-file vectors, which carry `expect_trust_error` (a substring of the
   load error) instead of verdicts.
 - `receiver`, `at`, `dialog`, `policy` (`skew`, `max_lifetime`, `max_chain`, `ref_policy`):
-  the SPEC 12 verify parameters. `objects`: files available for ref checks (`content` and
+  the profile §12 verify parameters. `objects`: files available for ref checks (`content` and
   `salt` in base64url).
-- `input_format` `jsonl`: `input` is a list of SPEC 10 payloads (handoff and status objects),
+- `input_format` `jsonl`: `input` is a list of profile §10 payloads (handoff and status objects),
   one capture line each. `cbor`: `input` is a list of base64url CBOR items (a CBOR sequence).
-- `expect`: one entry per verdict, in order: `outcome` and `reason` (SPEC 11), optionally
+- `expect`: one entry per verdict, in order: `outcome` and `reason` (profile §11), optionally
   `equivocation` (variant), `partial` (chain.partial), `checks` (check -> result),
   `refs` (ref outcomes), `element`, `detail` (a word the detail must contain, case-insensitive:
   it pins why the element is rejected, not the wording).
