@@ -48,7 +48,6 @@ from handoff_context import (
     Signer,
     TrustStore,
     handoff_object,
-    make_chain,
     make_offer,
     parse_element,
     trust_document,
@@ -59,7 +58,7 @@ from sqlalchemy import Engine, event
 from app.capture.carriers import Carried, read_capture
 from app.ingest import signatures
 from app.ingest.verifying import VerifyOptions, verify_inputs
-from tests import pg
+from tests import chains, pg
 
 T0 = 1_793_000_000
 HERE = Path(__file__).resolve().parent
@@ -200,22 +199,8 @@ def verify_process(n: int, work: Path) -> dict[str, Any]:
 
 
 def chain_capture(k: int) -> tuple[TrustStore, bytes]:
-    signers = [Signer.generate(f"spiffe://bench.example/a{i:02d}", "ES256") for i in range(k + 1)]
-    offers = make_chain(
-        signers[:k], dialog="ctx-chain", iat=T0, step=5, lifetime=120, final_aud=signers[k].iss
-    )
-    lines = [
-        json.dumps(
-            {
-                "received_at": T0 + i * 5 + 1,
-                "received_by": signers[i + 1].iss,
-                "dialog": "ctx-chain",
-                "payload": handoff_object(offer, offers[:i]),
-            }
-        )
-        for i, offer in enumerate(offers)
-    ]
-    return TrustStore.from_mapping(trust_document(signers)), "\n".join(lines).encode()
+    """The tests' k-hop chain, in ES256 (the signature mix the targets are measured on)."""
+    return chains.chain_capture(k, "ES256")
 
 
 @contextmanager

@@ -4,38 +4,17 @@ signature cache, keyed by digest and trust fingerprint) as in ``ingest`` (the st
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import handoff_context._signature as signature_module
 import pytest
-from handoff_context import Signer, TrustStore, handoff_object, make_chain, trust_document
 from sqlalchemy import Engine, event
 
 from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import VerifyOptions, verify_inputs
+from tests.chains import T0, chain_capture
 
-T0 = 1_793_000_000
 K = 8
-
-
-def chain_capture(k: int) -> tuple[TrustStore, bytes]:
-    signers = [Signer.generate(f"spiffe://t.example/a{i}", "Ed25519") for i in range(k + 1)]
-    offers = make_chain(
-        signers[:k], dialog="ctx-chain", iat=T0, step=5, lifetime=120, final_aud=signers[k].iss
-    )
-    lines = [
-        json.dumps(
-            {
-                "received_at": T0 + i * 5 + 1,
-                "received_by": signers[i + 1].iss,
-                "dialog": "ctx-chain",
-                "payload": handoff_object(offer, offers[:i]),
-            }
-        )
-        for i, offer in enumerate(offers)
-    ]
-    return TrustStore.from_mapping(trust_document(signers)), "\n".join(lines).encode()
 
 
 @pytest.fixture
