@@ -7,7 +7,6 @@ in ``app.web.errors``.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from typing import Annotated
 
@@ -47,7 +46,8 @@ from app.web.auth import (
     VerifyCaller,
     requires,
 )
-from app.web.errors import REQUEST_ID, ApiError, documented
+from app.web.errors import ApiError, documented
+from app.web.observe import observe_ingest
 from app.web.params import (
     CAPTURE_BODY,
     Cursor,
@@ -85,7 +85,6 @@ from app.web.schemas import (
 )
 from app.web.service import ServiceDep, get_service
 
-ingest_log = logging.getLogger("handoff_trace.ingest")
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(reject_unknown_query)])
 _ERRORS = documented(401, 403, 422, 503)
 # Elements travel with these media types (RFC 7515 section 9.2.1; RFC 9052 section 9).
@@ -125,17 +124,7 @@ async def post_ingest(
     report = await run_in_threadpool(
         ingest, pipeline, [("request", body)], now=now, content_type=media
     )
-    outcomes = Counter(v.outcome.value for v in report.verdicts)
-    if report.errors:
-        outcomes["error"] += len(report.errors)
-    metrics.count_ingest("ingest", 200, outcomes)
-    ingest_log.info(
-        "ingest: %d verdicts, %d stored, %d errors",
-        len(report.verdicts),
-        report.stored,
-        len(report.errors),
-        extra={"route": "ingest", "request_id": REQUEST_ID.get(), "counts": report.counts},
-    )
+    observe_ingest("ingest", report)
     return JSONResponse(
         {
             "verdicts": [v.to_json() for v in report.verdicts],

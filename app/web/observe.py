@@ -14,6 +14,7 @@ import logging
 import re
 import secrets
 import time
+from collections import Counter
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
@@ -23,7 +24,26 @@ from app.web import metrics
 from app.web.errors import REQUEST_ID
 
 log = logging.getLogger("handoff_trace.request")
+ingest_log = logging.getLogger("handoff_trace.ingest")
 _USABLE_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def observe_ingest(route: str, report: Any) -> None:
+    """One stored ingest (``POST /api/v1/ingest`` or an upload stored from the page): its
+    item counters and its one log line (``app.web.logs``). ``report`` is the pipeline's
+    ``IngestReport``."""
+    outcomes = dict(Counter(v.outcome.value for v in report.verdicts))
+    if report.errors:
+        outcomes["error"] = len(report.errors)
+    metrics.count_ingest(route, 200, outcomes)
+    ingest_log.info(
+        "%s: %d verdicts, %d stored, %d errors",
+        route,
+        len(report.verdicts),
+        report.stored,
+        len(report.errors),
+        extra={"route": route, "request_id": REQUEST_ID.get(), "counts": report.counts},
+    )
 
 
 def request_id(scope: Scope) -> str:

@@ -25,6 +25,7 @@ from app.store import db
 from app.store.reports import get_report, keep_report
 from app.web.auth import GRANTS, Permission
 from app.web.inspect import CHECK_SENTENCES, MAX_KEYS_TEXT, KeysError, own_trust, read_paste
+from app.web.observe import observe_ingest
 from app.web.render import render, secure
 from app.web.service import ServiceDep
 from app.web.sessions import PageError, Verifier, Viewer
@@ -123,6 +124,7 @@ async def upload(
     envelope_errors: list[Any] = []
     if store:
         result = await run_in_threadpool(ingest, service.pipeline(options), [(name, data)], now=now)
+        observe_ingest("upload", result)
         verdicts, skipped, errors = result.verdicts, result.skipped, result.errors
         envelope_errors = result.envelopes.errors
     else:

@@ -6,6 +6,7 @@ The browser tests (tests/browser) drive the same pages in Chromium."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from collections.abc import Iterator
@@ -299,7 +300,7 @@ def test_upload_verify_only_reports_every_element(dash: Dash) -> None:
     assert dash.client.get(link.group(1)).status_code == 404
 
 
-def test_only_an_admin_may_store_uploads(dash: Dash) -> None:
+def test_only_an_admin_may_store_uploads(dash: Dash, caplog: pytest.LogCaptureFixture) -> None:
     dash.login("otto")
     files = {"file": ("c.jsonl", dash.data.capture.read_bytes(), "application/x-ndjson")}
     form = {"mode": "store", "csrf": dash.csrf()}
@@ -307,8 +308,13 @@ def test_only_an_admin_may_store_uploads(dash: Dash) -> None:
     dash.client.cookies.clear()
     dash.login("ada")
     form["csrf"] = dash.csrf()
-    stored = dash.client.post("/upload", data=form, files=files)
+    with caplog.at_level(logging.INFO, logger="handoff_trace.ingest"):
+        stored = dash.client.post("/upload", data=form, files=files)
     assert stored.status_code == 200 and "verified and stored" in stored.text
+    # A stored upload is an ingest like POST /api/v1/ingest: one log line with its counts.
+    [line] = [r for r in caplog.records if r.name == "handoff_trace.ingest"]
+    assert line.route == "upload"  # type: ignore[attr-defined]
+    assert line.counts["verdicts"] > 10  # type: ignore[attr-defined]
 
 
 def test_a_pasted_jws_is_verified(dash: Dash) -> None:
