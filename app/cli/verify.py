@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from handoff_context import RefPolicy
+from handoff_context import MAX_ELEMENT_OCTETS, RefPolicy
 
 from app.cli.common import (
     EXIT_OK,
@@ -93,6 +94,13 @@ def add_verify(sub: Any) -> None:
         help="most offers in a chain, current one included (default: 16)",
     )
     p.add_argument(
+        "--max-element-bytes",
+        type=element_limit,
+        metavar="N",
+        help="largest signed element, 1024 to 65536 octets; a larger one is malformed "
+        f"(default: {ELEMENT_LIMIT_VARIABLE}, else 65536)",
+    )
+    p.add_argument(
         "--ref-policy",
         choices=[p.value for p in RefPolicy],
         default="none",
@@ -115,6 +123,35 @@ def add_verify(sub: Any) -> None:
     p.set_defaults(func=cmd_verify)
 
 
+# The service's setting, honoured here too so that ``verify`` judges an element as
+# ``ingest`` and the HTTP API do (profile §1.2). Only this one variable is read: ``verify``
+# stores nothing and needs no other setting (nor the store's imports).
+ELEMENT_LIMIT_VARIABLE = "HANDOFF_TRACE_MAX_ELEMENT_BYTES"
+
+
+def element_limit(text: str) -> int:
+    """An element size limit within what the profile allows (1024 to 65536 octets)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1024 <= value <= MAX_ELEMENT_OCTETS:
+        raise argparse.ArgumentTypeError(f"must be 1024 to {MAX_ELEMENT_OCTETS}, not {value}")
+    return value
+
+
+def _element_limit_of(args: argparse.Namespace) -> int:
+    if args.max_element_bytes is not None:
+        return int(args.max_element_bytes)
+    text = os.environ.get(ELEMENT_LIMIT_VARIABLE, "").strip()
+    if not text:
+        return MAX_ELEMENT_OCTETS
+    try:
+        return element_limit(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{ELEMENT_LIMIT_VARIABLE} {exc}") from None
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     trust = load_trust(args.trust)
     objects = None
@@ -132,6 +169,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         max_lifetime=args.max_lifetime,
         max_chain=args.max_chain,
         ref_policy=RefPolicy(args.ref_policy),
+        max_element_bytes=_element_limit_of(args),
     )
     report = verify_inputs(inputs, trust=trust, options=options, objects=objects)
     if args.json:

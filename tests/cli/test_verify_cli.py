@@ -317,6 +317,36 @@ def test_bad_trust_file_exits_2_with_one_line(
     assert "Traceback" not in err
 
 
+def test_element_size_limit_from_the_option_or_the_service_setting(
+    chain_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify`` refuses an element over the limit as ``ingest`` does (issue 15): the
+    option wins, else HANDOFF_TRACE_MAX_ELEMENT_BYTES, else the profile's 64 KiB."""
+    refs = []
+    for n in range(12):  # refs make the offer larger than the tightest limit
+        Path(f"part{n}.txt").write_text(f"part {n}\n")
+        refs += ["--ref", f"part{n}.txt"]
+    signed = ("sign", "offer", "--key", _key("coder"), "--iss", ID.format("coder"))
+    to = ("--aud", ID.format("tester"), "--dialog", "ctx-7c1e", "--iat", "1793000000")
+    assert _run(capsys, *signed, *to, *refs, "--out", "big.json")[0] == 0
+    size = len(json.loads(Path("big.json").read_text())["offer"])
+    assert 1024 < size < 65536
+    assert [v["outcome"] for v in _verify(capsys, "big.json")[1]] == ["accept"]
+    monkeypatch.setenv("HANDOFF_TRACE_MAX_ELEMENT_BYTES", "1024")
+    code, [refused] = _verify(capsys, "big.json")
+    assert code == 1 and (refused["outcome"], refused["reason"]) == ("reject", "malformed")
+    assert refused["detail"] == "offer is larger than 1024 octets"
+    code, [roomy] = _verify(capsys, "big.json", extra=("--max-element-bytes", str(size)))
+    assert code == 0 and roomy["outcome"] == "accept"  # the option wins over the setting
+    monkeypatch.setenv("HANDOFF_TRACE_MAX_ELEMENT_BYTES", "70000")
+    code, out, err = _run(capsys, "verify", "--trust", "trust.json", "big.json")
+    assert code == 2 and out == ""
+    assert "HANDOFF_TRACE_MAX_ELEMENT_BYTES must be 1024 to 65536, not 70000" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--trust", "trust.json", "--max-element-bytes", "10", "big.json"])
+    assert exc.value.code == 2
+
+
 def test_unreadable_input_and_bad_option_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -342,6 +372,7 @@ def test_help_documents_every_verify_option() -> None:
         "--skew",
         "--max-lifetime",
         "--max-chain",
+        "--max-element-bytes",
         "--ref-policy",
         "--objects",
         "--json",
