@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -121,6 +121,31 @@ def test_a_service_that_fails_gets_the_same_records_again(service: Service) -> N
     ids = [r["id"] for r in service.records]
     assert len(ids) == 5 == len(set(ids))
     assert reporter.stats.retries >= 1 and reporter.stats.delivered == 5
+
+
+def test_a_service_away_for_thousands_of_attempts_still_gets_everything() -> None:
+    """The backoff doubles from ``interval`` up to ``max_backoff``; after more failed
+    attempts than a float's exponent allows it must still work (it once overflowed and
+    ended the sender thread, so a long outage lost everything queued after it)."""
+    failures = 1500
+    posts: list[bytes] = []
+
+    def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
+        posts.append(body)
+        if len(posts) <= failures:
+            raise OSError("connection refused")
+        return 200
+
+    reporter = Reporter(
+        "http://x", "t", receiver=RECEIVER, interval=0.001, max_backoff=0.0001, post=post
+    )
+    try:
+        reporter.observe_received(a2a_send(1))
+        assert reporter.flush(60), reporter.stats
+    finally:
+        reporter.close()
+    assert reporter.stats.retries == failures and reporter.stats.delivered == 1
+    assert len(posts) == failures + 1
 
 
 def test_while_the_service_is_away_the_oldest_are_dropped_and_said(

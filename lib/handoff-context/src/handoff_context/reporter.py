@@ -351,7 +351,10 @@ class Reporter:
     def _back_off(self, attempt: int) -> None:
         # Full jitter (AWS architecture blog, "Exponential Backoff And Jitter"): agents that
         # lost the service together do not come back together.
-        delay = random.uniform(0, min(self._max_backoff, self._interval * 2**attempt))
+        # The exponent is capped: past ~1,030 failed attempts (a service away for hours at
+        # the default 30 s ceiling) ``interval * 2**attempt`` no longer fits in a float,
+        # and the OverflowError would end the sender thread for good.
+        delay = random.uniform(0, min(self._max_backoff, self._interval * 2 ** min(attempt, 64)))
         with self._lock:
             if not self._state.closed:
                 self._lock.wait(delay)
