@@ -269,10 +269,19 @@ def test_hovering_the_case_timeline_runs_nothing(tab: Watched) -> None:
     assert any("<U+202E><script>" in t for t in labels), labels  # the actor's row
     markers = plot.locator("g.scatterlayer path.point")
     assert markers.count() == 7  # every event of the case
+    from playwright.sync_api import expect
+
     hovered = []
+    layer = plot.locator(".hoverlayer text")
     for i in range(markers.count()):
+        # Plotly throttles hover events, so a label read right after a hover may still be
+        # the previous point's, or not drawn yet: the label is cleared first (the pointer
+        # leaves the plot), then read once the new one is drawn.
+        tab.page.mouse.move(0, 0)
+        expect(layer).to_have_count(0)
         markers.nth(i).hover(force=True)
-        hovered.append(" ".join(plot.locator(".hoverlayer text").all_text_contents()))
+        expect(layer.first).to_be_attached()
+        hovered.append(" ".join(layer.all_text_contents()))
     assert any("window.__xss='event'" in t for t in hovered), hovered
     assert any("<U+202E>" in t for t in hovered), hovered
     assert plot.locator("a").count() == 0
