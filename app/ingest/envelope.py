@@ -39,13 +39,13 @@ from app.ingest.batches import BATCH_ITEMS, BUSY, BatchFailed, batched, database
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
+    ItemRecord,
     affected_cases,
     case_lock,
     context_lock,
     derive_cases,
     store_items,
 )
-from app.store.models import EnvelopeItemRow
 
 _RESTARTS = 50  # as for signed items: restarts after finding a lock taken
 
@@ -62,7 +62,7 @@ class EnvelopeReport:
 
 
 # One capture item's envelope rows, ready to store.
-_Prepared = tuple[CaptureItem, list[EnvelopeItemRow]]
+_Prepared = tuple[CaptureItem, list[ItemRecord]]
 
 
 @dataclass
@@ -138,7 +138,7 @@ class EnvelopeIngest:
             return EnvelopeError(capture.source, BUSY)
         return new
 
-    def _store(self, rows: list[EnvelopeItemRow]) -> int | None:
+    def _store(self, rows: list[ItemRecord]) -> int | None:
         keys = frozenset(
             [case_lock(r.case_id) for r in rows]
             + [context_lock(r.context_id) for r in rows if r.context_id and r.to_agent]
@@ -150,7 +150,7 @@ class EnvelopeIngest:
                 keys = exc.keys
         return None
 
-    def _work(self, session: Session, *, rows: list[EnvelopeItemRow], keys: frozenset[str]) -> int:
+    def _work(self, session: Session, *, rows: list[ItemRecord], keys: frozenset[str]) -> int:
         locks = Locks(session, keys)
         new = store_items(session, rows)
         cases = affected_cases(session, rows, locks=locks)
@@ -158,7 +158,7 @@ class EnvelopeIngest:
         return new
 
 
-def _problems(rows: list[EnvelopeItemRow]) -> list[EnvelopeError]:
+def _problems(rows: list[ItemRecord]) -> list[EnvelopeError]:
     """Per item: its errors, and version drift (reported, never read)."""
     problems = []
     for row in rows:
@@ -189,12 +189,17 @@ def payload_octets(value: object) -> tuple[bytes, str]:
 
 def item_rows(
     capture: CaptureItem, found: list[EnvelopeItem], *, objects: ObjectIndex, now: int
-) -> list[EnvelopeItemRow]:
+) -> list[ItemRecord]:
     """The rows of one capture item's envelope items, references checked at their receive
     time (``now`` for items without one)."""
     octets, fmt = payload_octets(capture.value)
     digest = hashlib.sha256(octets).digest()
-    return [_row(item, i, octets, fmt, digest, objects, now) for i, item in enumerate(found)]
+    # Every part of a payload that JSON could encode whole fits a JSON column; only a
+    # CBOR payload's envelopes need looking at one by one.
+    checked = fmt == "json"
+    return [
+        _row(item, i, octets, fmt, digest, objects, now, checked) for i, item in enumerate(found)
+    ]
 
 
 def _row(
@@ -205,38 +210,42 @@ def _row(
     digest: bytes,
     objects: ObjectIndex,
     now: int,
-) -> EnvelopeItemRow:
+    checked: bool,
+) -> ItemRecord:
     at = item.at if item.at is not None else now
     # One receipt, one key: the same payload at the same time by the same receiver again
     # (a capture ingested twice) is stored once.
     receipt = json.dumps([digest.hex(), index, at, item.received_by, item.kind.value])
     references = [check_reference(u, objects=objects, received_at=at) for u in item.urls]
-    envelope = _json_or_none(dict(item.envelope) if item.envelope is not None else None)
-    return EnvelopeItemRow(
-        key=hashlib.sha256(receipt.encode()).hexdigest(),
-        digest=digest,
-        octets=octets,
-        format=fmt,
-        source=item.source,
-        kind=item.kind.value,
-        case_id=item.case_id,
-        handoff_id=item.handoff_id,
-        agent=item.agent,
-        to_agent=item.to_agent,
-        epoch=item.epoch,
-        at=at,
-        received_by=item.received_by,
-        media_type=item.media_type,
-        message_id=item.message_id,
-        context_id=item.context_id,
-        task_id=item.task_id,
-        action=item.action,
-        outcome=item.outcome,
-        detail=item.detail,
-        envelope=envelope,
-        errors=list(item.errors),
-        drift=list(item.drift),
-        references=references,
-        text_bytes=item.text_bytes,
-        ingested_at=now,
+    envelope = dict(item.envelope) if item.envelope is not None else None
+    if not checked:
+        envelope = _json_or_none(envelope)
+    # Positional, in ItemRecord's order: the tuple is built once per item.
+    return ItemRecord(
+        hashlib.sha256(receipt.encode()).hexdigest(),
+        digest,
+        octets,
+        fmt,
+        item.source,
+        item.kind.value,
+        item.case_id,
+        item.handoff_id,
+        item.agent,
+        item.to_agent,
+        item.epoch,
+        at,
+        item.received_by,
+        item.media_type,
+        item.message_id,
+        item.context_id,
+        item.task_id,
+        item.action,
+        item.outcome,
+        item.detail,
+        envelope,
+        list(item.errors),
+        list(item.drift),
+        references,
+        item.text_bytes,
+        now,
     )
