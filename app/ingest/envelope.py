@@ -33,6 +33,7 @@ from sqlmodel import Session
 from app.capture.formats import CaptureItem
 from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import EnvelopeItem, find_items
+from app.envelope.ledger import Item
 from app.envelope.references import check_reference
 from app.errors import ItemProblem as EnvelopeError  # an invalid or unstorable envelope item
 from app.ingest.batches import BATCH_ITEMS, BUSY, BatchFailed, batched, database_error, run_batch
@@ -40,6 +41,7 @@ from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
     ItemRecord,
+    KnownItems,
     affected_cases,
     case_lock,
     context_lock,
@@ -75,6 +77,8 @@ class EnvelopeIngest:
     now: int
     report: EnvelopeReport = field(default_factory=EnvelopeReport)
     pending: list[tuple[CaptureItem, list[EnvelopeItem]]] = field(default_factory=list)
+    # The stored items read so far: a case's later ledgers read only its keys again.
+    known: KnownItems = field(default_factory=KnownItems, repr=False)
     # ``read`` runs in the reader thread of a live pipe (app.ingest.live.timed_batches)
     # while the ingest thread flushes after each batch: one flush at a time.
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
@@ -145,17 +149,25 @@ class EnvelopeIngest:
         )
         for _ in range(_RESTARTS):
             try:
-                return db.run(self.engine, functools.partial(self._work, rows=rows, keys=keys))
+                new, read = db.run(self.engine, functools.partial(self._work, rows=rows, keys=keys))
             except NeedLocks as exc:
                 keys = exc.keys
+                continue
+            self.known.remember(read)  # committed: these items are stored for good
+            return new
         return None
 
-    def _work(self, session: Session, *, rows: list[ItemRecord], keys: frozenset[str]) -> int:
+    def _work(
+        self, session: Session, *, rows: list[ItemRecord], keys: frozenset[str]
+    ) -> tuple[int, dict[str, Item]]:
         locks = Locks(session, keys)
         new = store_items(session, rows)
         cases = affected_cases(session, rows, locks=locks)
-        derive_cases(session, cases, now=self.now, rules=self.config.rules, locks=locks)
-        return new
+        rules = self.config.rules
+        read = derive_cases(
+            session, cases, now=self.now, rules=rules, locks=locks, known=self.known
+        )
+        return new, read
 
 
 def _problems(rows: list[ItemRecord]) -> list[EnvelopeError]:

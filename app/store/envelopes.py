@@ -12,7 +12,7 @@ holds ``case_lock`` of it, and one that reads or writes items by context id hold
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, NamedTuple
 
@@ -61,6 +61,23 @@ class ItemRecord(NamedTuple):
     ingested_at: int
 
 
+class KnownItems:
+    """Stored items already read, by key, kept across the transactions of one ingest: a
+    stored item never changes and is never deleted, so it is read and decoded once, and
+    each later ledger of its case reads only which keys the case holds now (another writer
+    may have added some). Only items read in a transaction that committed are kept
+    (``remember``), and at most ``limit`` (then it starts again), so memory stays bounded."""
+
+    def __init__(self, limit: int = 8192) -> None:
+        self.limit = limit
+        self.items: dict[str, Item] = {}
+
+    def remember(self, items: Mapping[str, Item]) -> None:
+        if len(self.items) + len(items) > self.limit:
+            self.items.clear()
+        self.items.update(items)
+
+
 def case_lock(case_id: str | None) -> str:
     return "case:" + (case_id or UNKNOWN_CASE)
 
@@ -82,6 +99,9 @@ _T = EnvelopeItemRow.__table__.c  # type: ignore[attr-defined]
 _ITEM_COLUMNS = tuple(_T[f.name] for f in fields(Item))
 _CASES_ITEMS = select(*_ITEM_COLUMNS).where(_T.case_id.in_(bindparam("b_cases", expanding=True)))
 _UNKNOWN_ITEMS = select(*_ITEM_COLUMNS).where(_T.case_id.is_(None))
+_CASES_KEYS = select(_T.key, _T.case_id).where(_T.case_id.in_(bindparam("b_cases", expanding=True)))
+_UNKNOWN_KEYS = select(_T.key, _T.case_id).where(_T.case_id.is_(None))
+_ITEMS_BY_KEY = select(*_ITEM_COLUMNS).where(_T.key.in_(bindparam("b_keys", expanding=True)))
 _CONTEXT_COLUMNS = (_T.key, _T.digest, _T.kind, _T.at, _T.context_id, _T.to_agent)
 # Only a message with a known receiver presents its context id to someone; an
 # acceptance's context id is its sender's own.
@@ -114,27 +134,47 @@ def affected_cases(session: Session, rows: Sequence[ItemRecord], *, locks: Locks
 
 
 def derive_cases(
-    session: Session, case_ids: Iterable[str], *, now: int, rules: CaseRules, locks: Locks
-) -> None:
+    session: Session,
+    case_ids: Iterable[str],
+    *,
+    now: int,
+    rules: CaseRules,
+    locks: Locks,
+    known: KnownItems | None = None,
+) -> dict[str, Item]:
     """Derive each case's ledger at clock ``now`` and store it with its flags, for all the
-    cases at once: their items in one query, the first receivers of their context ids in
-    another, their flags and case rows written with one statement per kind of change.
+    cases at once: their items in one query (two with ``known``: the keys, then the items
+    not known yet), the first receivers of their context ids in another, their flags and
+    case rows written with one statement per kind of change. Returns the items read that
+    ``known`` lacked, for ``KnownItems.remember`` once the transaction has committed.
     Raises NeedLocks when another transaction holds one of the cases."""
     case_ids = sorted(set(case_ids))
     locks.need(case_lock(c) for c in case_ids)
-    ledgers = case_ledgers(session, case_ids, now=now, rules=rules)
+    read: dict[str, Item] = {}
+    ledgers = case_ledgers(session, case_ids, now=now, rules=rules, known=known, read=read)
     sync_cases_flags(session, {c: ledgers[c].flags for c in case_ids}, now=now)
     cases = [_case_values(ledgers[c], c, now) for c in case_ids if c != UNKNOWN_CASE]
     upsert_many(session, CaseRow, cases, ["case_id"])
+    return read
 
 
 def case_ledgers(
-    session: Session, case_ids: Sequence[str], *, now: int, rules: CaseRules
+    session: Session,
+    case_ids: Sequence[str],
+    *,
+    now: int,
+    rules: CaseRules,
+    known: KnownItems | None = None,
+    read: dict[str, Item] | None = None,
 ) -> dict[str, Ledger]:
     """The pure ledgers of these cases over their stored items (each one exactly what
     ``derive_ledger`` gives for the case alone: the first receivers of the context ids
-    it does not present are never looked up)."""
-    items = cases_items(session, case_ids)
+    it does not present are never looked up). ``known``, ``read``: see
+    ``derive_cases``."""
+    if known is None:
+        items = cases_items(session, case_ids)
+    else:
+        items = _cases_items_known(session, case_ids, known, {} if read is None else read)
     contexts = {
         i.context_id for found in items.values() for i in found if i.context_id and i.to_agent
     }
@@ -163,6 +203,24 @@ def cases_items(session: Session, case_ids: Sequence[str]) -> dict[str, list[Ite
             found[row.case_id].append(item_of(row))
     if UNKNOWN_CASE in found:
         found[UNKNOWN_CASE] = [item_of(r) for r in execute(session, _UNKNOWN_ITEMS)]
+    return found
+
+
+def _cases_items_known(
+    session: Session, case_ids: Sequence[str], known: KnownItems, read: dict[str, Item]
+) -> dict[str, list[Item]]:
+    keys: list[tuple[str, str | None]] = []
+    named = [c for c in case_ids if c != UNKNOWN_CASE]
+    for chunk in _chunks(named):
+        keys += [(k, c) for k, c in execute(session, _CASES_KEYS, {"b_cases": chunk})]
+    if UNKNOWN_CASE in case_ids:
+        keys += [(k, c) for k, c in execute(session, _UNKNOWN_KEYS)]
+    missing = [key for key, _ in keys if key not in known.items]
+    for chunk in _chunks(missing):
+        read.update((r.key, item_of(r)) for r in execute(session, _ITEMS_BY_KEY, {"b_keys": chunk}))
+    found: dict[str, list[Item]] = {c: [] for c in case_ids}
+    for key, case_id in keys:
+        found[case_id or UNKNOWN_CASE].append(known.items.get(key) or read[key])
     return found
 
 
