@@ -47,6 +47,7 @@ from app.store.envelopes import (
     context_lock,
     derive_cases,
     store_items,
+    stored_as,
 )
 
 _RESTARTS = 50  # as for signed items: restarts after finding a lock taken
@@ -163,11 +164,16 @@ class EnvelopeIngest:
         locks = Locks(session, keys)
         new = store_items(session, rows)
         cases = affected_cases(session, rows, locks=locks)
-        rules = self.config.rules
         read = derive_cases(
-            session, cases, now=self.now, rules=rules, locks=locks, known=self.known
+            session,
+            cases,
+            now=self.now,
+            rules=self.config.rules,
+            locks=locks,
+            known=self.known,
+            fresh=stored_as(rows, new),
         )
-        return new, read
+        return len(new), read
 
 
 def _problems(rows: list[ItemRecord]) -> list[EnvelopeError]:

@@ -20,7 +20,7 @@ from sqlalchemy import ColumnElement, bindparam, or_, select
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules, Item, Ledger, derive_ledger, first_receivers
-from app.store.db import Locks, execute, insert_ignore_many_new, upsert_many
+from app.store.db import Locks, execute, insert_ignore_many_keys, upsert_many
 from app.store.flags import sync_cases_flags
 from app.store.models import CaseRow, EnvelopeItemRow
 
@@ -86,11 +86,20 @@ def context_lock(context_id: str) -> str:
     return "context:" + context_id
 
 
-def store_items(session: Session, rows: Sequence[ItemRecord]) -> int:
+def store_items(session: Session, rows: Sequence[ItemRecord]) -> set[str]:
     """Insert the items not stored yet, in one statement (a repeated receipt is a no-op).
-    Returns how many were new."""
+    Returns the keys of those that were new."""
     values = [r._asdict() for r in rows]
-    return insert_ignore_many_new(session, EnvelopeItemRow, values, ["key"])
+    return insert_ignore_many_keys(session, EnvelopeItemRow, values, ["key"])
+
+
+def stored_as(rows: Sequence[ItemRecord], new: set[str]) -> dict[str, Item]:
+    """The ledger's items of the rows just stored (``new``: their keys), as reading them
+    back would give them, by key: only rows of a JSON payload, whose JSON columns read
+    back equal (a CBOR payload's may not: its map keys need not be strings), and only
+    rows this transaction inserted (another receipt of the same key may have been stored
+    first, from another source)."""
+    return {r.key: item_of(r) for r in rows if r.key in new and r.format == "json"}
 
 
 # Built once (app.store.db, "dialect-specific statements"). The ledger's columns in the
@@ -141,16 +150,18 @@ def derive_cases(
     rules: CaseRules,
     locks: Locks,
     known: KnownItems | None = None,
+    fresh: Mapping[str, Item] | None = None,
 ) -> dict[str, Item]:
     """Derive each case's ledger at clock ``now`` and store it with its flags, for all the
     cases at once: their items in one query (two with ``known``: the keys, then the items
     not known yet), the first receivers of their context ids in another, their flags and
-    case rows written with one statement per kind of change. Returns the items read that
+    case rows written with one statement per kind of change. ``fresh``: items this
+    transaction stored, which need no reading (``stored_as``). Returns the items used that
     ``known`` lacked, for ``KnownItems.remember`` once the transaction has committed.
     Raises NeedLocks when another transaction holds one of the cases."""
     case_ids = sorted(set(case_ids))
     locks.need(case_lock(c) for c in case_ids)
-    read: dict[str, Item] = {}
+    read: dict[str, Item] = dict(fresh or {})
     ledgers = case_ledgers(session, case_ids, now=now, rules=rules, known=known, read=read)
     sync_cases_flags(session, {c: ledgers[c].flags for c in case_ids}, now=now)
     cases = [_case_values(ledgers[c], c, now) for c in case_ids if c != UNKNOWN_CASE]
@@ -215,7 +226,7 @@ def _cases_items_known(
         keys += [(k, c) for k, c in execute(session, _CASES_KEYS, {"b_cases": chunk})]
     if UNKNOWN_CASE in case_ids:
         keys += [(k, c) for k, c in execute(session, _UNKNOWN_KEYS)]
-    missing = [key for key, _ in keys if key not in known.items]
+    missing = [key for key, _ in keys if key not in known.items and key not in read]
     for chunk in _chunks(missing):
         read.update((r.key, item_of(r)) for r in execute(session, _ITEMS_BY_KEY, {"b_keys": chunk}))
     found: dict[str, list[Item]] = {c: [] for c in case_ids}
