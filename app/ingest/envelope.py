@@ -8,9 +8,11 @@ the end of an input. A batch of capture items goes through the pipeline's one ba
 evidence), then the ledger of every case they touch is derived again, once for the batch (a
 ledger depends on the set of stored items only, so deriving once leaves what deriving after
 each capture item would have; per capture item, deriving a case's ledger from all its items
-made the flush cost more than the signed ingest itself, BENCHMARKS.md). When the batch
-cannot be stored, nothing of it was kept and each of its capture items is stored again
-alone, in a transaction of its own: a failing item is reported and the rest goes on.
+made the flush cost more than the signed ingest itself, BENCHMARKS.md). The batch is
+written set-based: one INSERT for its items, and the ledgers of all its cases derived
+together (``app.store.envelopes.derive_cases``) from what this ingest already read. When
+the batch cannot be stored, nothing of it was kept and each of its capture items is stored
+again alone, in a transaction of its own: a failing item is reported and the rest goes on.
 """
 
 from __future__ import annotations
