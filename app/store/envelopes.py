@@ -98,8 +98,12 @@ def stored_as(rows: Sequence[ItemRecord], new: set[str]) -> dict[str, Item]:
     back would give them, by key: only rows of a JSON payload, whose JSON columns read
     back equal (a CBOR payload's may not: its map keys need not be strings), and only
     rows this transaction inserted (another receipt of the same key may have been stored
-    first, from another source)."""
-    return {r.key: item_of(r) for r in rows if r.key in new and r.format == "json"}
+    first, from another source). Of two rows with one key, the first is the one stored."""
+    kept: dict[str, Item] = {}
+    for r in rows:
+        if r.key in new and r.format == "json" and r.key not in kept:
+            kept[r.key] = item_of(r)
+    return kept
 
 
 # Built once (app.store.db, "dialect-specific statements"). The ledger's columns in the

@@ -74,6 +74,17 @@ def test_the_items_kept_in_memory_are_the_items_read_back(engine: Engine) -> Non
     assert all(by_key[key] == item for key, item in kept.items())
 
 
+def test_of_one_receipt_twice_in_a_batch_the_first_is_kept_as_stored(engine: Engine) -> None:
+    rows = rows_of([*worked_example(), *worked_example()])
+    with db.transaction(engine) as session:
+        new = store_items(session, rows)
+        kept = stored_as(rows, new)
+        read = {i.key: i for i in cases_items(session, [CASE])[CASE]}
+    assert len(new) == len(rows) // 2
+    assert {i.source for i in kept.values()} == {r.source for r in rows[: len(rows) // 2]}
+    assert kept == read
+
+
 def test_a_receipt_stored_before_is_read_back_not_kept(engine: Engine) -> None:
     rows = rows_of(worked_example())
     with db.transaction(engine) as session:
