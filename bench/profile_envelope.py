@@ -8,7 +8,9 @@ items in each capture item (``find_items``), preparing their rows, and storing a
 ``before_cursor_execute``, by verb and table, as ``profile_ingest.py`` counts them). Per
 item means per ingest verdict, as there, so the two scripts' figures add up.
 
-    .venv/bin/python bench/profile_envelope.py [--elements 1500] [--rounds 3]
+    .venv/bin/python bench/profile_envelope.py [--elements 1500] [--rounds 3] [--db postgresql]
+
+``--db postgresql`` runs on a throwaway cluster at default durability (``lean_path.py``'s).
 
 Writes bench/results/profile_envelope.json.
 """
@@ -16,6 +18,7 @@ Writes bench/results/profile_envelope.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sys
 import tempfile
@@ -28,6 +31,7 @@ from typing import Any
 from _support import RawVerifier, interruptible, write_results
 from handoff_context import RefPolicy, TrustStore
 from ingest_bulk import make_capture
+from lean_path import durable_postgres
 from profile_ingest import _kind
 from sqlalchemy import event
 
@@ -68,7 +72,7 @@ class _Meter:
         return wrapper
 
 
-def one_round(paths: Any, now: int, work: Path, n: int) -> tuple[int, float, _Meter]:
+def one_round(paths: Any, now: int, url: str) -> tuple[int, float, _Meter]:
     meter = _Meter()
     patches = {
         "find_items": meter.timed("find envelope items (read)", stage.find_items),
@@ -80,7 +84,7 @@ def one_round(paths: Any, now: int, work: Path, n: int) -> tuple[int, float, _Me
     saved = {k: getattr(stage, k) for k in patches} | {
         k: getattr(stage.EnvelopeIngest, k) for k in methods
     }
-    engine = db.make_engine(f"sqlite:///{work / f'envelope{n}.db'}")
+    engine = db.make_engine(url)
     try:
         db.ensure_schema(engine)
         pipeline = Pipeline(
@@ -117,9 +121,21 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite")
     args = parser.parse_args()
-    with interruptible(), tempfile.TemporaryDirectory(prefix="handoff-trace-bench-") as tmp:
-        work = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(interruptible())
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="handoff-trace-")))
+        if args.db == "postgresql":
+            cluster = stack.enter_context(durable_postgres())
+
+            def url(n: int) -> str:
+                return cluster.create_database(f"envelope{n}")
+        else:
+
+            def url(n: int) -> str:
+                return f"sqlite:///{work / f'envelope{n}.db'}"
+
         cap = make_capture(
             work, elements=args.elements, seed=args.seed, fault_rate=0.02, sample=500
         )
@@ -127,7 +143,7 @@ def main() -> None:
         rounds = []
         for n in range(args.rounds):
             raw.round()
-            items, seconds, meter = one_round(cap["paths"], cap["now"], work, n)
+            items, seconds, meter = one_round(cap["paths"], cap["now"], url(n))
             raw.round()
             rounds.append((seconds, items, meter))
     seconds, items, meter = min(rounds, key=lambda r: r[0])  # the least disturbed round
@@ -136,7 +152,7 @@ def main() -> None:
     print(
         f"{items:,} items, ingest {seconds:.2f} s ({items / seconds:,.0f}/s, "
         f"{items / seconds / raw.per_second:.4f} x raw verify at {raw.per_second:,.0f}/s); "
-        f"best of {args.rounds}"
+        f"{args.db}, best of {args.rounds}"
     )
     print(f"envelope stage: {stage_s:.3f} s = {100 * stage_s / seconds:.1f} % of ingest")
     for name, s in meter.seconds.most_common():
@@ -145,7 +161,7 @@ def main() -> None:
     for kind, n in meter.statements.most_common():
         print(f"  {n / items:7.3f} per item  {kind}  ({n})")
     path = write_results(
-        "profile_envelope",
+        "profile_envelope" if args.db == "sqlite" else "profile_envelope_postgresql",
         {
             "params": vars(args),
             "items": items,
