@@ -1,5 +1,5 @@
 """Flags as stored: one row per condition (``flag_key``), kept in step with the derived
-flags of a hop by ``sync_flags`` (of an envelope case by ``sync_case_flags``), with
+flags of a hop by ``sync_flags`` (of envelope cases by ``sync_cases_flags``), with
 operators' workflow columns left to them.
 
 A condition that no longer holds is deleted when nobody acted on it, so that the flags of a
@@ -113,18 +113,14 @@ def case_flag_key(case_id: str, flag: CaseFlag) -> str:
     return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()
 
 
-def sync_case_flags(session: Session, case_id: str, flags: Sequence[CaseFlag], *, now: int) -> None:
-    """Make the stored flags of one envelope case match its ledger's, as ``sync_flags``
-    does for a hop. ``case_id`` "" holds the flags of items whose case could not be read."""
-    sync_cases_flags(session, {case_id: flags}, now=now)
-
-
 def sync_cases_flags(
     session: Session, flags: Mapping[str, Sequence[CaseFlag]], *, now: int
 ) -> None:
-    """``sync_case_flags`` for many cases (their derived flags by case id) with one query
-    for their stored flags, one for which of those someone acted on, and one statement per
-    kind of change, in the order the cases are given."""
+    """Make the stored flags of envelope cases (their derived flags by case id) match
+    their ledgers', as ``sync_flags`` does for a hop, with one query for their stored flags,
+    one for which of those someone acted on, and one statement per kind of change, in the
+    order the cases are given. Case "" holds the flags of items whose case could not be
+    read."""
     existing: dict[str, dict[str, Any]] = {case_id: {} for case_id in flags}
     for chunk in _chunks(list(flags)):
         for row in execute(session, _CASES_FLAGS, {"b_cases": chunk}):
