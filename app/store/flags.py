@@ -1,5 +1,5 @@
 """Flags as stored: one row per condition (``flag_key``), kept in step with the derived
-flags of a hop by ``sync_flags`` (of envelope cases by ``sync_cases_flags``), with
+flags of a hop by ``sync_flags`` (of an envelope case by ``sync_case_flags``), with
 operators' workflow columns left to them.
 
 A condition that no longer holds is deleted when nobody acted on it, so that the flags of a
@@ -15,11 +15,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from handoff_context import Flag, FlagKind, digest_text
-from sqlalchemy import bindparam, delete, insert, select, tuple_, union, update
+from sqlalchemy import bindparam, delete, insert, select, tuple_, union_all, update
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
-from app.store.db import execute, insert_ignore_many
+from app.store.db import execute, insert_ignore, insert_ignore_many
 from app.store.models import ActionRow, CommentRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
@@ -47,17 +47,14 @@ _HOPS_FLAGS = select(FlagRow.iss, FlagRow.hop, *_FLAG_COLUMNS).where(
     tuple_(FlagRow.iss, FlagRow.hop).in_(bindparam("b_hops", expanding=True)),
     FlagRow.case_id.is_(None),
 )
+_CASE_FLAGS = select(*_FLAG_COLUMNS).where(FlagRow.case_id == bindparam("b_case"))
 _UPDATE_FLAG = update(FlagRow).where(FlagRow.id == bindparam("b_id"))
 _DELETE_FLAG = delete(FlagRow).where(FlagRow.id == bindparam("b_id"))
 # Someone worked on the flag: an audit entry or a comment (either keeps the flag, and the
 # comment's foreign key could not let it go anyway).
-_IN_IDS = bindparam("b_ids", expanding=True)
-_ACTED_ANY = union(
-    select(ActionRow.flag_id).where(ActionRow.flag_id.in_(_IN_IDS)),
-    select(CommentRow.flag_id).where(CommentRow.flag_id.in_(_IN_IDS)),
-)
-_CASES_FLAGS = select(FlagRow.case_id, *_FLAG_COLUMNS).where(
-    FlagRow.case_id.in_(bindparam("b_cases", expanding=True))
+_ACTED = union_all(
+    select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id")),
+    select(CommentRow.id).where(CommentRow.flag_id == bindparam("b_id")),
 )
 _AUDIT = insert(ActionRow)
 
@@ -113,14 +110,85 @@ def case_flag_key(case_id: str, flag: CaseFlag) -> str:
     return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()
 
 
+def sync_case_flags(session: Session, case_id: str, flags: Sequence[CaseFlag], *, now: int) -> None:
+    """Make the stored flags of one envelope case match its ledger's, as ``sync_flags``
+    does for a hop. ``case_id`` "" holds the flags of items whose case could not be read."""
+    wanted = {case_flag_key(case_id, f): (f.agent, f.handoff_id, f.flag) for f in flags}
+    existing = {row.key: row for row in execute(session, _CASE_FLAGS, {"b_case": case_id})}
+    _sync(session, existing, wanted, offer=None, case_id=case_id, now=now)
+
+
+def _sync(
+    session: Session,
+    existing: dict[str, Any],
+    wanted: dict[str, tuple[str, str, Flag]],
+    *,
+    offer: bytes | None,
+    case_id: str | None,
+    now: int,
+) -> None:
+    existing = dict(existing)
+    for key, (iss, hop, flag) in wanted.items():
+        derived = {
+            "kind": flag.kind.value,
+            "variant": flag.variant,
+            "severity": flag.severity.value,
+            "evidence": [digest_text(d) for d in flag.evidence],
+            "offer": offer,
+            "opened_at": flag.opened_at,
+            "detail": flag.detail,
+        }
+        row = existing.pop(key, None)
+        if row is None:
+            new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": now}
+            insert_ignore(session, FlagRow, {**new, **derived, "case_id": case_id}, ["key"])
+            continue
+        if all(getattr(row, k) == v for k, v in derived.items()):
+            continue
+        changes: dict[str, Any] = {**derived, "updated_at": now}
+        if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
+            changes["status"] = "open"
+            _audit(session, row.id, "reopen", "new evidence for a resolved condition", now)
+        execute(session, _UPDATE_FLAG, {**changes, "b_id": row.id})
+    for row in existing.values():
+        _clear(session, row, now)
+
+
+def _clear(session: Session, row: Any, now: int) -> None:
+    acted = execute(session, _ACTED, {"b_id": row.id}).first()
+    if acted is None and row.status == "open" and row.assignee is None and row.note is None:
+        execute(session, _DELETE_FLAG, {"b_id": row.id})
+        return
+    if row.status != "resolved":
+        execute(session, _UPDATE_FLAG, {"status": "resolved", "updated_at": now, "b_id": row.id})
+        _audit(session, row.id, "resolve", "the condition no longer holds", now)
+
+
+def _audit(session: Session, flag_id: int | None, action: str, note: str, now: int) -> None:
+    assert flag_id is not None
+    values = {"flag_id": flag_id, "actor": SYSTEM, "at": now, "action": action, "note": note}
+    execute(session, _AUDIT, values)
+
+
+# --- many envelope cases at once (the envelope stage of ingest) ----------------------------
+
+_CASES_FLAGS = select(FlagRow.case_id, *_FLAG_COLUMNS).where(
+    FlagRow.case_id.in_(bindparam("b_cases", expanding=True))
+)
+_IN_IDS = bindparam("b_ids", expanding=True)
+_ACTED_ANY = union_all(
+    select(ActionRow.flag_id).where(ActionRow.flag_id.in_(_IN_IDS)),
+    select(CommentRow.flag_id).where(CommentRow.flag_id.in_(_IN_IDS)),
+)
+
+
 def sync_cases_flags(
     session: Session, flags: Mapping[str, Sequence[CaseFlag]], *, now: int
 ) -> None:
-    """Make the stored flags of envelope cases (their derived flags by case id) match
-    their ledgers', as ``sync_flags`` does for a hop, with one query for their stored flags,
-    one for which of those someone acted on, and one statement per kind of change, in the
-    order the cases are given. Case "" holds the flags of items whose case could not be
-    read."""
+    """``sync_case_flags`` for many cases (their derived flags by case id), with the same
+    rows as syncing one case after the other in the order given: one query for their
+    stored flags, one for which of those that no longer hold someone acted on, and one
+    statement per kind of change."""
     existing: dict[str, dict[str, Any]] = {case_id: {} for case_id in flags}
     for chunk in _chunks(list(flags)):
         for row in execute(session, _CASES_FLAGS, {"b_cases": chunk}):
@@ -132,7 +200,7 @@ def sync_cases_flags(
     gone = [r.id for c in flags for k, r in existing[c].items() if k not in wanted[c]]
     writes = _Writes(now, _acted(session, gone))
     for case_id in flags:
-        writes.sync(existing[case_id], wanted[case_id], offer=None, case_id=case_id)
+        writes.sync(existing[case_id], wanted[case_id], case_id=case_id)
     writes.apply(session)
 
 
@@ -150,25 +218,10 @@ def _acted(session: Session, flag_ids: Sequence[int]) -> set[int]:
     return acted
 
 
-def _sync(
-    session: Session,
-    existing: dict[str, Any],
-    wanted: dict[str, tuple[str, str, Flag]],
-    *,
-    offer: bytes | None,
-    case_id: str | None,
-    now: int,
-) -> None:
-    gone = [row.id for key, row in existing.items() if key not in wanted]
-    writes = _Writes(now, _acted(session, gone))
-    writes.sync(existing, wanted, offer=offer, case_id=case_id)
-    writes.apply(session)
-
-
 class _Writes:
-    """The changes that make stored flags match derived ones, collected and then written
-    with one statement per kind (``acted``: the ids of the stored flags someone worked on,
-    among those that may go)."""
+    """What ``_sync`` does, for many cases: the changes collected, then written with one
+    statement per kind (``acted``: the ids of the stored flags someone worked on, among
+    those that no longer hold)."""
 
     def __init__(self, now: int, acted: set[int]) -> None:
         self.now = now
@@ -179,37 +232,27 @@ class _Writes:
         self.audits: list[dict[str, Any]] = []
 
     def sync(
-        self,
-        existing: dict[str, Any],
-        wanted: dict[str, tuple[str, str, Flag]],
-        *,
-        offer: bytes | None,
-        case_id: str | None,
+        self, existing: dict[str, Any], wanted: dict[str, tuple[str, str, Flag]], *, case_id: str
     ) -> None:
-        """A new condition is inserted open. A continuing one gets its derived columns
-        refreshed; one an operator resolved is reopened when its evidence grew. A condition
-        that no longer holds is deleted if nobody acted on it (so ingest order leaves no
-        trace), and otherwise resolved automatically with an audit entry."""
         existing = dict(existing)
-        now = self.now
         for key, (iss, hop, flag) in wanted.items():
             derived = {
                 "kind": flag.kind.value,
                 "variant": flag.variant,
                 "severity": flag.severity.value,
                 "evidence": [digest_text(d) for d in flag.evidence],
-                "offer": offer,
+                "offer": None,
                 "opened_at": flag.opened_at,
                 "detail": flag.detail,
             }
             row = existing.pop(key, None)
             if row is None:
-                new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": now}
+                new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": self.now}
                 self.inserts.append({**new, **derived, "case_id": case_id})
                 continue
             if all(getattr(row, k) == v for k, v in derived.items()):
                 continue
-            changes: dict[str, Any] = {**derived, "updated_at": now}
+            changes: dict[str, Any] = {**derived, "updated_at": self.now}
             if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
                 changes["status"] = "open"
                 self._audit(row.id, "reopen", "new evidence for a resolved condition")
@@ -218,8 +261,8 @@ class _Writes:
             self._clear(row)
 
     def _clear(self, row: Any) -> None:
-        acted = row.id in self.acted
-        if not acted and row.status == "open" and row.assignee is None and row.note is None:
+        unworked = row.status == "open" and row.assignee is None and row.note is None
+        if row.id not in self.acted and unworked:
             self.deletes.append({"b_id": row.id})
             return
         if row.status != "resolved":
@@ -231,9 +274,8 @@ class _Writes:
 
     def _audit(self, flag_id: int | None, action: str, note: str) -> None:
         assert flag_id is not None
-        self.audits.append(
-            {"flag_id": flag_id, "actor": SYSTEM, "at": self.now, "action": action, "note": note}
-        )
+        values = {"flag_id": flag_id, "actor": SYSTEM, "at": self.now, "action": action}
+        self.audits.append({**values, "note": note})
 
     def apply(self, session: Session) -> None:
         insert_ignore_many(session, FlagRow, self.inserts, ["key"])
