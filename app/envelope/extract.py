@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from handoff_context import MAX_SAFE_INT
 from handoff_context.carry import TASK_STATES_0_3 as _TASK_STATES_0_3
@@ -80,8 +80,10 @@ class EnvelopeItem:
     text_bytes: int = 0
 
 
-@dataclass(frozen=True)
-class _Where:
+class _Where(NamedTuple):
+    """Where in the payload the walk is. A named tuple: it is replaced a few times for every
+    capture item, and ``dataclasses.replace`` was about a sixth of reading one."""
+
     source: str
     at: int | None = None
     received_by: str | None = None
@@ -90,7 +92,7 @@ class _Where:
     in_batch: bool = False
     task_id: str | None = None
     task_context: str | None = None
-    accepted: frozenset[str] = field(default=DEFAULT_TYPES)
+    accepted: frozenset[str] = DEFAULT_TYPES
 
 
 def find_items(
@@ -110,7 +112,7 @@ def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:
     if isinstance(value, list):
         if not where.in_batch:
             for index, one in enumerate(value):
-                inner = replace(where, source=f"{where.source}[{index}]", in_batch=True)
+                inner = where._replace(source=f"{where.source}[{index}]", in_batch=True)
                 yield from _payload(one, inner)
         return
     if not isinstance(value, Mapping):
@@ -124,7 +126,7 @@ def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:
         if value["method"] in _A2A_SEND and isinstance(params, Mapping):
             yield from _message(params.get("message"), where)
     elif "result" in value:
-        yield from _a2a(value["result"], replace(where, in_response=True))
+        yield from _a2a(value["result"], where._replace(in_response=True))
     elif "error" not in value:
         yield from _a2a(value, where)
 
@@ -133,10 +135,10 @@ def _record(record: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
     # The carriers report a malformed record; here it only loses its context.
     at, by = _seconds(record.get("received_at")), record.get("received_by")
     if at is not None:
-        where = replace(where, at=at)
+        where = where._replace(at=at)
     if isinstance(by, str) and by:
-        where = replace(where, received_by=by)
-    yield from _payload(record["payload"], replace(where, in_record=True))
+        where = where._replace(received_by=by)
+    yield from _payload(record["payload"], where._replace(in_record=True))
 
 
 def _a2a(obj: object, where: _Where) -> Iterator[EnvelopeItem]:
@@ -188,15 +190,14 @@ def _task(task: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
     status = task.get("status")
     status = status if isinstance(status, Mapping) else {}
     state = _state(status.get("state"))
-    where = replace(
-        where,
+    where = where._replace(
         task_id=_text(task.get("id")) or _text(_field(task, "taskId", "task_id")),
         task_context=_text(_field(task, "contextId", "context_id")),
     )
     history = task.get("history")
     for message in history if isinstance(history, list) else ():
         # A handoff repeated in the task's history: its receiver produced this task.
-        yield from _message(message, replace(where, in_response=True))
+        yield from _message(message, where._replace(in_response=True))
     artifacts = task.get("artifacts")
     artifacts = list(artifacts) if isinstance(artifacts, list) else []
     if isinstance(task.get("artifact"), Mapping):

@@ -8,9 +8,11 @@ the end of an input. A batch of capture items goes through the pipeline's one ba
 evidence), then the ledger of every case they touch is derived again, once for the batch (a
 ledger depends on the set of stored items only, so deriving once leaves what deriving after
 each capture item would have; per capture item, deriving a case's ledger from all its items
-made the flush cost more than the signed ingest itself, BENCHMARKS.md). When the batch
-cannot be stored, nothing of it was kept and each of its capture items is stored again
-alone, in a transaction of its own: a failing item is reported and the rest goes on.
+made the flush cost more than the signed ingest itself, BENCHMARKS.md). The batch is
+written set-based: one INSERT for its items, and the ledgers of all its cases derived
+together (``app.store.envelopes.derive_cases``) from what this ingest already read. When
+the batch cannot be stored, nothing of it was kept and each of its capture items is stored
+again alone, in a transaction of its own: a failing item is reported and the rest goes on.
 """
 
 from __future__ import annotations
@@ -33,19 +35,22 @@ from sqlmodel import Session
 from app.capture.formats import CaptureItem
 from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import EnvelopeItem, find_items
+from app.envelope.ledger import Item
 from app.envelope.references import check_reference
 from app.errors import ItemProblem as EnvelopeError  # an invalid or unstorable envelope item
 from app.ingest.batches import BATCH_ITEMS, BUSY, BatchFailed, batched, database_error, run_batch
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
+    ItemRecord,
+    KnownItems,
     affected_cases,
     case_lock,
     context_lock,
     derive_cases,
     store_items,
+    stored_as,
 )
-from app.store.models import EnvelopeItemRow
 
 _RESTARTS = 50  # as for signed items: restarts after finding a lock taken
 
@@ -62,7 +67,7 @@ class EnvelopeReport:
 
 
 # One capture item's envelope rows, ready to store.
-_Prepared = tuple[CaptureItem, list[EnvelopeItemRow]]
+_Prepared = tuple[CaptureItem, list[ItemRecord]]
 
 
 @dataclass
@@ -75,6 +80,8 @@ class EnvelopeIngest:
     now: int
     report: EnvelopeReport = field(default_factory=EnvelopeReport)
     pending: list[tuple[CaptureItem, list[EnvelopeItem]]] = field(default_factory=list)
+    # The stored items read so far: a case's later ledgers read only its keys again.
+    known: KnownItems = field(default_factory=KnownItems, repr=False)
     # ``read`` runs in the reader thread of a live pipe (app.ingest.live.timed_batches)
     # while the ingest thread flushes after each batch: one flush at a time.
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
@@ -138,27 +145,40 @@ class EnvelopeIngest:
             return EnvelopeError(capture.source, BUSY)
         return new
 
-    def _store(self, rows: list[EnvelopeItemRow]) -> int | None:
+    def _store(self, rows: list[ItemRecord]) -> int | None:
         keys = frozenset(
             [case_lock(r.case_id) for r in rows]
             + [context_lock(r.context_id) for r in rows if r.context_id and r.to_agent]
         )
         for _ in range(_RESTARTS):
             try:
-                return db.run(self.engine, functools.partial(self._work, rows=rows, keys=keys))
+                new, read = db.run(self.engine, functools.partial(self._work, rows=rows, keys=keys))
             except NeedLocks as exc:
                 keys = exc.keys
+                continue
+            self.known.remember(read)  # committed: these items are stored for good
+            return new
         return None
 
-    def _work(self, session: Session, *, rows: list[EnvelopeItemRow], keys: frozenset[str]) -> int:
+    def _work(
+        self, session: Session, *, rows: list[ItemRecord], keys: frozenset[str]
+    ) -> tuple[int, dict[str, Item]]:
         locks = Locks(session, keys)
         new = store_items(session, rows)
         cases = affected_cases(session, rows, locks=locks)
-        derive_cases(session, cases, now=self.now, rules=self.config.rules, locks=locks)
-        return new
+        read = derive_cases(
+            session,
+            cases,
+            now=self.now,
+            rules=self.config.rules,
+            locks=locks,
+            known=self.known,
+            fresh=stored_as(rows, new),
+        )
+        return len(new), read
 
 
-def _problems(rows: list[EnvelopeItemRow]) -> list[EnvelopeError]:
+def _problems(rows: list[ItemRecord]) -> list[EnvelopeError]:
     """Per item: its errors, and version drift (reported, never read)."""
     problems = []
     for row in rows:
@@ -189,12 +209,17 @@ def payload_octets(value: object) -> tuple[bytes, str]:
 
 def item_rows(
     capture: CaptureItem, found: list[EnvelopeItem], *, objects: ObjectIndex, now: int
-) -> list[EnvelopeItemRow]:
+) -> list[ItemRecord]:
     """The rows of one capture item's envelope items, references checked at their receive
     time (``now`` for items without one)."""
     octets, fmt = payload_octets(capture.value)
     digest = hashlib.sha256(octets).digest()
-    return [_row(item, i, octets, fmt, digest, objects, now) for i, item in enumerate(found)]
+    # Every part of a payload that JSON could encode whole fits a JSON column; only a
+    # CBOR payload's envelopes need looking at one by one.
+    checked = fmt == "json"
+    return [
+        _row(item, i, octets, fmt, digest, objects, now, checked) for i, item in enumerate(found)
+    ]
 
 
 def _row(
@@ -205,38 +230,42 @@ def _row(
     digest: bytes,
     objects: ObjectIndex,
     now: int,
-) -> EnvelopeItemRow:
+    checked: bool,
+) -> ItemRecord:
     at = item.at if item.at is not None else now
     # One receipt, one key: the same payload at the same time by the same receiver again
     # (a capture ingested twice) is stored once.
     receipt = json.dumps([digest.hex(), index, at, item.received_by, item.kind.value])
     references = [check_reference(u, objects=objects, received_at=at) for u in item.urls]
-    envelope = _json_or_none(dict(item.envelope) if item.envelope is not None else None)
-    return EnvelopeItemRow(
-        key=hashlib.sha256(receipt.encode()).hexdigest(),
-        digest=digest,
-        octets=octets,
-        format=fmt,
-        source=item.source,
-        kind=item.kind.value,
-        case_id=item.case_id,
-        handoff_id=item.handoff_id,
-        agent=item.agent,
-        to_agent=item.to_agent,
-        epoch=item.epoch,
-        at=at,
-        received_by=item.received_by,
-        media_type=item.media_type,
-        message_id=item.message_id,
-        context_id=item.context_id,
-        task_id=item.task_id,
-        action=item.action,
-        outcome=item.outcome,
-        detail=item.detail,
-        envelope=envelope,
-        errors=list(item.errors),
-        drift=list(item.drift),
-        references=references,
-        text_bytes=item.text_bytes,
-        ingested_at=now,
+    envelope = dict(item.envelope) if item.envelope is not None else None
+    if not checked:
+        envelope = _json_or_none(envelope)
+    # Positional, in ItemRecord's order: the tuple is built once per item.
+    return ItemRecord(
+        hashlib.sha256(receipt.encode()).hexdigest(),
+        digest,
+        octets,
+        fmt,
+        item.source,
+        item.kind.value,
+        item.case_id,
+        item.handoff_id,
+        item.agent,
+        item.to_agent,
+        item.epoch,
+        at,
+        item.received_by,
+        item.media_type,
+        item.message_id,
+        item.context_id,
+        item.task_id,
+        item.action,
+        item.outcome,
+        item.detail,
+        envelope,
+        list(item.errors),
+        list(item.drift),
+        references,
+        item.text_bytes,
+        now,
     )

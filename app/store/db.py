@@ -380,6 +380,17 @@ def insert_ignore_many_new(
     return len(session.connection().execute(stmt, [dict(row) for row in rows]).all())
 
 
+def insert_ignore_many_keys(
+    session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> set[Any]:
+    """``insert_ignore_many_new``, answering which rows were new: the values of their first
+    key column."""
+    if not rows:
+        return set()
+    stmt = _insert_ignore_statement(_dialect(session), model.__table__, tuple(keys))
+    return set(session.connection().execute(stmt, [dict(row) for row in rows]).scalars())
+
+
 def upsert_many(
     session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
 ) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from handoff_context import Flag, FlagKind, digest_text
@@ -19,7 +19,7 @@ from sqlalchemy import bindparam, delete, insert, select, tuple_, union_all, upd
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
-from app.store.db import execute, insert_ignore
+from app.store.db import execute, insert_ignore, insert_ignore_many
 from app.store.models import ActionRow, CommentRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
@@ -168,3 +168,120 @@ def _audit(session: Session, flag_id: int | None, action: str, note: str, now: i
     assert flag_id is not None
     values = {"flag_id": flag_id, "actor": SYSTEM, "at": now, "action": action, "note": note}
     execute(session, _AUDIT, values)
+
+
+# --- many envelope cases at once (the envelope stage of ingest) ----------------------------
+
+_CASES_FLAGS = select(FlagRow.case_id, *_FLAG_COLUMNS).where(
+    FlagRow.case_id.in_(bindparam("b_cases", expanding=True))
+)
+_IN_IDS = bindparam("b_ids", expanding=True)
+_ACTED_ANY = union_all(
+    select(ActionRow.flag_id).where(ActionRow.flag_id.in_(_IN_IDS)),
+    select(CommentRow.flag_id).where(CommentRow.flag_id.in_(_IN_IDS)),
+)
+
+
+def sync_cases_flags(
+    session: Session, flags: Mapping[str, Sequence[CaseFlag]], *, now: int
+) -> None:
+    """``sync_case_flags`` for many cases (their derived flags by case id), with the same
+    rows as syncing one case after the other in the order given: one query for their
+    stored flags, one for which of those that no longer hold someone acted on, and one
+    statement per kind of change."""
+    existing: dict[str, dict[str, Any]] = {case_id: {} for case_id in flags}
+    for chunk in _chunks(list(flags)):
+        for row in execute(session, _CASES_FLAGS, {"b_cases": chunk}):
+            existing[row.case_id][row.key] = row
+    wanted = {
+        case_id: {case_flag_key(case_id, f): (f.agent, f.handoff_id, f.flag) for f in found}
+        for case_id, found in flags.items()
+    }
+    gone = [r.id for c in flags for k, r in existing[c].items() if k not in wanted[c]]
+    writes = _Writes(now, _acted(session, gone))
+    for case_id in flags:
+        writes.sync(existing[case_id], wanted[case_id], case_id=case_id)
+    writes.apply(session)
+
+
+def _chunks(values: Sequence[Any]) -> Iterator[list[Any]]:
+    # IN lists far below SQLite's limit on bound parameters (32,766).
+    for start in range(0, len(values), 500):
+        yield list(values[start : start + 500])
+
+
+def _acted(session: Session, flag_ids: Sequence[int]) -> set[int]:
+    """The flags among these that someone worked on (an audit entry or a comment)."""
+    acted: set[int] = set()
+    for chunk in _chunks(flag_ids):
+        acted |= set(execute(session, _ACTED_ANY, {"b_ids": chunk}).scalars())
+    return acted
+
+
+class _Writes:
+    """What ``_sync`` does, for many cases: the changes collected, then written with one
+    statement per kind (``acted``: the ids of the stored flags someone worked on, among
+    those that no longer hold)."""
+
+    def __init__(self, now: int, acted: set[int]) -> None:
+        self.now = now
+        self.acted = acted
+        self.inserts: list[dict[str, Any]] = []
+        self.updates: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        self.deletes: list[dict[str, Any]] = []
+        self.audits: list[dict[str, Any]] = []
+
+    def sync(
+        self, existing: dict[str, Any], wanted: dict[str, tuple[str, str, Flag]], *, case_id: str
+    ) -> None:
+        existing = dict(existing)
+        for key, (iss, hop, flag) in wanted.items():
+            derived = {
+                "kind": flag.kind.value,
+                "variant": flag.variant,
+                "severity": flag.severity.value,
+                "evidence": [digest_text(d) for d in flag.evidence],
+                "offer": None,
+                "opened_at": flag.opened_at,
+                "detail": flag.detail,
+            }
+            row = existing.pop(key, None)
+            if row is None:
+                new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": self.now}
+                self.inserts.append({**new, **derived, "case_id": case_id})
+                continue
+            if all(getattr(row, k) == v for k, v in derived.items()):
+                continue
+            changes: dict[str, Any] = {**derived, "updated_at": self.now}
+            if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
+                changes["status"] = "open"
+                self._audit(row.id, "reopen", "new evidence for a resolved condition")
+            self._update(row.id, changes)
+        for row in existing.values():
+            self._clear(row)
+
+    def _clear(self, row: Any) -> None:
+        unworked = row.status == "open" and row.assignee is None and row.note is None
+        if row.id not in self.acted and unworked:
+            self.deletes.append({"b_id": row.id})
+            return
+        if row.status != "resolved":
+            self._update(row.id, {"status": "resolved", "updated_at": self.now})
+            self._audit(row.id, "resolve", "the condition no longer holds")
+
+    def _update(self, flag_id: int, changes: dict[str, Any]) -> None:
+        self.updates.setdefault(tuple(changes), []).append({**changes, "b_id": flag_id})
+
+    def _audit(self, flag_id: int | None, action: str, note: str) -> None:
+        assert flag_id is not None
+        values = {"flag_id": flag_id, "actor": SYSTEM, "at": self.now, "action": action}
+        self.audits.append({**values, "note": note})
+
+    def apply(self, session: Session) -> None:
+        insert_ignore_many(session, FlagRow, self.inserts, ["key"])
+        for params in self.updates.values():
+            session.connection().execute(_UPDATE_FLAG, params)
+        if self.deletes:
+            session.connection().execute(_DELETE_FLAG, self.deletes)
+        if self.audits:
+            session.connection().execute(_AUDIT, self.audits)

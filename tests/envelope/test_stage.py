@@ -1,0 +1,119 @@
+"""The envelope stage's set-based path (``app.ingest.envelope``, ``app.store.envelopes``)
+on both databases: the items it keeps in memory are the items the store reads back, and
+the ledgers it derives for many cases at once, with what it already read, are the ledgers
+of each case derived alone from the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from handoff_context import AvailableObject, ObjectIndex
+from sqlalchemy import Engine
+
+from app.capture.formats import CaptureItem
+from app.envelope.extract import find_items
+from app.envelope.ledger import CaseRules
+from app.ingest.envelope import item_rows
+from app.store import db
+from app.store.db import Locks
+from app.store.envelopes import (
+    KnownItems,
+    case_ledger,
+    case_ledgers,
+    cases_items,
+    derive_cases,
+    store_items,
+    stored_as,
+)
+from tests.conftest import T0
+
+from .builders import (
+    BILLING,
+    CASE,
+    TRANSCRIPT,
+    envelope,
+    message_v1,
+    record,
+    send_v1,
+    worked_example,
+)
+
+OBJECTS = ObjectIndex.of([AvailableObject("transcript.txt", TRANSCRIPT)])
+RULES = CaseRules(accept_window=3600, transcript_bytes=2000)
+OTHER = "case-other"
+
+
+def rows_of(records: list[Any]) -> list[Any]:
+    rows = []
+    for n, value in enumerate(records):
+        capture = CaptureItem(f"capture:{n + 1}", value, received_at=None)
+        rows += item_rows(
+            capture, find_items(value, source=capture.source), objects=OBJECTS, now=T0
+        )
+    return rows
+
+
+def records() -> list[Any]:
+    other = send_v1(message_v1(envelope(case_id=OTHER, epoch=0)))
+    # A CBOR payload (a byte string): its envelope must be read back from the store.
+    binary = {**record(send_v1(message_v1(envelope(case_id=OTHER, epoch=1))), T0 + 50, BILLING)}
+    binary["trace"] = b"\x00\x01"
+    return [*worked_example(), record(other, T0 + 40, BILLING), binary]
+
+
+def test_the_items_kept_in_memory_are_the_items_read_back(engine: Engine) -> None:
+    rows = rows_of(records())
+    assert sorted(r.format for r in rows) == ["cbor", *["json"] * (len(rows) - 1)]
+    with db.transaction(engine) as session:
+        new = store_items(session, rows)
+        kept = stored_as(rows, new)
+        read = cases_items(session, [CASE, OTHER])
+    by_key = {i.key: i for found in read.values() for i in found}
+    assert new == {r.key for r in rows}
+    assert kept and set(kept) == {r.key for r in rows if r.format == "json"}
+    assert all(by_key[key] == item for key, item in kept.items())
+
+
+def test_of_one_receipt_twice_in_a_batch_the_first_is_kept_as_stored(engine: Engine) -> None:
+    rows = rows_of([*worked_example(), *worked_example()])
+    with db.transaction(engine) as session:
+        new = store_items(session, rows)
+        kept = stored_as(rows, new)
+        read = {i.key: i for i in cases_items(session, [CASE])[CASE]}
+    assert len(new) == len(rows) // 2
+    assert {i.source for i in kept.values()} == {r.source for r in rows[: len(rows) // 2]}
+    assert kept == read
+
+
+def test_a_receipt_stored_before_is_read_back_not_kept(engine: Engine) -> None:
+    rows = rows_of(worked_example())
+    with db.transaction(engine) as session:
+        store_items(session, rows[:2])
+    with db.transaction(engine) as session:
+        new = store_items(session, rows)
+    assert new == {r.key for r in rows[2:]}
+    assert set(stored_as(rows, new)) == new
+
+
+def test_ledgers_derived_together_from_what_was_read_are_each_case_alone(engine: Engine) -> None:
+    rows = rows_of(records())
+    known = KnownItems()
+    half = len(rows) // 2
+    for part in (rows[:half], rows[half:]):
+        with db.transaction(engine) as session:
+            new = store_items(session, part)
+            read = derive_cases(
+                session,
+                {r.case_id or "" for r in part},
+                now=T0 + 7200,
+                rules=RULES,
+                locks=Locks(session),
+                known=known,
+                fresh=stored_as(part, new),
+            )
+        known.remember(read)
+    assert known.items  # the second transaction reused what the first read
+    with db.transaction(engine) as session:
+        together = case_ledgers(session, [CASE, OTHER], now=T0 + 7200, rules=RULES, known=known)
+        for case_id in (CASE, OTHER):
+            assert together[case_id] == case_ledger(session, case_id, now=T0 + 7200, rules=RULES)
