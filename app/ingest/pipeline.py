@@ -354,8 +354,12 @@ def _try_batch(
     parsed = [None if isinstance(f, CarrierError) else _parse(f.value, pipeline) for f in batch]
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
-        state = _Batch(pipeline, session, now, locks)
         ok = [p for p in parsed if p is not None]
+        # On PostgreSQL: every lock the batch's items take, tried for at once. Holding
+        # them, no other writer can change what the batch asks about its own digests and
+        # hops, so the batch memory is exact, as on SQLite, and no item needs a savepoint.
+        exact = locks.try_take(k for p in ok for k in p.lock_keys)
+        state = _Batch(pipeline, session, now, locks, exact=exact)
         state.load(
             {d for p in ok for d in p.digests},
             {p.hop for p in ok},
@@ -377,39 +381,44 @@ def _try_batch(
                 # what the batch has not written yet: written first, outside its savepoint.
                 state.writes.flush()
             try:
-                with _item_scope(session, locks, state.writes):
+                with _item_scope(session, state.writes, savepoint=not exact):
                     if one is None:  # malformed: kept as evidence, within the batch
                         done = _refuse(pipeline, session, found, now, locks)
                     else:
                         locks.need(one.lock_keys)
                         done = item.run(found, one)
-                        if locks.active:
+                        if not exact:
                             hops |= item.hops()  # their locks, taken inside the savepoint
             except (NeedLocks, SQLAlchemyError) as exc:
-                if not locks.active:
+                if exact:
                     raise ItemFailed(index) from exc  # the whole transaction rolls back
                 failed = index
                 break
             results.append(done)
             touched |= item.touched
         state.writes.flush()  # before anything reads what the batch wrote
-        if not locks.active:
-            # SQLite: one writer at a time and no locks to take, so the hops the batch
-            # touched are found once, for all its items together.
-            hops = affected_hops(session, touched, locks=locks)
-        derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
+        try:
+            if exact:
+                # The hops the batch touched are found once, for all its items together.
+                hops = affected_hops(session, touched, locks=locks)
+            derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
+        except NeedLocks as exc:
+            # Another writer holds a hop: nothing of the batch is kept, each item runs alone.
+            raise BatchFailed("a hop of the batch is locked by another writer") from exc
         state.memory.flush()
     return results, failed
 
 
 @contextlib.contextmanager
-def _item_scope(session: Session, locks: Locks, writes: BatchWrites) -> Iterator[None]:
-    """Each item of a batch in a SAVEPOINT on PostgreSQL, where an item that finds a lock
-    taken is common (concurrent writers) and the items before it are kept. SQLite has one
-    writer and no locks, so an item fails only on a database error, which is rare: no
-    savepoint (two statements an item saved), and a failing item rolls the whole
-    transaction back (``ItemFailed``; the runner tries the items before it again)."""
-    if not locks.active:
+def _item_scope(session: Session, writes: BatchWrites, *, savepoint: bool) -> Iterator[None]:
+    """Each item of a batch in a SAVEPOINT on PostgreSQL when the batch could not take all
+    its locks up front: an item that finds a lock taken is then common (concurrent
+    writers), and the items before it are kept. SQLite (one writer, no locks) and a batch
+    holding its locks fail an item only on a database error or a lock beyond its own,
+    which is rare: no savepoint (two statements an item saved), and a failing item rolls
+    the whole transaction back (``ItemFailed``; the runner tries the items before it
+    again). Without a savepoint the batch memory need not be undone either."""
+    if not savepoint:
         yield
         return
     mark = writes.mark()
@@ -443,8 +452,8 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     keys = frozenset(one.lock_keys)
 
     def work(session: Session, keys: frozenset[str]) -> _Done:
-        locks = Locks(session, keys)
-        state = _Batch(pipeline, session, now, locks)
+        locks = Locks(session, keys)  # all the item's locks: its memory is exact
+        state = _Batch(pipeline, session, now, locks, exact=True)
         retries = {item.key} if item.key is not None else set()
         state.load(set(one.digests), {one.hop}, retries, named=set(one.named))
         state.writes.reserve(1 + len(one.chain), 1)
@@ -543,8 +552,11 @@ class _Batch:
     """What the items of one transaction share: one verifier over one memory of the store
     (built once per batch, not per item), and the batch's known digests."""
 
-    def __init__(self, pipeline: Pipeline, session: Session, now: int, locks: Locks) -> None:
+    def __init__(
+        self, pipeline: Pipeline, session: Session, now: int, locks: Locks, *, exact: bool
+    ) -> None:
         self.p = pipeline
+        self.exact = exact
         self.session = session
         self.now = now
         self.locks = locks
@@ -557,14 +569,15 @@ class _Batch:
         )
         assert isinstance(self.verifier.offers, StoreMemory)
         self.memory: StoreMemory = self.verifier.offers
-        # The rows the batch produces, written when it ends (app.store.writebehind); on
-        # SQLite, where the batch knows exactly what is stored, its new elements too.
-        self.writes = BatchWrites(session, elements=not locks.active)
+        # The rows the batch produces, written when it ends (app.store.writebehind); when
+        # the batch knows exactly what is stored (``exact``), its new elements too.
+        self.writes = BatchWrites(session, elements=exact)
         self.memory.writes = self.writes
-        # On SQLite (one writer, no one else writes while the batch runs): which of the
+        # ``exact`` (SQLite: one writer; PostgreSQL: the batch holds the locks of all its
+        # digests and hops, so no one else writes them while it runs): which of the
         # batch's digests a stored pending status names, and their stored children, loaded
         # once (``load``), so an offer that completes nothing costs no query (what the
-        # batch adds is in ``writes``). On PostgreSQL another writer may add either at any
+        # batch adds is in ``writes``). Otherwise another writer may add either at any
         # time: the store is asked each time.
         self.loaded: frozenset[bytes] = frozenset()
         self.pending: set[bytes] = set()
@@ -584,7 +597,7 @@ class _Batch:
         named: set[bytes] | None = None,
     ) -> None:
         self.keys = stored_keys(self.session, keys or set())
-        exact = not self.locks.active
+        exact = self.exact
         self.memory.load_batch(digests, hops=hops, exact=exact, named=named or set())
         if exact:
             self.loaded = frozenset(digests)
