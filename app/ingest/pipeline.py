@@ -695,9 +695,10 @@ class _Item:
             writes=writes,
         )
         row = verdict_values(verdict, Judgement.of(judged), self.p.trust.fingerprint, self.now)
-        row["observation_id"] = observation
+        verdict_id = writes.verdict_id()
+        row.update(id=verdict_id, observation_id=observation)
         observed = Observed(
-            verdict_id=0,  # given by ``add_verdict``
+            verdict_id=verdict_id,
             observation_id=observation,
             source=item.source,
             ctx=ctx,
@@ -708,7 +709,8 @@ class _Item:
         )
         p = element.payload
         kind, named = ("offer", None) if isinstance(p, Offer) else ("status", p.offer)
-        writes.add_verdict(row, ref_rows(0, verdict), observed, kind=kind, offer=named)
+        refs = ref_rows(verdict_id, verdict)
+        writes.add_verdict(row, refs, observed, kind=kind, offer=named)
         return observation
 
     def hops(self) -> set[HopKey]:

@@ -126,21 +126,11 @@ def element_stored(session: Session, *, digest: bytes) -> bool:
     return execute(session, _IS_STORED, {"b_digest": digest}).first() is not None
 
 
-_STORED_AMONG = select(ElementRow.digest).where(
-    ElementRow.digest.in_(bindparam("b_digests", expanding=True))
-)
 _STORED_ROWS = (
     select(ElementRow.digest, ElementRow.type, ElementRow.octets, ElementRow.form, LinkRow.prev)
     .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
     .where(ElementRow.digest.in_(bindparam("b_digests", expanding=True)))
 )
-
-
-def stored_among(session: Session, *, digests: Collection[bytes]) -> set[bytes]:
-    """Which of ``digests`` are stored elements: one query for a whole batch."""
-    if not digests:
-        return set()
-    return set(execute(session, _STORED_AMONG, {"b_digests": list(digests)}).scalars())
 
 
 _SEEN_AMONG = select(SeenStatusRow.digest).where(
@@ -186,12 +176,11 @@ class StoreMemory:
         self.trust = trust
         self.now = now
         # Digests known to be stored in this transaction (loaded for a whole batch with one
-        # query, ``stored_among``, and kept up to date): an element among them is not
+        # query, ``load_batch``, and kept up to date): an element among them is not
         # inserted again. An element once stored stays stored, so the set can only ever
         # miss one, never name one that is not there.
         self.stored: set[bytes] = set() if stored is None else stored
         self.inserted: set[bytes] = set()  # digests this memory stored for the first time
-        self.linked: set[bytes] = set()  # the prev of each offer it stored
         # Digests whose signature cache rows were loaded (``load_batch``): a miss among
         # them needs no lookup. Rows to add are written once, by ``flush``.
         self._cache_loaded: set[bytes] = set()
@@ -366,9 +355,6 @@ class StoreMemory:
 
     def _note_inserted(self, element: Element) -> None:
         self.inserted.add(element.digest)
-        p = element.payload
-        if isinstance(p, Offer) and p.prev is not None:
-            self.linked.add(p.prev)
 
     def holds(self, digest: bytes) -> bool:
         """True when this memory has seen the offer stored (it stored or read it)."""

@@ -8,7 +8,7 @@ memory, which is what hop states and flags are derived from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -48,7 +48,6 @@ class Judgement:
 
 # Built once: see app.store.db, "dialect-specific statements".
 _ADD_OBSERVATION = insert(ObservationRow).returning(ObservationRow.id)
-_ADD_VERDICT = insert(VerdictRow).returning(VerdictRow.id)
 _ADD_REFS = insert(RefOutcomeRow)
 _UPDATE_VERDICT = update(VerdictRow).where(VerdictRow.id == bindparam("b_id"))
 _DELETE_REFS = delete(RefOutcomeRow).where(RefOutcomeRow.verdict_id == bindparam("b_id"))
@@ -124,36 +123,6 @@ def observation_values(
     return values
 
 
-_ADD_OBSERVATIONS = insert(ObservationRow)
-
-
-def add_chain_observations(
-    session: Session,
-    *,
-    chain: Sequence[tuple[bytes, str]],
-    ctx: Context,
-    now: int,
-    via: bytes,
-) -> None:
-    """Record the receipts of a bundle's carried chain elements, ``(digest, source)`` each,
-    received with the offer ``via``: one statement for the whole chain (executemany)."""
-    if not chain:
-        return
-    rows = [
-        {
-            "digest": digest,
-            "received_at": ctx.now,
-            "received_by": ctx.receiver,
-            "dialog": ctx.dialog,
-            "source": source,
-            "via": via,
-            "ingested_at": now,
-        }
-        for digest, source in chain
-    ]
-    session.connection().execute(_ADD_OBSERVATIONS, rows)
-
-
 def verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int) -> dict[str, Any]:
     """The verdict table's row for ``verdict`` (without its id and observation)."""
     assert verdict.digest is not None and verdict.element is not None
@@ -174,22 +143,6 @@ def verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int)
         "fault": judgement.fault,
         "judged_at": now,
     }
-
-
-def add_verdict(
-    session: Session,
-    *,
-    observation_id: int,
-    verdict: Verdict,
-    judgement: Judgement,
-    trust: str,
-    now: int,
-) -> int:
-    values = verdict_values(verdict, judgement, trust, now)
-    values["observation_id"] = observation_id
-    verdict_id = int(execute(session, _ADD_VERDICT, values).scalar_one())
-    _write_refs(session, verdict_id, verdict)
-    return verdict_id
 
 
 def update_verdict(
@@ -337,11 +290,6 @@ def named_by_pending(session: Session, *, offers: Collection[bytes]) -> set[byte
     if not offers:
         return set()
     return set(execute(session, _NAMED_BY_PENDING, {"b_offers": list(offers)}).scalars())
-
-
-def with_children(session: Session, *, offers: Collection[bytes]) -> set[bytes]:
-    """Which of ``offers`` a stored offer names as its ``prev``: one query for a batch."""
-    return set(children_of(session, offers=offers))
 
 
 def children_of(session: Session, *, offers: Collection[bytes]) -> dict[bytes, set[bytes]]:

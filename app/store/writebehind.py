@@ -160,6 +160,10 @@ class BatchWrites:
     def add_host_state(self, row: dict[str, Any]) -> None:
         self._host.append(row)
 
+    def verdict_id(self) -> int:
+        """An id for the next verdict (``add_verdict``)."""
+        return self.verdict_ids.take()
+
     def add_verdict(
         self,
         row: dict[str, Any],
@@ -168,13 +172,10 @@ class BatchWrites:
         *,
         kind: str,
         offer: bytes | None,
-    ) -> int:
-        verdict_id = self.verdict_ids.take()
-        row = {**row, "id": verdict_id}
-        refs = [{**r, "verdict_id": verdict_id} for r in refs]
-        observed = dataclasses.replace(observed, verdict_id=verdict_id)
-        self._verdicts[verdict_id] = _Verdict(row, refs, observed, kind, offer)
-        return verdict_id
+    ) -> None:
+        """A verdict row, with its id (``verdict_id``) in ``row``, ``refs`` and
+        ``observed``; ``kind`` and ``offer`` say what it judged (a status: its offer)."""
+        self._verdicts[row["id"]] = _Verdict(row, refs, observed, kind, offer)
 
     def holds_verdict(self, verdict_id: int) -> bool:
         return verdict_id in self._verdicts
