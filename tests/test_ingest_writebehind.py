@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
+from handoff_context import digest_text
+from sqlalchemy import Engine, event, select
 from sqlalchemy.exc import OperationalError
 
 import app.ingest.pipeline as ingest_module
 from app.ingest.pipeline import ItemError
-from app.store.db import Locks
+from app.store.db import Locks, transaction
 from app.store.models import ObservationRow, RefOutcomeRow, VerdictRow
 from tests.conftest import World
 from tests.store.builders import (
@@ -92,3 +93,29 @@ def test_a_pending_status_completed_in_its_own_batch_is_written_once_completed(
     assert count(engine, VerdictRow, VerdictRow.outcome == "accept") == 2
     assert count(engine, VerdictRow, VerdictRow.outcome == "pending") == 0
     assert count(engine, RefOutcomeRow) == 0
+
+
+@pytest.mark.usefixtures("up_front")
+def test_what_a_batch_wrote_before_a_malformed_item_is_still_completed_after_it(
+    engine: Engine, world: World
+) -> None:
+    # A malformed item re-derives its hop, so the batch writes its buffer before it; the
+    # status written pending before it, and the offer's child, are still found after it.
+    parent = offer(world.planner, world.coder, iat=T0)
+    child = offer(world.coder, world.tester, iat=T0 + 5, prev=digest(parent))
+    s = status(world.coder, parent, "accepted", iat=T0 + 5)
+    records = [
+        rec(st(s), T0 + 6),
+        rec(bundle(child), T0 + 6, world.tester.iss),
+        rec({"offer": 5}, T0 + 7),  # malformed: kept as evidence (app.store.rejected)
+        rec(bundle(parent), T0 + 1, world.coder.iss),
+    ]
+    report = run(engine, world.trust, records)
+    assert outcomes(report) == ["accept", "accept", "reject", "accept"]
+    assert count(engine, VerdictRow, VerdictRow.outcome == "pending") == 0
+    with transaction(engine) as session:
+        chain = session.execute(
+            select(VerdictRow.chain).where(VerdictRow.digest == digest(child))
+        ).scalar_one()
+    assert chain is not None and chain["carried"] is False
+    assert [e["digest"] for e in chain["elements"]] == [digest_text(digest(parent))]

@@ -379,7 +379,7 @@ def _try_batch(
             if one is None:
                 # A malformed item re-derives its hop (app.store.rejected), which reads
                 # what the batch has not written yet: written first, outside its savepoint.
-                state.writes.flush()
+                state.flush()
             try:
                 with _item_scope(session, state.writes, savepoint=not exact):
                     if one is None:  # malformed: kept as evidence, within the batch
@@ -604,6 +604,12 @@ class _Batch:
             self.pending = named_by_pending(self.session, offers=digests)
             self.children = children_of(self.session, offers=digests)
 
+    def flush(self) -> None:
+        """Write the buffer before the batch ends, keeping the batch memory exact: the
+        statuses it writes pending are then the store's to find."""
+        self.pending |= self.writes.pending_offers()
+        self.writes.flush()
+
     def pending_statuses(self, digests: set[bytes]) -> list[Observed]:
         """The pending statuses naming one of ``digests``, stored or buffered, in the
         store's order."""
@@ -628,7 +634,8 @@ class _Batch:
     def offers_without_chain(self, digests: Sequence[bytes]) -> list[Observed]:
         """``offers_judged_without_chain`` over the store and the buffer. An offer this
         batch stored first has no observation in the store (they are all buffered)."""
-        stored = [d for d in digests if d not in self.memory.inserted]
+        written = self.writes.flushes > 0  # then some may be in the store after all
+        stored = [d for d in digests if written or d not in self.memory.inserted]
         found = offers_judged_without_chain(self.session, stored) if stored else []
         return by_observation(found, self.writes.offers_without_chain(set(digests)))
 

@@ -124,9 +124,14 @@ class BatchWrites:
         self.buffers_elements = elements
         self.observation_ids = _Ids(session, "observation")
         self.verdict_ids = _Ids(session, "verdict")
-        self._elements: dict[bytes, tuple[Element, dict[str, Any]]] = {}
-        self._links: dict[bytes, dict[str, Any]] = {}  # by the offer
-        self._children: dict[bytes, set[bytes]] = {}  # buffered links by their prev
+        # The batch's new elements and links: rows to write (until ``flush``), and what
+        # the batch knows of them (kept after a flush within the batch: an element and a
+        # link, once stored, stay as they are).
+        self._element_rows: dict[bytes, dict[str, Any]] = {}
+        self._link_rows: dict[bytes, dict[str, Any]] = {}  # by the offer
+        self._elements: dict[bytes, Element] = {}
+        self._links: list[tuple[bytes, bytes]] = []  # (prev, offer)
+        self._children: dict[bytes, set[bytes]] = {}  # the batch's links by their prev
         self._observations: list[dict[str, Any]] = []
         self._host: list[dict[str, Any]] = []
         self._verdicts: dict[int, _Verdict] = {}
@@ -141,14 +146,13 @@ class BatchWrites:
 
     def add_element(self, element: Element, row: dict[str, Any]) -> None:
         """A new element (and its chain link); the caller knows it is not stored."""
-        self._elements[element.digest] = (element, row)
+        self._elements[element.digest] = element
+        self._element_rows[element.digest] = row
         p = element.payload
         if isinstance(p, Offer) and p.prev is not None:
-            self._links[element.digest] = {
-                "offer": element.digest,
-                "prev": p.prev,
-                "dialog": p.dialog,
-            }
+            link = {"offer": element.digest, "prev": p.prev, "dialog": p.dialog}
+            self._link_rows[element.digest] = link
+            self._links.append((p.prev, element.digest))
             self._children.setdefault(p.prev, set()).add(element.digest)
 
     def add_observation(self, row: dict[str, Any]) -> int:
@@ -194,12 +198,19 @@ class BatchWrites:
     # -- reading what is buffered ---------------------------------------------------------
 
     def element(self, digest: bytes) -> Element | None:
-        found = self._elements.get(digest)
-        return None if found is None else found[0]
+        return self._elements.get(digest)
 
     def children(self, offers: Collection[bytes]) -> set[bytes]:
         """Buffered offers whose ``prev`` is one of ``offers``."""
         return {c for d in offers for c in self._children.get(d, ())}
+
+    def pending_offers(self) -> set[bytes]:
+        """The offers that the buffered pending statuses name."""
+        return {
+            v.offer
+            for v in self._verdicts.values()
+            if v.kind == "status" and v.observed.outcome == "pending" and v.offer is not None
+        }
 
     def pending_statuses(self, offers: Collection[bytes]) -> list[Observed]:
         return [
@@ -244,9 +255,11 @@ class BatchWrites:
             del self._verdicts[verdict_id]
         for digest in list(self._elements)[mark.elements :]:
             del self._elements[digest]
-        for offer in list(self._links)[mark.links :]:
-            link = self._links.pop(offer)
-            self._children[link["prev"]].discard(offer)
+            self._element_rows.pop(digest, None)
+        while len(self._links) > mark.links:
+            prev, offer = self._links.pop()
+            self._children[prev].discard(offer)
+            self._link_rows.pop(offer, None)
         del self._observations[mark.observations :]
         del self._host[mark.host :]
         if not self.observation_ids.postgresql:
@@ -256,12 +269,12 @@ class BatchWrites:
 
     def flush(self) -> None:
         """Write everything buffered, one statement per table, parents before children."""
-        if not (self._elements or self._observations or self._host or self._verdicts):
+        if not (self._element_rows or self._observations or self._host or self._verdicts):
             return
         self.flushes += 1
-        elements = [row for _, row in self._elements.values()]
+        elements = list(self._element_rows.values())
         insert_ignore_many(self.session, ElementRow, elements, ["digest"])
-        insert_ignore_many(self.session, LinkRow, list(self._links.values()), ["offer"])
+        insert_ignore_many(self.session, LinkRow, list(self._link_rows.values()), ["offer"])
         connection = self.session.connection()
         for statement, rows in (
             (_ADD_HOST, self._host),
@@ -271,9 +284,8 @@ class BatchWrites:
         ):
             if rows:
                 connection.execute(statement, rows)
-        self._elements.clear()
-        self._links.clear()
-        self._children.clear()
+        self._element_rows.clear()
+        self._link_rows.clear()
         self._observations.clear()
         self._host.clear()
         self._verdicts.clear()
