@@ -4,17 +4,21 @@ payload -> carriers -> verify (profile §6, §7, §5) -> persist -> re-derive ho
 Items are committed in batches of up to ``app.ingest.batches.BATCH_ITEMS``, through the one
 batch runner the envelope stage uses too (``app.ingest.batches.run_batch``; envelope items
 are stored after each batch of signed items, ``app.ingest.envelope``): one transaction holds
-a run of consecutive items (on PostgreSQL each inside its own SAVEPOINT, ``_item_scope``),
-and the hops they touched are re-derived once, at the end of the batch, instead of after
-every item (the derivation reads only stored facts, so deriving once gives what deriving
-after each item would have left). A per-item
-transaction cost ~40 statements and a commit per element; a batch shares the commit and the
-derivation of hops that several items touch (an offer, its statuses, its children). Each
-item still stands alone:
+a run of consecutive items, the rows they produce are written behind, with one statement per
+table at the end of the batch (``app.store.writebehind``), and the hops they touched are
+re-derived once, at the end of the batch, instead of after every item (the derivation reads
+only stored facts, so deriving once gives what deriving after each item would have left).
+A per-item transaction cost ~40 statements and a commit per element; a batch shares the
+commit, the statements and the derivation of hops that several items touch (an offer, its
+statuses, its children). On PostgreSQL a batch first tries for every lock its items take,
+in one statement; holding them, it runs as on SQLite, with exact batch memories and no
+savepoints; otherwise each item runs in a SAVEPOINT of its own (``_item_scope``), with its
+memories in the database. Each item still stands alone:
 
 - an item that fails (a database error, or on PostgreSQL a lock held by another writer)
-  rolls back to its savepoint, leaving nothing of itself (on SQLite the whole transaction
-  rolls back and the items before it run again as a batch); the items before it are kept,
+  rolls back to its savepoint, leaving nothing of itself (without savepoints the whole
+  transaction rolls back and the items before it run again as a batch); the items before
+  it are kept,
   it is run again alone in its own transaction (the way every item ran before batching:
   restarted with its locks taken up front, retried on transient errors, and reported as an
   ``ItemError`` when it fails again), and the next batch starts after it. Input order, and
