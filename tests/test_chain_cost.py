@@ -55,9 +55,11 @@ def test_ingest_checks_each_signature_of_a_chain_once(
     pipeline = Pipeline(engine=engine, trust=trust, options=VerifyOptions(at=T0))
     element_inserts: list[str] = []
 
-    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    def count(_conn: Any, _cursor: Any, statement: str, params: Any, _c: Any, many: bool) -> None:
+        # Element rows written, one per parameter set: a batch writes its new elements
+        # with one executemany (app.store.writebehind).
         if statement.lstrip().upper().startswith("INSERT INTO ELEMENT "):
-            element_inserts.append(statement)
+            element_inserts.extend([statement] * (len(params) if many else 1))
 
     event.listen(engine, "before_cursor_execute", count)
     try:

@@ -4,17 +4,21 @@ payload -> carriers -> verify (profile §6, §7, §5) -> persist -> re-derive ho
 Items are committed in batches of up to ``app.ingest.batches.BATCH_ITEMS``, through the one
 batch runner the envelope stage uses too (``app.ingest.batches.run_batch``; envelope items
 are stored after each batch of signed items, ``app.ingest.envelope``): one transaction holds
-a run of consecutive items (on PostgreSQL each inside its own SAVEPOINT, ``_item_scope``),
-and the hops they touched are re-derived once, at the end of the batch, instead of after
-every item (the derivation reads only stored facts, so deriving once gives what deriving
-after each item would have left). A per-item
-transaction cost ~40 statements and a commit per element; a batch shares the commit and the
-derivation of hops that several items touch (an offer, its statuses, its children). Each
-item still stands alone:
+a run of consecutive items, the rows they produce are written behind, with one statement per
+table at the end of the batch (``app.store.writebehind``), and the hops they touched are
+re-derived once, at the end of the batch, instead of after every item (the derivation reads
+only stored facts, so deriving once gives what deriving after each item would have left).
+A per-item transaction cost ~40 statements and a commit per element; a batch shares the
+commit, the statements and the derivation of hops that several items touch (an offer, its
+statuses, its children). On PostgreSQL a batch first tries for every lock its items take,
+in one statement; holding them, it runs as on SQLite, with exact batch memories and no
+savepoints; otherwise each item runs in a SAVEPOINT of its own (``_item_scope``), with its
+memories in the database. Each item still stands alone:
 
 - an item that fails (a database error, or on PostgreSQL a lock held by another writer)
-  rolls back to its savepoint, leaving nothing of itself (on SQLite the whole transaction
-  rolls back and the items before it run again as a batch); the items before it are kept,
+  rolls back to its savepoint, leaving nothing of itself (without savepoints the whole
+  transaction rolls back and the items before it run again as a batch); the items before
+  it are kept,
   it is run again alone in its own transaction (the way every item ran before batching:
   restarted with its locks taken up front, retried on transient errors, and reported as an
   ``ItemError`` when it fails again), and the next batch starts after it. Input order, and
@@ -101,20 +105,23 @@ from app.store.memory import StoreMemory, fresh_verifier, store_verifier
 from app.store.records import (
     Judgement,
     Observed,
-    add_chain_observations,
     add_observation,
-    add_verdict,
     children,
+    children_of,
     depends_on_replay,
+    judgement_values,
     named_by_pending,
+    observation_values,
     offers_judged_without_chain,
     pending_statuses,
+    ref_rows,
     stored_ancestors,
     update_judgement,
     update_verdict,
-    with_children,
+    verdict_values,
 )
 from app.store.rejected import keep_refused
+from app.store.writebehind import BatchWrites, by_observation
 
 # Restarts of one item that found a lock taken, before it is reported as an error.
 _RESTARTS = 50
@@ -351,12 +358,19 @@ def _try_batch(
     parsed = [None if isinstance(f, CarrierError) else _parse(f.value, pipeline) for f in batch]
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
-        state = _Batch(pipeline, session, now, locks)
+        ok = [p for p in parsed if p is not None]
+        # On PostgreSQL: every lock the batch's items take, tried for at once. Holding
+        # them, no other writer can change what the batch asks about its own digests and
+        # hops, so the batch memory is exact, as on SQLite, and no item needs a savepoint.
+        exact = locks.try_take(k for p in ok for k in p.lock_keys)
+        state = _Batch(pipeline, session, now, locks, exact=exact)
         state.load(
-            {d for p in parsed if p is not None for d in p.digests},
-            {p.hop for p in parsed if p is not None},
+            {d for p in ok for d in p.digests},
+            {p.hop for p in ok},
             {f.key for f in batch if isinstance(f, Carried) and f.key is not None},
+            named={n for p in ok for n in p.named},
         )
+        state.writes.reserve(sum(1 + len(p.chain) for p in ok), len(ok))
         signed = (e for p in parsed if p is not None for e in (p.element, *p.chain))
         verify_ahead(signed, pipeline.trust, state.memory)
         hops: set[HopKey] = set()
@@ -366,43 +380,58 @@ def _try_batch(
                 results.append(_Done(carrier_error_verdict(found)))
                 continue
             item = _Item(state)
+            if one is None:
+                # A malformed item re-derives its hop (app.store.rejected), which reads
+                # what the batch has not written yet: written first, outside its savepoint.
+                state.flush()
             try:
-                with _item_scope(session, locks):
+                with _item_scope(session, state.writes, savepoint=not exact):
                     if one is None:  # malformed: kept as evidence, within the batch
                         done = _refuse(pipeline, session, found, now, locks)
                     else:
                         locks.need(one.lock_keys)
                         done = item.run(found, one)
-                        if locks.active:
+                        if not exact:
                             hops |= item.hops()  # their locks, taken inside the savepoint
             except (NeedLocks, SQLAlchemyError) as exc:
-                if not locks.active:
+                if exact:
                     raise ItemFailed(index) from exc  # the whole transaction rolls back
                 failed = index
                 break
             results.append(done)
             touched |= item.touched
-        if not locks.active:
-            # SQLite: one writer at a time and no locks to take, so the hops the batch
-            # touched are found once, for all its items together.
-            hops = affected_hops(session, touched, locks=locks)
-        derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
+        state.writes.flush()  # before anything reads what the batch wrote
+        try:
+            if exact:
+                # The hops the batch touched are found once, for all its items together.
+                hops = affected_hops(session, touched, locks=locks)
+            derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
+        except NeedLocks as exc:
+            # Another writer holds a hop: nothing of the batch is kept, each item runs alone.
+            raise BatchFailed("a hop of the batch is locked by another writer") from exc
         state.memory.flush()
     return results, failed
 
 
 @contextlib.contextmanager
-def _item_scope(session: Session, locks: Locks) -> Iterator[None]:
-    """Each item of a batch in a SAVEPOINT on PostgreSQL, where an item that finds a lock
-    taken is common (concurrent writers) and the items before it are kept. SQLite has one
-    writer and no locks, so an item fails only on a database error, which is rare: no
-    savepoint (two statements an item saved), and a failing item rolls the whole
-    transaction back (``ItemFailed``; the runner tries the items before it again)."""
-    if not locks.active:
+def _item_scope(session: Session, writes: BatchWrites, *, savepoint: bool) -> Iterator[None]:
+    """Each item of a batch in a SAVEPOINT on PostgreSQL when the batch could not take all
+    its locks up front: an item that finds a lock taken is then common (concurrent
+    writers), and the items before it are kept. SQLite (one writer, no locks) and a batch
+    holding its locks fail an item only on a database error or a lock beyond its own,
+    which is rare: no savepoint (two statements an item saved), and a failing item rolls
+    the whole transaction back (``ItemFailed``; the runner tries the items before it
+    again). Without a savepoint the batch memory need not be undone either."""
+    if not savepoint:
         yield
         return
-    with db.savepoint(session):
-        yield
+    mark = writes.mark()
+    try:
+        with db.savepoint(session):
+            yield
+    except BaseException:
+        writes.rollback(mark)  # the rows it buffered go with its savepoint
+        raise
 
 
 def _alone(pipeline: Pipeline, found: Found, *, now: int) -> _Done | ItemError:
@@ -427,11 +456,14 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> _Done | None:
     keys = frozenset(one.lock_keys)
 
     def work(session: Session, keys: frozenset[str]) -> _Done:
-        locks = Locks(session, keys)
-        state = _Batch(pipeline, session, now, locks)
-        state.load(set(one.digests), {one.hop}, {item.key} if item.key is not None else set())
+        locks = Locks(session, keys)  # all the item's locks: its memory is exact
+        state = _Batch(pipeline, session, now, locks, exact=True)
+        retries = {item.key} if item.key is not None else set()
+        state.load(set(one.digests), {one.hop}, retries, named=set(one.named))
+        state.writes.reserve(1 + len(one.chain), 1)
         item_work = _Item(state)
         done = item_work.run(item, one)
+        state.writes.flush()  # the affected hops are read from what it wrote
         derive_hops(session, item_work.hops(), now=now, timing=pipeline.timing, locks=locks)
         state.memory.flush()
         return done
@@ -481,6 +513,13 @@ class _Parsed:
         """(iss, hop) of the element, as the replay memory keys it (profile §6.4)."""
         return self.element.payload.iss, self.element.payload.hop
 
+    @property
+    def named(self) -> frozenset[bytes]:
+        """The offer the element names by digest: a status's offer, an offer's ``prev``."""
+        p = self.element.payload
+        named = p.prev if isinstance(p, Offer) else p.offer
+        return frozenset() if named is None else frozenset({named})
+
 
 def _parse(value: object, pipeline: Pipeline) -> _Parsed | None:
     """The object and its element, when both parse within the size limit; the verifier
@@ -517,8 +556,11 @@ class _Batch:
     """What the items of one transaction share: one verifier over one memory of the store
     (built once per batch, not per item), and the batch's known digests."""
 
-    def __init__(self, pipeline: Pipeline, session: Session, now: int, locks: Locks) -> None:
+    def __init__(
+        self, pipeline: Pipeline, session: Session, now: int, locks: Locks, *, exact: bool
+    ) -> None:
         self.p = pipeline
+        self.exact = exact
         self.session = session
         self.now = now
         self.locks = locks
@@ -531,13 +573,19 @@ class _Batch:
         )
         assert isinstance(self.verifier.offers, StoreMemory)
         self.memory: StoreMemory = self.verifier.offers
-        # On SQLite (one writer, no one else writes while the batch runs): which of the
-        # batch's digests a pending status names, and which have stored children, loaded
-        # once (``load``) and kept up to date, so an offer that completes nothing costs no
-        # query. On PostgreSQL another writer may add either at any time: asked each time.
+        # The rows the batch produces, written when it ends (app.store.writebehind); when
+        # the batch knows exactly what is stored (``exact``), its new elements too.
+        self.writes = BatchWrites(session, elements=exact)
+        self.memory.writes = self.writes
+        # ``exact`` (SQLite: one writer; PostgreSQL: the batch holds the locks of all its
+        # digests and hops, so no one else writes them while it runs): which of the
+        # batch's digests a stored pending status names, and their stored children, loaded
+        # once (``load``), so an offer that completes nothing costs no query (what the
+        # batch adds is in ``writes``). Otherwise another writer may add either at any
+        # time: the store is asked each time.
         self.loaded: frozenset[bytes] = frozenset()
         self.pending: set[bytes] = set()
-        self.parents: set[bytes] = set()
+        self.children: dict[bytes, set[bytes]] = {}
         # The batch's observation ids already stored (a shipper's retry, app.store.host),
         # loaded with one query and kept up to date as the batch stores more. On PostgreSQL
         # another writer may store one meanwhile: the unique index then fails that item,
@@ -545,23 +593,55 @@ class _Batch:
         self.keys: set[str] = set()
 
     def load(
-        self, digests: set[bytes], hops: set[tuple[str, str]], keys: set[str] | None = None
+        self,
+        digests: set[bytes],
+        hops: set[tuple[str, str]],
+        keys: set[str] | None = None,
+        *,
+        named: set[bytes] | None = None,
     ) -> None:
         self.keys = stored_keys(self.session, keys or set())
-        self.memory.load_batch(digests, hops=hops, exact=not self.locks.active)
-        if not self.locks.active:
+        exact = self.exact
+        self.memory.load_batch(digests, hops=hops, exact=exact, named=named or set())
+        if exact:
             self.loaded = frozenset(digests)
             self.pending = named_by_pending(self.session, offers=digests)
-            self.parents = with_children(self.session, offers=digests)
+            self.children = children_of(self.session, offers=digests)
 
-    def may_complete(self, digests: set[bytes]) -> set[bytes]:
-        """Those of ``digests`` that a pending status may name."""
-        return {d for d in digests if d in self.pending or d not in self.loaded}
+    def flush(self) -> None:
+        """Write the buffer before the batch ends, keeping the batch memory exact: the
+        statuses it writes pending are then the store's to find."""
+        self.pending |= self.writes.pending_offers()
+        self.writes.flush()
 
-    def may_have_children(self, digests: set[bytes]) -> set[bytes]:
-        """Those of ``digests`` that a stored offer may name as its ``prev``."""
-        linked = self.memory.linked
-        return {d for d in digests if d in self.parents or d in linked or d not in self.loaded}
+    def pending_statuses(self, digests: set[bytes]) -> list[Observed]:
+        """The pending statuses naming one of ``digests``, stored or buffered, in the
+        store's order."""
+        stored = {d for d in digests if d in self.pending or d not in self.loaded}
+        found = pending_statuses(self.session, stored) if stored else []
+        return by_observation(found, self.writes.pending_statuses(digests))
+
+    def children_of(self, digests: set[bytes]) -> list[bytes]:
+        """The offers naming one of ``digests`` as their ``prev``, stored or buffered, in
+        digest order."""
+        found = self.writes.children(digests)
+        unknown = set()
+        for d in digests:
+            if d in self.loaded:
+                found |= self.children.get(d, set())
+            else:
+                unknown.add(d)
+        if unknown:
+            found.update(children(self.session, unknown))
+        return sorted(found)
+
+    def offers_without_chain(self, digests: Sequence[bytes]) -> list[Observed]:
+        """``offers_judged_without_chain`` over the store and the buffer. An offer this
+        batch stored first has no observation in the store (they are all buffered)."""
+        written = self.writes.flushes > 0  # then some may be in the store after all
+        stored = [d for d in digests if written or d not in self.memory.inserted]
+        found = offers_judged_without_chain(self.session, stored) if stored else []
+        return by_observation(found, self.writes.offers_without_chain(set(digests)))
 
 
 class _Item:
@@ -600,6 +680,22 @@ class _Item:
         judged = verdict
         if depends_on_replay(verdict):
             judged = self.fresh.verify_object(obj, ctx, source=item.source)
+        observation = self._add_observation(item, element, ctx, verdict, judged)
+        if item.key is not None:
+            self.batch.keys.add(item.key)
+        self.touched.add(element.digest)
+        known = self._observe_chain(judged, element, ctx, item.source)
+        if element.is_offer and _passed(judged, "signature"):
+            known.add(element.digest)
+        self._complete(known)
+        return _Done(verdict, observation, int(new), self.judged_again)
+
+    def _add_observation(
+        self, item: Carried, element: Element, ctx: Context, verdict: Verdict, judged: Verdict
+    ) -> int:
+        """Buffer the item's receipt (with the host task state it rode in) and verdict;
+        returns the observation's id."""
+        writes = self.batch.writes
         observation = add_observation(
             self.session,
             digest=element.digest,
@@ -607,34 +703,32 @@ class _Item:
             source=item.source,
             now=self.now,
             item=item,
+            writes=writes,
         )
-        if item.key is not None:
-            self.batch.keys.add(item.key)
-        add_verdict(
-            self.session,
+        row = verdict_values(verdict, Judgement.of(judged), self.p.trust.fingerprint, self.now)
+        verdict_id = writes.verdict_id()
+        row.update(id=verdict_id, observation_id=observation)
+        observed = Observed(
+            verdict_id=verdict_id,
             observation_id=observation,
-            verdict=verdict,
-            judgement=Judgement.of(judged),
-            trust=self.p.trust.fingerprint,
-            now=self.now,
+            source=item.source,
+            ctx=ctx,
+            octets=element.octets,
+            form=element.form,
+            outcome=verdict.outcome.value,
+            reason=None if verdict.reason is None else verdict.reason.value,
         )
-        self.touched.add(element.digest)
-        self._note_pending(verdict)
-        known = self._observe_chain(judged, element, ctx, item.source)
-        if element.is_offer and _passed(judged, "signature"):
-            known.add(element.digest)
-        self._complete(known)
-        return _Done(verdict, observation, int(new), self.judged_again)
+        p = element.payload
+        kind, named = ("offer", None) if isinstance(p, Offer) else ("status", p.offer)
+        refs = ref_rows(verdict_id, verdict)
+        writes.add_verdict(row, refs, observed, kind=kind, offer=named)
+        return observation
 
     def hops(self) -> set[HopKey]:
         """The hops to derive again for what ``run`` changed, their locks held."""
         keys = affected_hops(self.session, self.touched, locks=self.locks)
         self.locks.need(hop_lock(hop) for _, hop in keys)
         return keys
-
-    def _note_pending(self, verdict: Verdict) -> None:
-        if verdict.outcome is Outcome.PENDING and verdict.offer is not None:
-            self.batch.pending.add(verdict.offer)
 
     def _with_stored_chain(
         self, obj: HandoffObject | StatusObject, element: Element
@@ -648,7 +742,12 @@ class _Item:
             return obj
         limit = self.p.options.max_chain - 1
         ancestors = stored_ancestors(
-            self.session, offer.prev, form=obj.form, limit=limit, locks=self.locks
+            self.session,
+            offer.prev,
+            form=obj.form,
+            limit=limit,
+            locks=self.locks,
+            known=self.memory.ancestor,
         )
         if not ancestors:
             return obj
@@ -665,33 +764,33 @@ class _Item:
             return set()
         known = {e.digest for e in judged.chain.elements if e.result is Result.PASS and e.digest}
         if judged.chain.carried and _passed(judged, "chain"):
-            carried = [(e.digest, f"{source} chain[{e.index}]") for e in judged.chain.elements]
-            assert all(digest is not None for digest, _ in carried)
-            add_chain_observations(
-                self.session,
-                chain=[(d, src) for d, src in carried if d is not None],
-                ctx=ctx,
-                now=self.now,
-                via=element.digest,
-            )
+            for e in judged.chain.elements:
+                assert e.digest is not None
+                row = observation_values(
+                    digest=e.digest,
+                    ctx=ctx,
+                    source=f"{source} chain[{e.index}]",
+                    now=self.now,
+                    via=element.digest,
+                )
+                self.batch.writes.add_observation(row)
         self.touched.update(known)
         return known
 
     def _complete(self, known: set[bytes]) -> None:
         """Judge again what the offers in ``known`` complete: pending statuses naming them,
         and offers below them whose chain was built from stored elements."""
-        for observed in pending_statuses(self.session, self.batch.may_complete(known)):
+        for observed in self.batch.pending_statuses(known):
             self._judge_status_again(observed)
         frontier, seen = known, set(known)
         for _ in range(self.p.options.max_chain):
             # Offers below one we hold took its lock when they were stored.
             self.locks.need(digest_lock(d) for d in frontier)
-            asked = self.batch.may_have_children(frontier)
-            below = [d for d in children(self.session, asked) if d not in seen]
+            below = [d for d in self.batch.children_of(frontier) if d not in seen]
             if not below:
                 break
             seen.update(below)
-            for observed in offers_judged_without_chain(self.session, below):
+            for observed in self.batch.offers_without_chain(below):
                 self._judge_offer_again(observed)
             frontier = set(below)
 
@@ -711,28 +810,38 @@ class _Item:
         judged = self.fresh.verify_object(obj, observed.ctx, source=observed.source)
         if observed.outcome == Outcome.DUPLICATE.value or observed.reason == "equivocation":
             # What was reported stays reported; only the judgement is completed.
-            update_judgement(
-                self.session,
-                observed.verdict_id,
-                judgement=Judgement.of(judged),
-                trust=self.p.trust.fingerprint,
-                now=self.now,
-            )
+            judgement, trust = Judgement.of(judged), self.p.trust.fingerprint
+            if self.batch.writes.holds_verdict(observed.verdict_id):
+                values = judgement_values(judgement, trust, self.now)
+                self.batch.writes.update_verdict(observed.verdict_id, values, None)
+            else:
+                update_judgement(
+                    self.session,
+                    observed.verdict_id,
+                    judgement=judgement,
+                    trust=trust,
+                    now=self.now,
+                )
             self.touched.add(element.digest)
         else:
             self._replace(observed, judged, judged)
 
     def _replace(self, observed: Observed, verdict: Verdict, judged: Verdict) -> None:
-        update_verdict(
-            self.session,
-            observed.verdict_id,
-            verdict=verdict,
-            judgement=Judgement.of(judged),
-            trust=self.p.trust.fingerprint,
-            now=self.now,
-        )
+        judgement, trust = Judgement.of(judged), self.p.trust.fingerprint
+        writes = self.batch.writes
+        if writes.holds_verdict(observed.verdict_id):
+            values = verdict_values(verdict, judgement, trust, self.now)
+            writes.update_verdict(observed.verdict_id, values, ref_rows(0, verdict))
+        else:
+            update_verdict(
+                self.session,
+                observed.verdict_id,
+                verdict=verdict,
+                judgement=judgement,
+                trust=trust,
+                now=self.now,
+            )
         self.judged_again[observed.observation_id] = verdict
-        self._note_pending(verdict)
         if verdict.digest is not None:
             self.touched.add(verdict.digest)
 

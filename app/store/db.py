@@ -466,6 +466,21 @@ class Locks:
             execute(session, _LOCK, {"ks": sorted(lock_id(key) for key in keys)})
             self.held |= keys
 
+    def try_take(self, keys: Iterable[str]) -> bool:
+        """Try for all of ``keys`` at once, in one statement, without waiting: True when
+        this transaction holds them all (always on SQLite). When one is taken elsewhere,
+        False, and the others may be held until the transaction ends (harmless)."""
+        if not self.active:
+            return True
+        missing = set(keys) - self.held
+        if not missing:
+            return True
+        ids = sorted(lock_id(key) for key in missing)
+        if not execute(self.session, _TRY_LOCK, {"ks": ids}).scalar_one():
+            return False
+        self.held |= missing
+        return True
+
     def need(self, keys: Iterable[str]) -> None:
         """Hold ``keys`` too. Raises NeedLocks when one is held by another transaction
         (the ones that were free may then be held too, until the transaction or savepoint

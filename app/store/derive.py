@@ -56,7 +56,7 @@ from sqlmodel import Session
 from app.envelope.ledger import CaseRules
 from app.store.db import Locks, digest_lock, execute, hop_lock, upsert_many
 from app.store.envelopes import case_due_conditions, sweep_cases
-from app.store.flags import hop_flags, sync_flags
+from app.store.flags import HopFlags, hop_flags, sync_many_flags
 from app.store.host import HostFact, host_facts, host_of
 from app.store.models import (
     ElementRow,
@@ -225,11 +225,12 @@ def derive_hops(
         chunk = keys[start : start + _HOPS_PER_QUERY]
         facts = _Facts.load(session, chunk)
         flags = hop_flags(session, hops=chunk)
-        hops = [
+        derived = [
             _derive_one(session, iss, hop, facts, flags[(iss, hop)], now=now, timing=timing)
             for iss, hop in chunk
         ]
-        upsert_many(session, HopRow, [h for h in hops if h is not None], ["iss", "hop"])
+        sync_many_flags(session, [f for _, f in derived], now=now)
+        upsert_many(session, HopRow, [h for h, _ in derived if h is not None], ["iss", "hop"])
 
 
 # Hops whose facts one query reads: bounded, so a sweep of many hops stays within the
@@ -389,15 +390,14 @@ def _derive_one(
     *,
     now: int,
     timing: Timing,
-) -> dict[str, Any] | None:
-    """Derive one hop and sync its flags; returns its hop row to store (None: the hop has
-    no offer any more, and its row was deleted)."""
+) -> tuple[dict[str, Any] | None, HopFlags]:
+    """Derive one hop; returns its hop row to store (None: the hop has no offer any more,
+    and its row was deleted) and its flags to sync (``sync_many_flags``)."""
     offers = facts.offers.get((iss, hop), [])
     flags = _rejection_flags(facts.rejections.get((iss, hop), []))
     if not offers:
         execute(session, _DELETE_HOP, {"b_iss": iss, "b_hop": hop})
-        sync_flags(session, iss, hop, flags, offer=None, now=now, existing=stored_flags)
-        return None
+        return None, (iss, hop, flags, None, stored_flags)
     element = offers[0].element
     fact = OfferFact(
         digest=element.digest,
@@ -440,8 +440,7 @@ def _derive_one(
     flags.extend(view.flags)
     if len(offers) > 1:
         flags.append(_equivocation(offers))
-    sync_flags(session, iss, hop, flags, offer=fact.digest, now=now, existing=stored_flags)
-    return values
+    return values, (iss, hop, flags, fact.digest, stored_flags)
 
 
 def sweep(session: Session, *, now: int, timing: Timing, cases: CaseRules | None = None) -> int:

@@ -56,6 +56,10 @@ _ACTED = union_all(
     select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id")),
     select(CommentRow.id).where(CommentRow.flag_id == bindparam("b_id")),
 )
+_ACTED_MANY = union_all(
+    select(ActionRow.flag_id).where(ActionRow.flag_id.in_(bindparam("b_ids", expanding=True))),
+    select(CommentRow.flag_id).where(CommentRow.flag_id.in_(bindparam("b_ids", expanding=True))),
+)
 _AUDIT = insert(ActionRow)
 
 
@@ -102,6 +106,47 @@ def sync_flags(
     _sync(session, existing, wanted, offer=offer, case_id=None, now=now)
 
 
+HopFlags = tuple[str, str, Sequence[Flag], bytes | None, dict[str, Any]]
+
+
+def sync_many_flags(session: Session, hops: Sequence[HopFlags], *, now: int) -> None:
+    """``sync_flags`` for many hops at once, each ``(iss, hop, flags, offer, existing)``
+    (``existing`` as read by ``hop_flags``): the same rows as syncing one hop after the
+    other, with one statement for all the new conditions, one query for whether anyone
+    acted on those that no longer hold, and one statement deleting those nobody did
+    (derived once per batch of ingest, ``app.store.derive``)."""
+    inserts: list[dict[str, Any]] = []
+    cleared: list[Any] = []
+    for iss, hop, flags, offer, existing in hops:
+        wanted = {flag_key(iss, hop, flag): (iss, hop, flag) for flag in flags}
+        left = dict(existing)
+        for key, (f_iss, f_hop, flag) in wanted.items():
+            derived = _derived(flag, offer)
+            row = left.pop(key, None)
+            if row is None:
+                new = {"key": key, "iss": f_iss, "hop": f_hop, "status": "open", "updated_at": now}
+                inserts.append({**new, **derived, "case_id": None})
+            else:
+                _refresh(session, row, derived, now)
+        cleared.extend(left.values())
+    _clear_many(session, cleared, now)
+    insert_ignore_many(session, FlagRow, inserts, ["key"])
+
+
+def _clear_many(session: Session, rows: Sequence[Any], now: int) -> None:
+    if not rows:
+        return
+    acted = set(execute(session, _ACTED_MANY, {"b_ids": [r.id for r in rows]}).scalars())
+    unused = []
+    for row in rows:
+        if row.id not in acted and _unworked(row):
+            unused.append({"b_id": row.id})
+        else:
+            _resolve(session, row, now)
+    if unused:
+        session.connection().execute(_DELETE_FLAG, unused)
+
+
 def case_flag_key(case_id: str, flag: CaseFlag) -> str:
     """One condition of a case, one key: its kind, the agent at fault, the handoff and the
     variant."""
@@ -129,36 +174,56 @@ def _sync(
 ) -> None:
     existing = dict(existing)
     for key, (iss, hop, flag) in wanted.items():
-        derived = {
-            "kind": flag.kind.value,
-            "variant": flag.variant,
-            "severity": flag.severity.value,
-            "evidence": [digest_text(d) for d in flag.evidence],
-            "offer": offer,
-            "opened_at": flag.opened_at,
-            "detail": flag.detail,
-        }
+        derived = _derived(flag, offer)
         row = existing.pop(key, None)
         if row is None:
             new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": now}
             insert_ignore(session, FlagRow, {**new, **derived, "case_id": case_id}, ["key"])
             continue
-        if all(getattr(row, k) == v for k, v in derived.items()):
-            continue
-        changes: dict[str, Any] = {**derived, "updated_at": now}
-        if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
-            changes["status"] = "open"
-            _audit(session, row.id, "reopen", "new evidence for a resolved condition", now)
-        execute(session, _UPDATE_FLAG, {**changes, "b_id": row.id})
+        _refresh(session, row, derived, now)
     for row in existing.values():
         _clear(session, row, now)
 
 
+def _derived(flag: Flag, offer: bytes | None) -> dict[str, Any]:
+    """The columns of a flag row that derivation owns."""
+    return {
+        "kind": flag.kind.value,
+        "variant": flag.variant,
+        "severity": flag.severity.value,
+        "evidence": [digest_text(d) for d in flag.evidence],
+        "offer": offer,
+        "opened_at": flag.opened_at,
+        "detail": flag.detail,
+    }
+
+
+def _refresh(session: Session, row: Any, derived: dict[str, Any], now: int) -> None:
+    """A continuing condition: its derived columns refreshed, reopened when resolved and
+    its evidence grew."""
+    if all(getattr(row, k) == v for k, v in derived.items()):
+        return
+    changes: dict[str, Any] = {**derived, "updated_at": now}
+    if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
+        changes["status"] = "open"
+        _audit(session, row.id, "reopen", "new evidence for a resolved condition", now)
+    execute(session, _UPDATE_FLAG, {**changes, "b_id": row.id})
+
+
+def _unworked(row: Any) -> bool:
+    return row.status == "open" and row.assignee is None and row.note is None
+
+
 def _clear(session: Session, row: Any, now: int) -> None:
     acted = execute(session, _ACTED, {"b_id": row.id}).first()
-    if acted is None and row.status == "open" and row.assignee is None and row.note is None:
+    if acted is None and _unworked(row):
         execute(session, _DELETE_FLAG, {"b_id": row.id})
         return
+    _resolve(session, row, now)
+
+
+def _resolve(session: Session, row: Any, now: int) -> None:
+    """A condition someone worked on that no longer holds: resolved, with an audit entry."""
     if row.status != "resolved":
         execute(session, _UPDATE_FLAG, {"status": "resolved", "updated_at": now, "b_id": row.id})
         _audit(session, row.id, "resolve", "the condition no longer holds", now)

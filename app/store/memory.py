@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Collection
+from typing import Literal
 
 from handoff_context import (
     Element,
@@ -31,6 +32,8 @@ from sqlmodel import Session
 
 from app.store.db import execute, insert_ignore, insert_ignore_many
 from app.store.models import ElementRow, LinkRow, ReplayRow, SeenStatusRow, SignatureCacheRow
+from app.store.records import Ancestor
+from app.store.writebehind import BatchWrites
 
 # Built once: see app.store.db, "dialect-specific statements".
 _ELEMENT_OCTETS = select(ElementRow.octets, ElementRow.form).where(
@@ -94,10 +97,13 @@ def element_values(element: Element, *, now: int) -> dict[str, object]:
         "content": content_fingerprint(element),
         "first_seen": now,
     }
+    # Every column named for both types, so that rows of both go in one executemany.
     if isinstance(p, Offer):
         values.update(hop_iss=p.hop_owner, dialog=p.dialog, task=p.task, exp=p.exp)
+        values.update(offer=None, state=None, reason=None)
     else:
         values.update(hop_iss=p.hop_owner, offer=p.offer, state=p.state.value, reason=p.reason)
+        values.update(dialog=None, task=None, exp=None)
     return values
 
 
@@ -120,16 +126,11 @@ def element_stored(session: Session, *, digest: bytes) -> bool:
     return execute(session, _IS_STORED, {"b_digest": digest}).first() is not None
 
 
-_STORED_AMONG = select(ElementRow.digest).where(
-    ElementRow.digest.in_(bindparam("b_digests", expanding=True))
+_STORED_ROWS = (
+    select(ElementRow.digest, ElementRow.type, ElementRow.octets, ElementRow.form, LinkRow.prev)
+    .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
+    .where(ElementRow.digest.in_(bindparam("b_digests", expanding=True)))
 )
-
-
-def stored_among(session: Session, *, digests: Collection[bytes]) -> set[bytes]:
-    """Which of ``digests`` are stored elements: one query for a whole batch."""
-    if not digests:
-        return set()
-    return set(execute(session, _STORED_AMONG, {"b_digests": list(digests)}).scalars())
 
 
 _SEEN_AMONG = select(SeenStatusRow.digest).where(
@@ -175,12 +176,11 @@ class StoreMemory:
         self.trust = trust
         self.now = now
         # Digests known to be stored in this transaction (loaded for a whole batch with one
-        # query, ``stored_among``, and kept up to date): an element among them is not
+        # query, ``load_batch``, and kept up to date): an element among them is not
         # inserted again. An element once stored stays stored, so the set can only ever
         # miss one, never name one that is not there.
         self.stored: set[bytes] = set() if stored is None else stored
         self.inserted: set[bytes] = set()  # digests this memory stored for the first time
-        self.linked: set[bytes] = set()  # the prev of each offer it stored
         # Digests whose signature cache rows were loaded (``load_batch``): a miss among
         # them needs no lookup. Rows to add are written once, by ``flush``.
         self._cache_loaded: set[bytes] = set()
@@ -195,6 +195,12 @@ class StoreMemory:
         # Set by ``store_verifier``: the verifier's cached signature check (profile §6.1).
         self.check_signature: Callable[[Element], None] | None = None
         self._offers: dict[bytes, Element | None] = {}
+        # Set by the ingest pipeline: the batch's rows not yet written (on SQLite its new
+        # elements too), and the stored offers loaded up front by digest (``load_batch``),
+        # with the digests whose absence is exact (SQLite).
+        self.writes: BatchWrites | None = None
+        self._rows: dict[bytes, Ancestor] = {}
+        self._rows_loaded: set[bytes] = set()
 
     def load_batch(
         self,
@@ -202,6 +208,7 @@ class StoreMemory:
         *,
         hops: Collection[tuple[str, str]] = (),
         exact: bool = False,
+        named: Collection[bytes] = (),
     ) -> None:
         """Load what a batch will ask about ``digests`` with one query each: which are
         stored, and which verified under this trust store.
@@ -211,14 +218,25 @@ class StoreMemory:
         holds for ``hops`` ((iss, hop) pairs); the batch then asks and updates both in
         memory, and ``flush`` writes what it added. Without ``exact`` (PostgreSQL, where
         another writer may record either at any time) every question goes to the database,
-        whose ``INSERT .. ON CONFLICT`` is what makes the answer right."""
+        whose ``INSERT .. ON CONFLICT`` is what makes the answer right.
+
+        ``named``: digests the batch names (statuses' offers, offers' ``prev``): their
+        stored offers are read in the same query as ``digests``, so judging a status or
+        walking a stored chain asks nothing more for them. An element once stored stays
+        as it is, so what was read stays true; with ``exact`` so does what was not found."""
         if exact:
             self._seen_loaded = set(digests)
             self._seen = seen_among(self.session, digests=digests)
             self._replay_loaded = set(hops)
             self._replay = replay_among(self.session, hops=hops)
-        wanted = [d for d in digests if d not in self.stored]
-        self.stored |= stored_among(self.session, digests=wanted)
+        wanted = {d for d in (*digests, *named) if d not in self.stored}
+        if wanted:
+            for row in execute(self.session, _STORED_ROWS, {"b_digests": list(wanted)}):
+                self.stored.add(row.digest)
+                if row.type == "offer":
+                    self._rows[row.digest] = Ancestor(row.octets, row.form, row.prev)
+        if exact:
+            self._rows_loaded |= wanted
         fingerprint = self.trust.fingerprint
         unknown = [d for d in digests if (d, fingerprint) not in _VERIFIED]
         if unknown:
@@ -272,16 +290,52 @@ class StoreMemory:
         return self._offers[digest]
 
     def _verified_offer(self, digest: bytes) -> Element | None:
-        row = execute(self.session, _OFFER_OCTETS, {"b_digest": digest}).first()
-        if row is None:
-            return None
         assert self.check_signature is not None, "use store_verifier"
         try:
-            element = parse_element(row.octets, Form(row.form))
+            element = self._stored_offer(digest)
+            if element is None:
+                return None
             self.check_signature(element)
         except HandoffError:
             return None
         return element
+
+    def _stored_offer(self, digest: bytes) -> Element | None:
+        """The stored offer ``digest``, parsed (None when no such offer is stored).
+        Raises HandoffError when its octets no longer parse."""
+        if self.writes is not None:
+            buffered = self.writes.element(digest)
+            if buffered is not None:
+                return buffered if isinstance(buffered.payload, Offer) else None
+        known = self.ancestor(digest)
+        if known is False:
+            return None
+        if known is None:
+            row = execute(self.session, _OFFER_OCTETS, {"b_digest": digest}).first()
+            if row is None:
+                return None
+            known = Ancestor(row.octets, row.form, None)
+        return parse_element(known.octets, Form(known.form))
+
+    def ancestor(self, digest: bytes) -> Ancestor | Literal[False] | None:
+        """What this memory knows of the stored offer ``digest`` without asking the store:
+        it, False when no such offer is stored, None when it does not know
+        (``records.stored_ancestors``)."""
+        if self.writes is not None:
+            buffered = self.writes.element(digest)
+            if buffered is not None:
+                p = buffered.payload
+                if not isinstance(p, Offer):
+                    return False
+                return Ancestor(buffered.octets, buffered.form.value, p.prev)
+        row = self._rows.get(digest)
+        if row is not None:
+            return row
+        if digest in self._rows_loaded:
+            # Loaded (exact: SQLite) and no offer then, and none stored since: the buffer
+            # would hold it.
+            return False
+        return None
 
     def add_offer(self, element: Element) -> None:
         self.store(element)
@@ -291,12 +345,16 @@ class StoreMemory:
         """Store the element unless it is known to be stored already."""
         if element.digest in self.stored:
             return
-        if store_element(self.session, element, now=self.now):
-            self.inserted.add(element.digest)
-            p = element.payload
-            if isinstance(p, Offer) and p.prev is not None:
-                self.linked.add(p.prev)
+        if self.writes is not None and self.writes.buffers_elements:
+            # Exact (SQLite): not stored, so new; written with the batch.
+            self.writes.add_element(element, element_values(element, now=self.now))
+            self._note_inserted(element)
+        elif store_element(self.session, element, now=self.now):
+            self._note_inserted(element)
         self.stored.add(element.digest)
+
+    def _note_inserted(self, element: Element) -> None:
+        self.inserted.add(element.digest)
 
     def holds(self, digest: bytes) -> bool:
         """True when this memory has seen the offer stored (it stored or read it)."""

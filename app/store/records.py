@@ -8,9 +8,9 @@ memory, which is what hop states and flags are derived from.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from handoff_context import Context, Form, Outcome, Result, Verdict
 from handoff_context.errors import Reason
@@ -48,7 +48,6 @@ class Judgement:
 
 # Built once: see app.store.db, "dialect-specific statements".
 _ADD_OBSERVATION = insert(ObservationRow).returning(ObservationRow.id)
-_ADD_VERDICT = insert(VerdictRow).returning(VerdictRow.id)
 _ADD_REFS = insert(RefOutcomeRow)
 _UPDATE_VERDICT = update(VerdictRow).where(VerdictRow.id == bindparam("b_id"))
 _DELETE_REFS = delete(RefOutcomeRow).where(RefOutcomeRow.verdict_id == bindparam("b_id"))
@@ -68,8 +67,41 @@ def add_observation(
     now: int,
     item: Carried | None = None,
     via: bytes | None = None,
+    writes: RowBuffer | None = None,
 ) -> int:
-    """Record one receipt of a stored element; ``ctx`` is what it was judged against."""
+    """Record one receipt of a stored element; ``ctx`` is what it was judged against.
+    With ``writes`` the rows are buffered there (``app.store.writebehind``), not written."""
+    values = observation_values(digest=digest, ctx=ctx, source=source, now=now, item=item, via=via)
+    if item is not None and item.task_id is not None and item.task_state is not None:
+        # The host task state the element rode in counts like any other (app.store.host).
+        row = host_values(item, received_at=ctx.now, received_by=ctx.receiver, now=now)
+        if writes is not None:
+            writes.add_host_state(row)
+        else:
+            add_host_states(session, [row])
+    if writes is not None:
+        return writes.add_observation(values)
+    return int(execute(session, _ADD_OBSERVATION, values).scalar_one())
+
+
+class RowBuffer(Protocol):
+    """Where ``add_observation`` buffers its rows (``app.store.writebehind.BatchWrites``)."""
+
+    def add_observation(self, row: dict[str, Any]) -> int: ...
+
+    def add_host_state(self, row: dict[str, Any]) -> None: ...
+
+
+def observation_values(
+    *,
+    digest: bytes,
+    ctx: Context,
+    source: str,
+    now: int,
+    item: Carried | None = None,
+    via: bytes | None = None,
+) -> dict[str, Any]:
+    """The observation table's row for one receipt (without its id)."""
     values: dict[str, Any] = {
         "digest": digest,
         "received_at": ctx.now,
@@ -88,44 +120,11 @@ def add_observation(
             received_exact=item.received_at,
             observation_key=item.key,
         )
-        if item.task_id is not None and item.task_state is not None:
-            # The host task state the element rode in counts like any other (app.store.host).
-            row = host_values(item, received_at=ctx.now, received_by=ctx.receiver, now=now)
-            add_host_states(session, [row])
-    return int(execute(session, _ADD_OBSERVATION, values).scalar_one())
+    return values
 
 
-_ADD_OBSERVATIONS = insert(ObservationRow)
-
-
-def add_chain_observations(
-    session: Session,
-    *,
-    chain: Sequence[tuple[bytes, str]],
-    ctx: Context,
-    now: int,
-    via: bytes,
-) -> None:
-    """Record the receipts of a bundle's carried chain elements, ``(digest, source)`` each,
-    received with the offer ``via``: one statement for the whole chain (executemany)."""
-    if not chain:
-        return
-    rows = [
-        {
-            "digest": digest,
-            "received_at": ctx.now,
-            "received_by": ctx.receiver,
-            "dialog": ctx.dialog,
-            "source": source,
-            "via": via,
-            "ingested_at": now,
-        }
-        for digest, source in chain
-    ]
-    session.connection().execute(_ADD_OBSERVATIONS, rows)
-
-
-def _verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int) -> dict[str, Any]:
+def verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int) -> dict[str, Any]:
+    """The verdict table's row for ``verdict`` (without its id and observation)."""
     assert verdict.digest is not None and verdict.element is not None
     equivocation = verdict.equivocation
     return {
@@ -146,22 +145,6 @@ def _verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int
     }
 
 
-def add_verdict(
-    session: Session,
-    *,
-    observation_id: int,
-    verdict: Verdict,
-    judgement: Judgement,
-    trust: str,
-    now: int,
-) -> int:
-    values = _verdict_values(verdict, judgement, trust, now)
-    values["observation_id"] = observation_id
-    verdict_id = int(execute(session, _ADD_VERDICT, values).scalar_one())
-    _write_refs(session, verdict_id, verdict)
-    return verdict_id
-
-
 def update_verdict(
     session: Session,
     verdict_id: int,
@@ -172,7 +155,7 @@ def update_verdict(
     now: int,
 ) -> None:
     """Replace a verdict judged again (a pending status, a chain completed later)."""
-    values = _verdict_values(verdict, judgement, trust, now)
+    values = verdict_values(verdict, judgement, trust, now)
     execute(session, _UPDATE_VERDICT, {**values, "b_id": verdict_id})
     execute(session, _DELETE_REFS, {"b_id": verdict_id})
     _write_refs(session, verdict_id, verdict)
@@ -182,19 +165,13 @@ def update_judgement(
     session: Session, verdict_id: int, *, judgement: Judgement, trust: str, now: int
 ) -> None:
     """Keep the reported verdict (a duplicate stays a duplicate); refresh the judgement."""
-    values = {
-        "remembered": judgement.remembered,
-        "valid": judgement.valid,
-        "fault": judgement.fault,
-        "trust": trust,
-        "judged_at": now,
-        "b_id": verdict_id,
-    }
+    values = {**judgement_values(judgement, trust, now), "b_id": verdict_id}
     execute(session, _UPDATE_VERDICT, values)
 
 
-def _write_refs(session: Session, verdict_id: int, verdict: Verdict) -> None:
-    rows = [
+def ref_rows(verdict_id: int, verdict: Verdict) -> list[dict[str, Any]]:
+    """The ref outcome rows of ``verdict`` (profile §5)."""
+    return [
         {
             "verdict_id": verdict_id,
             "index": r.index,
@@ -204,6 +181,21 @@ def _write_refs(session: Session, verdict_id: int, verdict: Verdict) -> None:
         }
         for r in verdict.refs
     ]
+
+
+def judgement_values(judgement: Judgement, trust: str, now: int) -> dict[str, Any]:
+    """The columns ``update_judgement`` changes."""
+    return {
+        "remembered": judgement.remembered,
+        "valid": judgement.valid,
+        "fault": judgement.fault,
+        "trust": trust,
+        "judged_at": now,
+    }
+
+
+def _write_refs(session: Session, verdict_id: int, verdict: Verdict) -> None:
+    rows = ref_rows(verdict_id, verdict)
     if rows:
         session.connection().execute(_ADD_REFS, rows)
 
@@ -288,7 +280,9 @@ _NAMED_BY_PENDING = (
     )
     .distinct()
 )
-_LINKED = select(LinkRow.prev).where(LinkRow.prev.in_(bindparam("b_offers", expanding=True)))
+_CHILDREN_OF = select(LinkRow.prev, LinkRow.offer).where(
+    LinkRow.prev.in_(bindparam("b_offers", expanding=True))
+)
 
 
 def named_by_pending(session: Session, *, offers: Collection[bytes]) -> set[bytes]:
@@ -298,11 +292,14 @@ def named_by_pending(session: Session, *, offers: Collection[bytes]) -> set[byte
     return set(execute(session, _NAMED_BY_PENDING, {"b_offers": list(offers)}).scalars())
 
 
-def with_children(session: Session, *, offers: Collection[bytes]) -> set[bytes]:
-    """Which of ``offers`` a stored offer names as its ``prev``: one query for a batch."""
-    if not offers:
-        return set()
-    return set(execute(session, _LINKED, {"b_offers": list(offers)}).scalars())
+def children_of(session: Session, *, offers: Collection[bytes]) -> dict[bytes, set[bytes]]:
+    """The stored offers naming each of ``offers`` as their ``prev`` (those with none are
+    left out): one query for a batch."""
+    found: dict[bytes, set[bytes]] = {}
+    if offers:
+        for row in execute(session, _CHILDREN_OF, {"b_offers": list(offers)}):
+            found.setdefault(row.prev, set()).add(row.offer)
+    return found
 
 
 def pending_statuses(session: Session, offers: Collection[bytes]) -> list[Observed]:
@@ -324,26 +321,51 @@ def offers_judged_without_chain(session: Session, offers: Collection[bytes]) -> 
     built from stored elements, and can be completed now that more of them are known."""
     if not offers:
         return []
-    found = []
-    for row in execute(session, _OBSERVED_OFFERS, {"b_offers": list(offers)}):
-        chain = row.chain
-        if chain is None or not chain.get("carried") or chain.get("length") == 1:
-            found.append(row)
-    return _observed(found)
+    rows = execute(session, _OBSERVED_OFFERS, {"b_offers": list(offers)})
+    return _observed(row for row in rows if without_chain(row.chain))
+
+
+def without_chain(chain: dict[str, Any] | None) -> bool:
+    """A verdict's chain that was not carried whole (none, built from stored elements, or
+    the offer alone): judged again when more of its earlier offers are known."""
+    return chain is None or not chain.get("carried") or chain.get("length") == 1
+
+
+@dataclass(frozen=True, slots=True)
+class Ancestor:
+    """A stored offer as the chain walk reads it."""
+
+    octets: bytes
+    form: str
+    prev: bytes | None
+
+
+# What the caller already knows of a digest: its stored offer, False when it knows none is
+# stored, None when the store must be asked.
+AncestorLookup = Callable[[bytes], "Ancestor | Literal[False] | None"]
 
 
 def stored_ancestors(
-    session: Session, prev: bytes, *, form: Form, limit: int, locks: Locks
+    session: Session,
+    prev: bytes,
+    *,
+    form: Form,
+    limit: int,
+    locks: Locks,
+    known: AncestorLookup | None = None,
 ) -> list[bytes]:
     """The stored offers up the chain from ``prev``, oldest first, at most ``limit``: the
     chain a receiver holding them can check (profile §7, rule 6). Only elements of
-    ``form`` qualify, as in a carried chain (profile §1.4)."""
+    ``form`` qualify, as in a carried chain (profile §1.4). ``known`` answers for the
+    offers the batch holds in memory (loaded up front, or not yet written)."""
     found: list[bytes] = []
     digest: bytes | None = prev
     while digest is not None and len(found) < limit:
         locks.need([digest_lock(digest)])
-        row = execute(session, _ANCESTOR, {"b_digest": digest}).first()
-        if row is None or row.form != form.value:
+        row = None if known is None else known(digest)
+        if row is None:
+            row = execute(session, _ANCESTOR, {"b_digest": digest}).first()
+        if not row or row.form != form.value:
             break
         found.append(row.octets)
         digest = row.prev

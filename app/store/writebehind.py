@@ -1,0 +1,297 @@
+"""Write behind, per batch: the rows a batch of signed items produces, held in memory and
+written with one executemany per table when the batch ends (BENCHMARKS.md, issue 13).
+
+An item's receipt, verdict and ref outcomes (and on SQLite its element and chain link)
+used to cost one statement each; buffered, a batch of 64 items costs one statement per
+table. Observation and verdict ids are allocated here, up front (SQLite has one writer, so
+``max(id)`` once per transaction gives exactly the ids it would have given; PostgreSQL
+hands out a block of its sequence in one statement), so a verdict names its observation
+and a ref outcome its verdict before either is written.
+
+Correctness never depends on the buffer: every read of the batch that may need a row still
+buffered asks the buffer too (``pending_statuses``, ``offers_without_chain``,
+``children``, ``element``), and ``flush`` runs before anything else reads the tables (hops
+derived at the end of the batch). A row judged again while still buffered is changed in
+the buffer. On PostgreSQL each item runs in a savepoint: ``mark``/``rollback`` undo what
+an item that failed added or changed, exactly as its savepoint undoes its statements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from handoff_context import Element, Offer
+from sqlalchemy import insert, text
+from sqlmodel import Session
+
+from app.store.db import execute, insert_ignore_many
+from app.store.models import (
+    ElementRow,
+    HostStateRow,
+    LinkRow,
+    ObservationRow,
+    RefOutcomeRow,
+    VerdictRow,
+)
+from app.store.records import Observed, without_chain
+
+_ADD_OBSERVATIONS = insert(ObservationRow)
+_ADD_VERDICTS = insert(VerdictRow)
+_ADD_REFS = insert(RefOutcomeRow)
+_ADD_HOST = insert(HostStateRow)
+_MAX_ID = {
+    "observation": text("SELECT coalesce(max(id), 0) FROM observation"),
+    "verdict": text("SELECT coalesce(max(id), 0) FROM verdict"),
+}
+_NEXTVAL = {
+    table: text(
+        f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, :n)"
+    )
+    for table in ("observation", "verdict")
+}
+# Observation columns besides those of an item's receipt: a chain element's receipt leaves
+# them empty, and both go in one statement.
+_ITEM_COLUMNS = (
+    "carrier",
+    "role",
+    "task_id",
+    "task_state",
+    "received_exact",
+    "observation_key",
+)
+
+
+class _Ids:
+    """Row ids for one table, allocated in this transaction before the rows are written."""
+
+    def __init__(self, session: Session, table: str) -> None:
+        self.session = session
+        self.table = table
+        self.postgresql = session.get_bind().dialect.name == "postgresql"
+        self.free: list[int] = []
+        self.last: int | None = None  # SQLite: the greatest id taken so far
+        self.want = 1
+
+    def reserve(self, n: int) -> None:
+        """How many ids to fetch at once on PostgreSQL (the batch's size)."""
+        self.want = max(1, n)
+
+    def take(self) -> int:
+        if self.postgresql:
+            if not self.free:
+                rows = execute(self.session, _NEXTVAL[self.table], {"n": self.want})
+                self.free = sorted(rows.scalars(), reverse=True)
+            return int(self.free.pop())
+        if self.last is None:
+            self.last = int(execute(self.session, _MAX_ID[self.table]).scalar_one())
+        self.last += 1
+        return self.last
+
+
+@dataclass
+class _Verdict:
+    """A buffered verdict row, its ref outcomes, and what judging it again needs."""
+
+    row: dict[str, Any]
+    refs: list[dict[str, Any]]
+    observed: Observed
+    kind: str  # "offer" or "status"
+    offer: bytes | None  # the offer a status names
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How far the buffer had got (``BatchWrites.mark``)."""
+
+    elements: int
+    links: int
+    observations: int
+    host: int
+    verdicts: int
+    undo: int
+    ids: tuple[int | None, int | None, int, int]
+
+
+class BatchWrites:
+    """The rows of one batch, written by ``flush``. ``elements``: the element and link rows
+    are buffered too (SQLite, where the batch knows exactly which elements are stored)."""
+
+    def __init__(self, session: Session, *, elements: bool) -> None:
+        self.session = session
+        self.buffers_elements = elements
+        self.observation_ids = _Ids(session, "observation")
+        self.verdict_ids = _Ids(session, "verdict")
+        # The batch's new elements and links: rows to write (until ``flush``), and what
+        # the batch knows of them (kept after a flush within the batch: an element and a
+        # link, once stored, stay as they are).
+        self._element_rows: dict[bytes, dict[str, Any]] = {}
+        self._link_rows: dict[bytes, dict[str, Any]] = {}  # by the offer
+        self._elements: dict[bytes, Element] = {}
+        self._links: list[tuple[bytes, bytes]] = []  # (prev, offer)
+        self._children: dict[bytes, set[bytes]] = {}  # the batch's links by their prev
+        self._observations: list[dict[str, Any]] = []
+        self._host: list[dict[str, Any]] = []
+        self._verdicts: dict[int, _Verdict] = {}
+        self._undo: list[tuple[int, _Verdict]] = []
+        self.flushes = 0
+
+    def reserve(self, observations: int, verdicts: int) -> None:
+        self.observation_ids.reserve(observations)
+        self.verdict_ids.reserve(verdicts)
+
+    # -- adding rows ---------------------------------------------------------------------
+
+    def add_element(self, element: Element, row: dict[str, Any]) -> None:
+        """A new element (and its chain link); the caller knows it is not stored."""
+        self._elements[element.digest] = element
+        self._element_rows[element.digest] = row
+        p = element.payload
+        if isinstance(p, Offer) and p.prev is not None:
+            link = {"offer": element.digest, "prev": p.prev, "dialog": p.dialog}
+            self._link_rows[element.digest] = link
+            self._links.append((p.prev, element.digest))
+            self._children.setdefault(p.prev, set()).add(element.digest)
+
+    def add_observation(self, row: dict[str, Any]) -> int:
+        """A receipt; returns its id."""
+        row = {**dict.fromkeys(_ITEM_COLUMNS), **row, "id": self.observation_ids.take()}
+        self._observations.append(row)
+        return int(row["id"])
+
+    def add_host_state(self, row: dict[str, Any]) -> None:
+        self._host.append(row)
+
+    def verdict_id(self) -> int:
+        """An id for the next verdict (``add_verdict``)."""
+        return self.verdict_ids.take()
+
+    def add_verdict(
+        self,
+        row: dict[str, Any],
+        refs: list[dict[str, Any]],
+        observed: Observed,
+        *,
+        kind: str,
+        offer: bytes | None,
+    ) -> None:
+        """A verdict row, with its id (``verdict_id``) in ``row``, ``refs`` and
+        ``observed``; ``kind`` and ``offer`` say what it judged (a status: its offer)."""
+        self._verdicts[row["id"]] = _Verdict(row, refs, observed, kind, offer)
+
+    def holds_verdict(self, verdict_id: int) -> bool:
+        return verdict_id in self._verdicts
+
+    def update_verdict(
+        self, verdict_id: int, values: dict[str, Any], refs: list[dict[str, Any]] | None
+    ) -> None:
+        """Change a buffered verdict row (``refs``: its new ref outcomes; None keeps them)."""
+        old = self._verdicts[verdict_id]
+        self._undo.append((verdict_id, old))
+        row = {**old.row, **values}
+        new_refs = old.refs if refs is None else [{**r, "verdict_id": verdict_id} for r in refs]
+        observed = dataclasses.replace(old.observed, outcome=row["outcome"], reason=row["reason"])
+        self._verdicts[verdict_id] = _Verdict(row, new_refs, observed, old.kind, old.offer)
+
+    # -- reading what is buffered ---------------------------------------------------------
+
+    def element(self, digest: bytes) -> Element | None:
+        return self._elements.get(digest)
+
+    def children(self, offers: Collection[bytes]) -> set[bytes]:
+        """Buffered offers whose ``prev`` is one of ``offers``."""
+        return {c for d in offers for c in self._children.get(d, ())}
+
+    def pending_offers(self) -> set[bytes]:
+        """The offers that the buffered pending statuses name."""
+        return {
+            v.offer
+            for v in self._verdicts.values()
+            if v.kind == "status" and v.observed.outcome == "pending" and v.offer is not None
+        }
+
+    def pending_statuses(self, offers: Collection[bytes]) -> list[Observed]:
+        return [
+            v.observed
+            for v in self._verdicts.values()
+            if v.kind == "status" and v.observed.outcome == "pending" and v.offer in offers
+        ]
+
+    def offers_without_chain(self, offers: Collection[bytes]) -> list[Observed]:
+        return [
+            v.observed
+            for v in self._verdicts.values()
+            if v.row["digest"] in offers and without_chain(v.row["chain"])
+        ]
+
+    # -- savepoints ------------------------------------------------------------------------
+
+    def mark(self) -> Mark:
+        ids = (
+            self.observation_ids.last,
+            self.verdict_ids.last,
+            len(self.observation_ids.free),
+            len(self.verdict_ids.free),
+        )
+        return Mark(
+            len(self._elements),
+            len(self._links),
+            len(self._observations),
+            len(self._host),
+            len(self._verdicts),
+            len(self._undo),
+            ids,
+        )
+
+    def rollback(self, mark: Mark) -> None:
+        """Forget what was added or changed since ``mark`` (its item's savepoint rolled
+        back). Ids taken since are not given back on PostgreSQL (a sequence never is)."""
+        while len(self._undo) > mark.undo:
+            verdict_id, old = self._undo.pop()
+            self._verdicts[verdict_id] = old
+        for verdict_id in list(self._verdicts)[mark.verdicts :]:
+            del self._verdicts[verdict_id]
+        for digest in list(self._elements)[mark.elements :]:
+            del self._elements[digest]
+            self._element_rows.pop(digest, None)
+        while len(self._links) > mark.links:
+            prev, offer = self._links.pop()
+            self._children[prev].discard(offer)
+            self._link_rows.pop(offer, None)
+        del self._observations[mark.observations :]
+        del self._host[mark.host :]
+        if not self.observation_ids.postgresql:
+            self.observation_ids.last, self.verdict_ids.last = mark.ids[0], mark.ids[1]
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write everything buffered, one statement per table, parents before children."""
+        if not (self._element_rows or self._observations or self._host or self._verdicts):
+            return
+        self.flushes += 1
+        elements = list(self._element_rows.values())
+        insert_ignore_many(self.session, ElementRow, elements, ["digest"])
+        insert_ignore_many(self.session, LinkRow, list(self._link_rows.values()), ["offer"])
+        connection = self.session.connection()
+        for statement, rows in (
+            (_ADD_HOST, self._host),
+            (_ADD_OBSERVATIONS, self._observations),
+            (_ADD_VERDICTS, [v.row for v in self._verdicts.values()]),
+            (_ADD_REFS, [r for v in self._verdicts.values() for r in v.refs]),
+        ):
+            if rows:
+                connection.execute(statement, rows)
+        self._element_rows.clear()
+        self._link_rows.clear()
+        self._observations.clear()
+        self._host.clear()
+        self._verdicts.clear()
+        self._undo.clear()
+
+
+def by_observation(*found: Iterable[Observed]) -> list[Observed]:
+    """Observations from the store and from the buffer, in the store's order (by id)."""
+    return sorted((o for group in found for o in group), key=lambda o: o.observation_id)

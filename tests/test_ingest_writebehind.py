@@ -1,0 +1,121 @@
+"""Write behind per batch (app.store.writebehind): what a batch buffers is what it writes,
+in every path the batch runner takes, including a failing item after its rows were
+buffered, and the PostgreSQL batch that could not take its locks up front."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from handoff_context import digest_text
+from sqlalchemy import Engine, event, select
+from sqlalchemy.exc import OperationalError
+
+import app.ingest.pipeline as ingest_module
+from app.ingest.pipeline import ItemError
+from app.store.db import Locks, transaction
+from app.store.models import ObservationRow, RefOutcomeRow, VerdictRow
+from tests.conftest import World
+from tests.store.builders import (
+    T0,
+    bundle,
+    count,
+    digest,
+    elements,
+    hop_of,
+    hops,
+    observations,
+    offer,
+    outcomes,
+    rec,
+    run,
+    st,
+    status,
+)
+
+
+@pytest.fixture(params=["locks taken up front", "locks taken item by item"])
+def up_front(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Both ways a batch runs on PostgreSQL: holding every lock of its items (its memory
+    exact, no savepoints), or, when another writer holds one, each item in a savepoint.
+    On SQLite the batch always runs the first way."""
+    if request.param == "locks taken item by item":
+        monkeypatch.setattr(Locks, "try_take", lambda self, keys: not self.active)
+        return False
+    return True
+
+
+@pytest.mark.usefixtures("up_front")
+def test_an_item_failing_after_its_rows_were_buffered_leaves_none_of_them(
+    engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    o1, o2, o3 = (offer(world.planner, world.coder) for _ in range(3))
+    # o2 is stored already, so nothing but the buffer's undo keeps its second receipt out
+    # (a receipt of an element not stored would fail its foreign key at the flush).
+    assert outcomes(run(engine, world.trust, [rec(bundle(o2), T0 + 1)])) == ["accept"]
+    real = ingest_module._Item._complete
+
+    def failing(self: Any, known: set[bytes]) -> None:
+        if digest(o2) in known:  # its observation and verdict are buffered by now
+            raise OperationalError("SELECT", {}, Exception("disk on fire"))
+        real(self, known)
+
+    monkeypatch.setattr(ingest_module._Item, "_complete", failing)
+    report = run(engine, world.trust, [rec(bundle(o), T0 + 1) for o in (o1, o2, o3)])
+    assert outcomes(report) == ["accept", "accept"]
+    assert report.errors == [ItemError("capture.jsonl:2", "database error: disk on fire")]
+    assert set(elements(engine)) == {digest(o1), digest(o2), digest(o3)}
+    assert [observations(engine, o) for o in (o1, o2, o3)] == [1, 1, 1]
+    assert count(engine, VerdictRow) == 3
+    assert set(hops(engine)) == {hop_of(o1), hop_of(o2), hop_of(o3)}
+
+
+@pytest.mark.usefixtures("up_front")
+def test_a_pending_status_completed_in_its_own_batch_is_written_once_completed(
+    engine: Engine, world: World
+) -> None:
+    o = offer(world.planner, world.coder)
+    s = status(world.coder, o, "accepted", iat=T0 + 5)
+    statements: list[str] = []
+
+    def log(_c: Any, _cur: Any, statement: str, *_a: Any) -> None:
+        statements.append(statement.lstrip().split(None, 2)[0].upper())
+
+    event.listen(engine, "before_cursor_execute", log)
+    try:
+        report = run(engine, world.trust, [rec(st(s), T0 + 6), rec(bundle(o), T0 + 1)])
+    finally:
+        event.remove(engine, "before_cursor_execute", log)
+    assert outcomes(report) == ["accept", "accept"]
+    # Judged again while still buffered: the row is written as completed, never updated.
+    assert "UPDATE" not in statements
+    assert count(engine, ObservationRow) == 2
+    assert count(engine, VerdictRow, VerdictRow.outcome == "accept") == 2
+    assert count(engine, VerdictRow, VerdictRow.outcome == "pending") == 0
+    assert count(engine, RefOutcomeRow) == 0
+
+
+@pytest.mark.usefixtures("up_front")
+def test_what_a_batch_wrote_before_a_malformed_item_is_still_completed_after_it(
+    engine: Engine, world: World
+) -> None:
+    # A malformed item re-derives its hop, so the batch writes its buffer before it; the
+    # status written pending before it, and the offer's child, are still found after it.
+    parent = offer(world.planner, world.coder, iat=T0)
+    child = offer(world.coder, world.tester, iat=T0 + 5, prev=digest(parent))
+    s = status(world.coder, parent, "accepted", iat=T0 + 5)
+    records = [
+        rec(st(s), T0 + 6),
+        rec(bundle(child), T0 + 6, world.tester.iss),
+        rec({"offer": 5}, T0 + 7),  # malformed: kept as evidence (app.store.rejected)
+        rec(bundle(parent), T0 + 1, world.coder.iss),
+    ]
+    report = run(engine, world.trust, records)
+    assert outcomes(report) == ["accept", "accept", "reject", "accept"]
+    assert count(engine, VerdictRow, VerdictRow.outcome == "pending") == 0
+    with transaction(engine) as session:
+        chain = session.execute(
+            select(VerdictRow.chain).where(VerdictRow.digest == digest(child))
+        ).scalar_one()
+    assert chain is not None and chain["carried"] is False
+    assert [e["digest"] for e in chain["elements"]] == [digest_text(digest(parent))]
