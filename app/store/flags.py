@@ -1,5 +1,6 @@
 """Flags as stored: one row per condition (``flag_key``), kept in step with the derived
-flags of a hop by ``sync_flags`` (of an envelope case by ``sync_case_flags``), with
+flags of hops by ``sync_flags`` / ``sync_many_flags`` (of envelope cases by
+``sync_cases_flags``), all through one collector of changes (``_Writes``), with
 operators' workflow columns left to them.
 
 A condition that no longer holds is deleted when nobody acted on it, so that the flags of a
@@ -19,7 +20,7 @@ from sqlalchemy import bindparam, delete, insert, select, tuple_, union_all, upd
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
-from app.store.db import execute, insert_ignore, insert_ignore_many
+from app.store.db import execute, insert_ignore_many
 from app.store.models import ActionRow, CommentRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
@@ -47,19 +48,8 @@ _HOPS_FLAGS = select(FlagRow.iss, FlagRow.hop, *_FLAG_COLUMNS).where(
     tuple_(FlagRow.iss, FlagRow.hop).in_(bindparam("b_hops", expanding=True)),
     FlagRow.case_id.is_(None),
 )
-_CASE_FLAGS = select(*_FLAG_COLUMNS).where(FlagRow.case_id == bindparam("b_case"))
 _UPDATE_FLAG = update(FlagRow).where(FlagRow.id == bindparam("b_id"))
 _DELETE_FLAG = delete(FlagRow).where(FlagRow.id == bindparam("b_id"))
-# Someone worked on the flag: an audit entry or a comment (either keeps the flag, and the
-# comment's foreign key could not let it go anyway).
-_ACTED = union_all(
-    select(ActionRow.id).where(ActionRow.flag_id == bindparam("b_id")),
-    select(CommentRow.id).where(CommentRow.flag_id == bindparam("b_id")),
-)
-_ACTED_MANY = union_all(
-    select(ActionRow.flag_id).where(ActionRow.flag_id.in_(bindparam("b_ids", expanding=True))),
-    select(CommentRow.flag_id).where(CommentRow.flag_id.in_(bindparam("b_ids", expanding=True))),
-)
 _AUDIT = insert(ActionRow)
 
 
@@ -99,11 +89,10 @@ def sync_flags(
     holds is deleted if nobody acted on it (so ingest order leaves no trace), and otherwise
     resolved automatically with an audit entry.
     """
-    wanted = {flag_key(iss, hop, flag): (iss, hop, flag) for flag in flags}
     if existing is None:
         params = {"b_iss": iss, "b_hop": hop}
         existing = {row.key: row for row in execute(session, _HOP_FLAGS, params)}
-    _sync(session, existing, wanted, offer=offer, case_id=None, now=now)
+    sync_many_flags(session, [(iss, hop, flags, offer, existing)], now=now)
 
 
 HopFlags = tuple[str, str, Sequence[Flag], bytes | None, dict[str, Any]]
@@ -112,39 +101,17 @@ HopFlags = tuple[str, str, Sequence[Flag], bytes | None, dict[str, Any]]
 def sync_many_flags(session: Session, hops: Sequence[HopFlags], *, now: int) -> None:
     """``sync_flags`` for many hops at once, each ``(iss, hop, flags, offer, existing)``
     (``existing`` as read by ``hop_flags``): the same rows as syncing one hop after the
-    other, with one statement for all the new conditions, one query for whether anyone
-    acted on those that no longer hold, and one statement deleting those nobody did
-    (derived once per batch of ingest, ``app.store.derive``)."""
-    inserts: list[dict[str, Any]] = []
-    cleared: list[Any] = []
-    for iss, hop, flags, offer, existing in hops:
-        wanted = {flag_key(iss, hop, flag): (iss, hop, flag) for flag in flags}
-        left = dict(existing)
-        for key, (f_iss, f_hop, flag) in wanted.items():
-            derived = _derived(flag, offer)
-            row = left.pop(key, None)
-            if row is None:
-                new = {"key": key, "iss": f_iss, "hop": f_hop, "status": "open", "updated_at": now}
-                inserts.append({**new, **derived, "case_id": None})
-            else:
-                _refresh(session, row, derived, now)
-        cleared.extend(left.values())
-    _clear_many(session, cleared, now)
-    insert_ignore_many(session, FlagRow, inserts, ["key"])
-
-
-def _clear_many(session: Session, rows: Sequence[Any], now: int) -> None:
-    if not rows:
-        return
-    acted = set(execute(session, _ACTED_MANY, {"b_ids": [r.id for r in rows]}).scalars())
-    unused = []
-    for row in rows:
-        if row.id not in acted and _unworked(row):
-            unused.append({"b_id": row.id})
-        else:
-            _resolve(session, row, now)
-    if unused:
-        session.connection().execute(_DELETE_FLAG, unused)
+    other, with one query for whether anyone acted on those that no longer hold and one
+    statement per kind of change (derived once per batch of ingest, ``app.store.derive``)."""
+    syncs = [
+        (existing, {flag_key(iss, hop, f): (iss, hop, f) for f in flags}, offer)
+        for iss, hop, flags, offer, existing in hops
+    ]
+    gone = [r.id for existing, wanted, _ in syncs for k, r in existing.items() if k not in wanted]
+    writes = _Writes(now, _acted(session, gone))
+    for existing, wanted, offer in syncs:
+        writes.sync(existing, wanted, case_id=None, offer=offer)
+    writes.apply(session)
 
 
 def case_flag_key(case_id: str, flag: CaseFlag) -> str:
@@ -153,36 +120,6 @@ def case_flag_key(case_id: str, flag: CaseFlag) -> str:
     f = flag.flag
     canon = ["case", case_id, f.kind.value, flag.agent, flag.handoff_id, f.variant]
     return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()
-
-
-def sync_case_flags(session: Session, case_id: str, flags: Sequence[CaseFlag], *, now: int) -> None:
-    """Make the stored flags of one envelope case match its ledger's, as ``sync_flags``
-    does for a hop. ``case_id`` "" holds the flags of items whose case could not be read."""
-    wanted = {case_flag_key(case_id, f): (f.agent, f.handoff_id, f.flag) for f in flags}
-    existing = {row.key: row for row in execute(session, _CASE_FLAGS, {"b_case": case_id})}
-    _sync(session, existing, wanted, offer=None, case_id=case_id, now=now)
-
-
-def _sync(
-    session: Session,
-    existing: dict[str, Any],
-    wanted: dict[str, tuple[str, str, Flag]],
-    *,
-    offer: bytes | None,
-    case_id: str | None,
-    now: int,
-) -> None:
-    existing = dict(existing)
-    for key, (iss, hop, flag) in wanted.items():
-        derived = _derived(flag, offer)
-        row = existing.pop(key, None)
-        if row is None:
-            new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": now}
-            insert_ignore(session, FlagRow, {**new, **derived, "case_id": case_id}, ["key"])
-            continue
-        _refresh(session, row, derived, now)
-    for row in existing.values():
-        _clear(session, row, now)
 
 
 def _derived(flag: Flag, offer: bytes | None) -> dict[str, Any]:
@@ -198,49 +135,14 @@ def _derived(flag: Flag, offer: bytes | None) -> dict[str, Any]:
     }
 
 
-def _refresh(session: Session, row: Any, derived: dict[str, Any], now: int) -> None:
-    """A continuing condition: its derived columns refreshed, reopened when resolved and
-    its evidence grew."""
-    if all(getattr(row, k) == v for k, v in derived.items()):
-        return
-    changes: dict[str, Any] = {**derived, "updated_at": now}
-    if row.status == "resolved" and not set(row.evidence) >= set(derived["evidence"]):
-        changes["status"] = "open"
-        _audit(session, row.id, "reopen", "new evidence for a resolved condition", now)
-    execute(session, _UPDATE_FLAG, {**changes, "b_id": row.id})
-
-
-def _unworked(row: Any) -> bool:
-    return row.status == "open" and row.assignee is None and row.note is None
-
-
-def _clear(session: Session, row: Any, now: int) -> None:
-    acted = execute(session, _ACTED, {"b_id": row.id}).first()
-    if acted is None and _unworked(row):
-        execute(session, _DELETE_FLAG, {"b_id": row.id})
-        return
-    _resolve(session, row, now)
-
-
-def _resolve(session: Session, row: Any, now: int) -> None:
-    """A condition someone worked on that no longer holds: resolved, with an audit entry."""
-    if row.status != "resolved":
-        execute(session, _UPDATE_FLAG, {"status": "resolved", "updated_at": now, "b_id": row.id})
-        _audit(session, row.id, "resolve", "the condition no longer holds", now)
-
-
-def _audit(session: Session, flag_id: int | None, action: str, note: str, now: int) -> None:
-    assert flag_id is not None
-    values = {"flag_id": flag_id, "actor": SYSTEM, "at": now, "action": action, "note": note}
-    execute(session, _AUDIT, values)
-
-
-# --- many envelope cases at once (the envelope stage of ingest) ----------------------------
+# --- envelope cases, and the one collector of changes ------------------------------------
 
 _CASES_FLAGS = select(FlagRow.case_id, *_FLAG_COLUMNS).where(
     FlagRow.case_id.in_(bindparam("b_cases", expanding=True))
 )
 _IN_IDS = bindparam("b_ids", expanding=True)
+# Someone worked on the flag: an audit entry or a comment (either keeps the flag, and the
+# comment's foreign key could not let it go anyway).
 _ACTED_ANY = union_all(
     select(ActionRow.flag_id).where(ActionRow.flag_id.in_(_IN_IDS)),
     select(CommentRow.flag_id).where(CommentRow.flag_id.in_(_IN_IDS)),
@@ -250,7 +152,8 @@ _ACTED_ANY = union_all(
 def sync_cases_flags(
     session: Session, flags: Mapping[str, Sequence[CaseFlag]], *, now: int
 ) -> None:
-    """``sync_case_flags`` for many cases (their derived flags by case id), with the same
+    """Make the stored flags of envelope cases match their ledgers' (derived flags by
+    case id; "" holds the flags of items whose case could not be read), with the same
     rows as syncing one case after the other in the order given: one query for their
     stored flags, one for which of those that no longer hold someone acted on, and one
     statement per kind of change."""
@@ -284,9 +187,9 @@ def _acted(session: Session, flag_ids: Sequence[int]) -> set[int]:
 
 
 class _Writes:
-    """What ``_sync`` does, for many cases: the changes collected, then written with one
-    statement per kind (``acted``: the ids of the stored flags someone worked on, among
-    those that no longer hold)."""
+    """The changes that make stored flags match derived ones, for many hops or cases:
+    collected, then written with one statement per kind (``acted``: the ids of the stored
+    flags someone worked on, among those that no longer hold)."""
 
     def __init__(self, now: int, acted: set[int]) -> None:
         self.now = now
@@ -297,19 +200,20 @@ class _Writes:
         self.audits: list[dict[str, Any]] = []
 
     def sync(
-        self, existing: dict[str, Any], wanted: dict[str, tuple[str, str, Flag]], *, case_id: str
+        self,
+        existing: dict[str, Any],
+        wanted: dict[str, tuple[str, str, Flag]],
+        *,
+        case_id: str | None,
+        offer: bytes | None = None,
     ) -> None:
+        """A new condition is inserted open. A continuing one gets its derived columns
+        refreshed; one an operator resolved is reopened when its evidence grew. A
+        condition that no longer holds is deleted if nobody acted on it (so ingest order
+        leaves no trace), and otherwise resolved automatically with an audit entry."""
         existing = dict(existing)
         for key, (iss, hop, flag) in wanted.items():
-            derived = {
-                "kind": flag.kind.value,
-                "variant": flag.variant,
-                "severity": flag.severity.value,
-                "evidence": [digest_text(d) for d in flag.evidence],
-                "offer": None,
-                "opened_at": flag.opened_at,
-                "detail": flag.detail,
-            }
+            derived = _derived(flag, offer)
             row = existing.pop(key, None)
             if row is None:
                 new = {"key": key, "iss": iss, "hop": hop, "status": "open", "updated_at": self.now}
