@@ -5,7 +5,7 @@ simulator (``app.demo``, fault rate 0.02: the JSON Lines file plus its CBOR file
 about that size), and ``handoff-trace ingest --db sqlite:///fresh.db --trust T X.jsonl
 X.cbor`` runs as a subprocess. Every ``--poll`` seconds this script reads the child's
 ``VmRSS`` and ``VmHWM`` (peak) from ``/proc/PID/status`` and counts the verdicts committed so
-far in the SQLite file (items are committed in batches of up to 64). A whole 50 MiB file
+far in the SQLite file (items are committed in batches of up to 256). A whole 50 MiB file
 takes minutes to ingest (see BENCHMARKS.md for the rate): each run is stopped after
 ``--budget`` seconds (default 60; 0: run to the end) with SIGTERM.
 

@@ -24,9 +24,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 R = TypeVar("R")
 
-# Items per transaction. Larger batches gain little once the commit and the shared
-# derivation are amortised, and hold SQLite's write lock longer.
-BATCH_ITEMS = 64
+# Items per transaction. Since a batch writes each table with one statement and derives
+# its hops once, what a batch costs beside its items is fixed: 256 items a batch took 15 to
+# 20 % less CPU per element than 64 on the simulator's mixed capture, and 512 no less than
+# 256 (bench/ingest_cpu.py, BENCHMARKS.md #13), while SQLite's write lock is held for about
+# a tenth of a second.
+BATCH_ITEMS = 256
 BUSY = "busy: too many concurrent writers"
 
 

@@ -2,7 +2,7 @@
 written with one executemany per table when the batch ends (BENCHMARKS.md, issue 13).
 
 An item's receipt, verdict and ref outcomes (and on SQLite its element and chain link)
-used to cost one statement each; buffered, a batch of 64 items costs one statement per
+used to cost one statement each; buffered, a batch of 256 items costs one statement per
 table. Observation and verdict ids are allocated here, up front (SQLite has one writer, so
 ``max(id)`` once per transaction gives exactly the ids it would have given; PostgreSQL
 hands out a block of its sequence in one statement), so a verdict names its observation

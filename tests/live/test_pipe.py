@@ -1,5 +1,5 @@
 """``handoff-trace ingest -`` fed live: each line is committed within about a second while
-the pipe stays open, not only every 64 items or at the end of input."""
+the pipe stays open, not only every BATCH_ITEMS (256) items or at the end of input."""
 
 from __future__ import annotations
 
