@@ -18,6 +18,7 @@ measurement, the median of all of them).
    ``before_cursor_execute``, executemany counted once).
 
     .venv/bin/python bench/lean_path.py [--n 2000] [--elements 2000] [--k 16] [--quick]
+        [--only signature|verify|chain|ingest ...]
 
 The machine is shared (2 cores, up to 8 sessions): sizes default small, and every figure is a
 ratio to raw verify in the same run for that reason. Writes bench/results/lean_path.json
@@ -427,6 +428,9 @@ def ingest_section(elements: int, work: Path, backends: Sequence[str]) -> list[d
 # --- main ------------------------------------------------------------------------------------
 
 
+PARTS = ("signature", "verify", "chain", "ingest")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -436,23 +440,38 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=16)
     parser.add_argument("--db", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes")
+    parser.add_argument(
+        "--only",
+        choices=PARTS,
+        action="append",
+        help="run only this part (repeatable; default: every part); the results file is "
+        "named after the parts run, so a partial run does not overwrite a whole one",
+    )
     args = parser.parse_args()
+    parts = args.only or list(PARTS)
     if args.quick:
         args.n, args.elements, args.k = 200, 200, 8
     backends = ("sqlite", "postgresql") if args.db == "both" else (args.db,)
     results: dict[str, Any] = {"sizes": vars(args)}
     with interruptible(), tempfile.TemporaryDirectory(prefix="lean-path-") as tmp:
         work = Path(tmp)
-        results["signature step"] = signature_step(args.n)
-        print(json.dumps(results["signature step"], indent=2))
-        results["verify process"] = verify_process(args.n, work)
-        print(json.dumps(results["verify process"], indent=2))
-        results["chain cost"] = chain_cost(args.k, work)
-        print(json.dumps(results["chain cost"], indent=2))
-        results["ingest"] = ingest_section(args.elements, work, backends)
-        for row in results["ingest"]:
-            print(json.dumps(row))
-    path = write_results("lean_path_quick" if args.quick else "lean_path", results)
+        if "signature" in parts:
+            results["signature step"] = signature_step(args.n)
+            print(json.dumps(results["signature step"], indent=2))
+        if "verify" in parts:
+            results["verify process"] = verify_process(args.n, work)
+            print(json.dumps(results["verify process"], indent=2))
+        if "chain" in parts:
+            results["chain cost"] = chain_cost(args.k, work)
+            print(json.dumps(results["chain cost"], indent=2))
+        if "ingest" in parts:
+            results["ingest"] = ingest_section(args.elements, work, backends)
+            for row in results["ingest"]:
+                print(json.dumps(row))
+    name = "lean_path_quick" if args.quick else "lean_path"
+    if args.only:
+        name += "_" + "_".join(p for p in PARTS if p in parts)
+    path = write_results(name, results)
     print(f"written {path}")
 
 
