@@ -17,10 +17,13 @@ every case, including its errors. ``tests/cli/test_json_text.py`` pins the equal
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _INDENT = "  "
 _FLAT_CACHE_LIMIT = 4096  # distinct small objects remembered; a run reuses a few dozen
@@ -187,19 +190,33 @@ def dumps(value: object) -> str:
         return json.dumps(value, indent=2)
 
 
-def array_chunks(values: Iterable[object], *, per_chunk: int = 256) -> Iterator[str]:
+def indented(value: object, writer: IndentedWriter, level: int = 1) -> str:
+    """The text of ``value`` at ``level`` (as an element of a top-level array at 1)."""
+    try:
+        return writer.text(value, level)
+    except _Unsupported:
+        # The standard library's own text, moved in: JSON text has no raw newline inside
+        # a string, so every line break is an indentation point.
+        return json.dumps(value, indent=2).replace("\n", "\n" + _INDENT * level)
+
+
+def array_chunks(
+    values: Iterable[T],
+    *,
+    per_chunk: int = 256,
+    text_of: Callable[[T], str] | None = None,
+) -> Iterator[str]:
     """The text of ``json.dumps(list(values), indent=2)``, in pieces of ``per_chunk``
-    elements, so the array can be written as it is produced and never held whole twice."""
-    writer = IndentedWriter()
+    elements, so the array can be written as it is produced and never held whole twice.
+    ``text_of`` gives an element's text at level 1 (default: ``indented``); it lets a
+    caller write its own objects without building their JSON values first."""
+    if text_of is None:
+        writer = IndentedWriter()
+        text_of = functools.partial(indented, writer=writer)
     pending: list[str] = []
     opened = False
     for value in values:
-        try:
-            text = writer.text(value, 1)
-        except _Unsupported:
-            # The standard library's own text, moved one level in: JSON text has no raw
-            # newline inside a string, so every line break is an indentation point.
-            text = json.dumps(value, indent=2).replace("\n", "\n" + _INDENT)
+        text = text_of(value)
         pending.append(("[\n" + _INDENT if not opened else ",\n" + _INDENT) + text)
         opened = True
         if len(pending) >= per_chunk:

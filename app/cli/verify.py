@@ -22,6 +22,7 @@ from app.cli.common import (
     visible,
 )
 from app.cli.json_text import array_chunks
+from app.cli.verdict_text import VerdictWriter
 from app.ingest.verifying import VerifyOptions, load_objects, verify_inputs
 
 VERIFY_EPILOG = """\
@@ -173,10 +174,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     report = verify_inputs(inputs, trust=trust, options=options, objects=objects)
     if args.json:
-        # The text of ``json.dump(verdicts, indent=2)``, written a few hundred verdicts at a
-        # time: the standard library's indented encoder is pure Python and writes each
-        # token on its own (a system call each when stdout is unbuffered).
-        for chunk in array_chunks(v.to_json() for v in report.verdicts):
+        # The text of ``json.dump([v.to_json() ...], indent=2)``, written a few hundred
+        # verdicts at a time: the standard library's indented encoder is pure Python and
+        # writes each token on its own (a system call each when stdout is unbuffered).
+        for chunk in array_chunks(report.verdicts, text_of=VerdictWriter().text):
             sys.stdout.write(chunk)
         sys.stdout.write("\n")
     else:

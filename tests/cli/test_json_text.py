@@ -1,7 +1,8 @@
 """``verify --json`` prints the same bytes as ``json.dumps(verdicts, indent=2)`` did before
-it had its own writer (``app.cli.json_text``): other tools parse that text. Pinned on real
-verdicts (every published vector, and the simulator's mixed capture with its faults), on
-the whole command's output, and on arbitrary JSON values."""
+it had its own writers (``app.cli.json_text`` for JSON values, ``app.cli.verdict_text`` for
+verdicts): other tools parse that text. Pinned on real verdicts (every published vector,
+and the simulator's mixed capture with its faults), on the whole command's output, and on
+arbitrary JSON values."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handoff_context import RefPolicy, TrustStore
+from handoff_context import RefPolicy, TrustStore, Verdict
 from handoff_context.conformance import capture_of, objects_of, trust_of
 from handoff_context.errors import TrustConfigError
 from handoff_context.vectors import stored_vectors
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from app.cli import main
 from app.cli.json_text import array_chunks, dumps
+from app.cli.verdict_text import VerdictWriter
 from app.ingest.verifying import VerifyOptions, verify_inputs
 from tests.demo.helpers import Run, make_run
 
@@ -29,7 +31,13 @@ def joined(values: list[Any], per_chunk: int = 256) -> str:
     return "".join(array_chunks(iter(values), per_chunk=per_chunk))
 
 
-def vector_verdicts(path: Path) -> list[dict[str, Any]]:
+def written(verdicts: list[Verdict], per_chunk: int = 256) -> str:
+    """What ``verify --json`` prints for ``verdicts`` (without the final newline)."""
+    text_of = VerdictWriter().text
+    return "".join(array_chunks(verdicts, per_chunk=per_chunk, text_of=text_of))
+
+
+def vector_verdicts(path: Path) -> list[Verdict]:
     doc = json.loads(path.read_bytes())
     try:
         trust = TrustStore.from_mapping(trust_of(doc))
@@ -46,23 +54,29 @@ def vector_verdicts(path: Path) -> list[dict[str, Any]]:
         ref_policy=RefPolicy(policy["ref_policy"]),
     )
     report = verify_inputs([capture_of(doc)], trust=trust, options=options, objects=objects_of(doc))
-    return [v.to_json() for v in report.verdicts]
+    return report.verdicts
 
 
 def test_every_vector_verdict_is_written_as_json_dumps_writes_it() -> None:
-    everything: list[dict[str, Any]] = []
+    everything: list[Verdict] = []
     for path in stored_vectors():
         verdicts = vector_verdicts(path)
-        assert joined(verdicts) == json.dumps(verdicts, indent=2), path.stem
+        expected = json.dumps([v.to_json() for v in verdicts], indent=2)
+        assert written(verdicts) == expected, path.stem
+        assert joined([v.to_json() for v in verdicts]) == expected, path.stem
         everything.extend(verdicts)
     # The vectors cover what a verdict can hold: chains with their elements, refs,
     # equivocation evidence, statuses and every outcome.
-    text = joined(everything, per_chunk=7)
-    assert text == json.dumps(everything, indent=2)
-    assert {v["outcome"] for v in everything} == {"accept", "reject", "duplicate", "pending"}
-    assert any(v.get("chain") and v["chain"]["elements"] for v in everything)
-    assert any(v.get("refs") for v in everything)
-    assert any(v["equivocation"] for v in everything)
+    values = [v.to_json() for v in everything]
+    assert written(everything, per_chunk=7) == json.dumps(values, indent=2)
+    assert joined(values, per_chunk=7) == json.dumps(values, indent=2)
+    assert {v["outcome"] for v in values} == {"accept", "reject", "duplicate", "pending"}
+    assert {v["element"] for v in values} == {"offer", "status", None}
+    assert any(v.get("chain") and v["chain"]["elements"] for v in values)
+    assert any("chain" in v and v["chain"] is None for v in values)
+    assert any(v.get("refs") for v in values)
+    assert any(v.get("offer") for v in values)
+    assert any(v["equivocation"] for v in values)
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +85,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 def test_the_mixed_capture_is_written_as_json_dumps_writes_it(run: Run) -> None:
-    verdicts = [v.to_json() for v in run.verify().verdicts]
-    assert len(verdicts) > 100
-    assert joined(verdicts) == json.dumps(verdicts, indent=2)
-    assert joined(verdicts, per_chunk=1) == json.dumps(verdicts, indent=2)
+    verdicts = run.verify().verdicts
+    values = [v.to_json() for v in verdicts]
+    assert len(values) > 100
+    assert written(verdicts) == json.dumps(values, indent=2)
+    assert written(verdicts, per_chunk=1) == json.dumps(values, indent=2)
+    assert joined(values) == json.dumps(values, indent=2)
 
 
 def test_the_command_prints_json_dumps_of_its_verdicts(
@@ -89,7 +105,7 @@ def test_the_command_prints_json_dumps_of_its_verdicts(
 
 
 def test_no_verdicts_is_an_empty_array() -> None:
-    assert joined([]) == json.dumps([], indent=2) == "[]"
+    assert written([]) == joined([]) == json.dumps([], indent=2) == "[]"
 
 
 class Colour(enum.StrEnum):
