@@ -21,8 +21,8 @@ from app.cli.common import (
     positive_int,
     visible,
 )
-from app.cli.json_text import array_chunks
-from app.cli.verdict_text import VerdictWriter
+from app.ingest.json_text import array_chunks
+from app.ingest.verdict_text import VerdictWriter
 from app.ingest.verifying import VerifyOptions, load_objects, verify_inputs
 
 VERIFY_EPILOG = """\

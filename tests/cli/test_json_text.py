@@ -1,5 +1,5 @@
 """``verify --json`` prints the same bytes as ``json.dumps(verdicts, indent=2)`` did before
-it had its own writers (``app.cli.json_text`` for JSON values, ``app.cli.verdict_text`` for
+it had its own writers (``app.ingest.json_text`` for JSON values, ``app.ingest.verdict_text`` for
 verdicts): other tools parse that text. Pinned on real verdicts (every published vector,
 and the simulator's mixed capture with its faults), on the whole command's output, and on
 arbitrary JSON values."""
@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.cli import main
-from app.cli.json_text import array_chunks, dumps
-from app.cli.verdict_text import VerdictWriter
+from app.ingest.json_text import array_chunks, dumps
+from app.ingest.verdict_text import VerdictWriter
 from app.ingest.verifying import VerifyOptions, verify_inputs
 from tests.demo.helpers import Run, make_run
 

@@ -16,7 +16,7 @@ from json.encoder import encode_basestring_ascii
 
 from handoff_context import ChainReport, CheckResult, Verdict, digest_text
 
-from app.cli.json_text import IndentedWriter, indented
+from app.ingest.json_text import IndentedWriter, indented
 
 _LEVEL = 1  # a verdict is an element of the top-level array
 
