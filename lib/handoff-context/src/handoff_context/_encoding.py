@@ -10,7 +10,6 @@ import base64
 import binascii
 import hashlib
 import json
-import re
 from typing import Any
 
 from handoff_context.errors import MalformedError
@@ -21,10 +20,9 @@ MAX_ELEMENT_OCTETS = 64 * 1024
 MAX_DEPTH = 32
 
 DIGEST_OCTETS = 32
-_B64URL = re.compile(r"^[A-Za-z0-9_-]*\Z")  # \Z: $ would also match before a final \n
-_B64_VALUE = {
-    ch: i for i, ch in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
-}
+_B64URL_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_B64_VALUE = {chr(ch): i for i, ch in enumerate(_B64URL_ALPHABET)}
+_URLSAFE_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
 # The largest integer JSON can carry without loss in every implementation (profile §1.1).
 MAX_SAFE_INT = 2**53 - 1
 
@@ -40,20 +38,25 @@ def b64url_decode(text: str, *, what: str) -> bytes:
     Raises MalformedError for padding, characters outside the url-safe alphabet, an
     impossible length, or unused trailing bits that are not zero (profile §2).
     """
-    if not _B64URL.match(text):
+    # Every element costs three of these: the checks are done with bytes methods that run
+    # in C (what ``translate`` leaves is outside the alphabet), not a regex and the base64
+    # module's wrappers.
+    if not text.isascii():
         raise MalformedError(f"{what} is not base64url without padding")
-    if len(text) % 4 == 1:
+    data = text.encode("ascii")
+    if data.translate(None, _B64URL_ALPHABET):
+        raise MalformedError(f"{what} is not base64url without padding")
+    rem = len(data) % 4
+    if rem == 1:
         raise MalformedError(f"{what} has an impossible base64url length")
     # Canonical form: the unused low bits of the last character are zero, so no second
     # spelling of the same octets exists (RFC 4648 section 3.5).
-    rem = len(text) % 4
     if rem and _B64_VALUE[text[-1]] & (0x0F if rem == 2 else 0x03):
         raise MalformedError(f"{what} is not canonical base64url (unused bits set)")
     try:
-        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return binascii.a2b_base64(data.translate(_URLSAFE_TO_STANDARD) + b"=" * (-rem % 4))
     except (binascii.Error, ValueError) as exc:  # pragma: no cover - alphabet checked above
         raise MalformedError(f"{what} is not valid base64url") from exc
-    return data
 
 
 def handoff_digest(octets: bytes) -> bytes:
