@@ -124,6 +124,8 @@ def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _STRICT_DECODER = json.JSONDecoder(
     object_pairs_hook=_pairs_without_duplicates, parse_constant=_reject_constant
 )
+_SCAN = _STRICT_DECODER.scan_once  # the C scanner; StopIteration when no value starts there
+_SPACE = json.decoder.WHITESPACE.match
 
 
 def strict_json_loads(data: bytes, *, what: str) -> Any:
@@ -138,8 +140,13 @@ def strict_json_loads(data: bytes, *, what: str) -> Any:
         raise MalformedError(f"{what} is not strict UTF-8") from exc
     check_depth(text, what=what)
     try:
-        return _STRICT_DECODER.decode(text)
+        # ``JSONDecoder.decode`` without its two Python frames (a line, a header and a
+        # payload per element): one value, nothing but whitespace around it.
+        obj, end = _SCAN(text, _SPACE(text, 0).end())
+        if _SPACE(text, end).end() != len(text):
+            raise ValueError("extra data")
+        return obj
     except MalformedError as exc:
         raise MalformedError(f"{what}: {exc.detail}") from exc
-    except (ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError, StopIteration) as exc:
         raise MalformedError(f"{what} is not valid JSON") from exc
