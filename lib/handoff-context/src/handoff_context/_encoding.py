@@ -10,6 +10,8 @@ import base64
 import binascii
 import hashlib
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 from handoff_context.errors import MalformedError
@@ -124,8 +126,9 @@ def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _STRICT_DECODER = json.JSONDecoder(
     object_pairs_hook=_pairs_without_duplicates, parse_constant=_reject_constant
 )
-_SCAN = _STRICT_DECODER.scan_once  # the C scanner; StopIteration when no value starts there
-_SPACE = json.decoder.WHITESPACE.match
+# The C scanner; StopIteration when no value starts at the index.
+_SCAN: Callable[[str, int], tuple[Any, int]] = _STRICT_DECODER.scan_once  # type: ignore[attr-defined]
+_SPACE = re.compile(r"[ \t\n\r]*").match  # JSON's whitespace, as json.decoder skips it
 
 
 def strict_json_loads(data: bytes, *, what: str) -> Any:
