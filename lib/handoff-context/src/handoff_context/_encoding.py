@@ -131,6 +131,11 @@ _SCAN: Callable[[str, int], tuple[Any, int]] = _STRICT_DECODER.scan_once  # type
 _SPACE = re.compile(r"[ \t\n\r]*").match  # JSON's whitespace, as json.decoder skips it
 
 
+def _after_space(text: str, index: int) -> int:
+    match = _SPACE(text, index)  # the pattern matches everywhere, if only the empty string
+    return match.end() if match else index
+
+
 def strict_json_loads(data: bytes, *, what: str) -> Any:
     """Parse strict UTF-8 JSON: no BOM, no UTF-16, no duplicate members, no NaN/Infinity,
     bounded depth. Raises MalformedError with ``what`` named in the detail.
@@ -145,8 +150,8 @@ def strict_json_loads(data: bytes, *, what: str) -> Any:
     try:
         # ``JSONDecoder.decode`` without its two Python frames (a line, a header and a
         # payload per element): one value, nothing but whitespace around it.
-        obj, end = _SCAN(text, _SPACE(text, 0).end())
-        if _SPACE(text, end).end() != len(text):
+        obj, end = _SCAN(text, _after_space(text, 0))
+        if _after_space(text, end) != len(text):
             raise ValueError("extra data")
         return obj
     except MalformedError as exc:
