@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +174,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         ref_policy=RefPolicy(args.ref_policy),
         max_element_bytes=_element_limit_of(args),
     )
-    report = verify_inputs(inputs, trust=trust, options=options, objects=objects)
+    with fewer_collections():
+        report = verify_inputs(inputs, trust=trust, options=options, objects=objects)
     if args.json:
         # The text of ``json.dump([v.to_json() ...], indent=2)``, written a few hundred
         # verdicts at a time: the standard library's indented encoder is pure Python and
@@ -183,6 +186,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         _print_table(report.verdicts, report.skipped)
     return EXIT_REJECT if any(v.outcome.value == "reject" for v in report.verdicts) else EXIT_OK
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector runs its middle and full collections less often while
+    the verdicts are made, then as before.
+
+    Every verdict a run makes is kept until it is printed, so with the default thresholds
+    each collection of the older generations walks all the verdicts made so far, again and
+    again: about a tenth of ``verify``'s time for 8,000 offers (BENCHMARKS.md, issue 13).
+    Young objects are still collected as usual, so cyclic garbage (an exception and its
+    traceback) is freed within a few tens of thousands of allocations, not kept."""
+    before = gc.get_threshold()
+    gc.set_threshold(before[0], max(before[1], _OLDER_EVERY), *before[2:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+# Young collections between two collections of the middle generation (Python's default: 10).
+_OLDER_EVERY = 100
 
 
 def read_inputs(names: Sequence[str]) -> list[tuple[str, bytes]]:
