@@ -115,11 +115,15 @@ def _reject_constant(name: str) -> Any:
 
 
 def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise MalformedError(f"duplicate member name {key!r}")
-        result[key] = value
+    # The dict is built in C; only an object that lost a member to a repeated name is
+    # walked again, to name the first repetition.
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise MalformedError(f"duplicate member name {key!r}")
+            seen.add(key)
     return result
 
 

@@ -94,7 +94,7 @@ def parse(octets: bytes) -> Element:
         text = octets.decode("ascii")
     except UnicodeDecodeError as exc:
         raise MalformedError("compact JWS must be ASCII") from exc
-    if text.lstrip().startswith("{"):
+    if "{" in text and text.lstrip().startswith("{"):  # base64url has no "{": no copy
         raise MalformedError("JWS JSON Serialization is not allowed; use the compact form")
     parts = text.split(".")
     if len(parts) != 3:
