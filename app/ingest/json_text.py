@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from json.encoder import encode_basestring_ascii
 from typing import Any, TypeVar
 
+from app.errors import HandoffTraceError
+
 T = TypeVar("T")
 
 _INDENT = "  "
@@ -30,8 +32,14 @@ _FLAT_CACHE_LIMIT = 4096  # distinct small objects remembered; a run reuses a fe
 _FLAT_MAX = 4  # members of an object whose text is remembered (a check has at most 4)
 
 
-class _Unsupported(Exception):
-    """A value this writer does not encode exactly as ``json.dumps`` does."""
+class _Unsupported(HandoffTraceError):
+    """A value this writer does not encode exactly as ``json.dumps`` does. Never leaves
+    this module: the value is handed to ``json.dumps`` instead."""
+
+    reason = "json-fallback"
+
+    def __init__(self) -> None:
+        super().__init__("a value left to json.dumps")
 
 
 def _float(value: float) -> str:
