@@ -18,6 +18,7 @@ measurement, the median of all of them).
    ``before_cursor_execute``, executemany counted once).
 
     .venv/bin/python bench/lean_path.py [--n 2000] [--elements 2000] [--k 16] [--quick]
+        [--only signature|verify|chain|ingest ...]
 
 The machine is shared (2 cores, up to 8 sessions): sizes default small, and every figure is a
 ratio to raw verify in the same run for that reason. Writes bench/results/lean_path.json
@@ -30,7 +31,9 @@ import argparse
 import json
 import multiprocessing
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -160,7 +163,12 @@ def signature_step(n: int) -> dict[str, Any]:
 # --- 2. verify, whole process ----------------------------------------------------------------
 
 
-def verify_process(n: int, work: Path) -> dict[str, Any]:
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def verify_process(n: int, work: Path, runs: int = 2) -> dict[str, Any]:
     trust, doc, offers, records = es256_offers(n)
     base = Baseline(trust, [raw_case(parse_element(o, Form.JWS)) for o in offers[:500]])
     capture, trust_file = work / "offers.jsonl", work / "offers.trust.json"
@@ -169,10 +177,10 @@ def verify_process(n: int, work: Path) -> dict[str, Any]:
     command = [CLI, "verify", "--json", "--trust", str(trust_file), "--at", str(T0), str(capture)]
     out: dict[str, Any] = {"offers": n}
     for label, cores in (("every core", None), ("one core", {0})):
-        rates = []
-        for _ in range(2):
+        rates, ratios, cpu = [], [], []
+        for _ in range(runs):
             with base.around():
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), _child_cpu()
                 done = subprocess.run(
                     command,
                     capture_output=True,
@@ -180,15 +188,35 @@ def verify_process(n: int, work: Path) -> dict[str, Any]:
                     preexec_fn=(lambda c=cores: os.sched_setaffinity(0, c)) if cores else None,
                 )
                 seconds = time.perf_counter() - start
+                cpu.append(_child_cpu() - cpu_start)
+            # Each run against the raw rounds just before and after it: the load of a
+            # shared machine moves between runs more than within one.
+            ratios.append(n / seconds / statistics.median(base.raw.samples[-2:]))
             answer = json.loads(done.stdout) if done.stdout else []
             verdicts = answer["verdicts"] if isinstance(answer, dict) else answer
             if len(verdicts) != n or any(v["outcome"] != "accept" for v in verdicts):
                 raise SystemExit(f"verify did not accept every offer: {done.stderr[-400:]!r}")
             rates.append(n / seconds)
-        out[label] = {"elements/s": max(rates)}
+        out[label] = {
+            "elements/s": max(rates),
+            "ratio of each run (to the raw rounds around it)": ratios,
+            "median ratio of the runs": statistics.median(ratios),
+            "CPU seconds of each run (user + system)": cpu,
+        }
     start = time.perf_counter()
     subprocess.run([CLI, "--version"], capture_output=True, check=True)
     out["start-up seconds (--version)"] = time.perf_counter() - start
+    # What verify pays before its first element: imports, the parser, the trust file.
+    empty = work / "empty.jsonl"
+    empty.write_text("")
+    starts = []
+    for _ in range(3):
+        cpu_start = _child_cpu()
+        subprocess.run([*command[:-1], str(empty)], capture_output=True, check=True)
+        starts.append(_child_cpu() - cpu_start)
+    out["start-up CPU seconds (verify of an empty capture, median of 3)"] = statistics.median(
+        starts
+    )
     out["raw single core"] = base.raw.per_second
     for label in ("every core", "one core"):
         out[label]["ratio"] = base.ratio(out[label]["elements/s"])
@@ -437,6 +465,9 @@ def ingest_section(elements: int, work: Path, backends: Sequence[str]) -> list[d
 # --- main ------------------------------------------------------------------------------------
 
 
+PARTS = ("signature", "verify", "chain", "ingest")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -446,23 +477,39 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=16)
     parser.add_argument("--db", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes")
+    parser.add_argument("--runs", type=int, default=2, help="verify processes per row (default: 2)")
+    parser.add_argument(
+        "--only",
+        choices=PARTS,
+        action="append",
+        help="run only this part (repeatable; default: every part); the results file is "
+        "named after the parts run, so a partial run does not overwrite a whole one",
+    )
     args = parser.parse_args()
+    parts = args.only or list(PARTS)
     if args.quick:
         args.n, args.elements, args.k = 200, 200, 8
     backends = ("sqlite", "postgresql") if args.db == "both" else (args.db,)
     results: dict[str, Any] = {"sizes": vars(args)}
     with interruptible(), tempfile.TemporaryDirectory(prefix="lean-path-") as tmp:
         work = Path(tmp)
-        results["signature step"] = signature_step(args.n)
-        print(json.dumps(results["signature step"], indent=2))
-        results["verify process"] = verify_process(args.n, work)
-        print(json.dumps(results["verify process"], indent=2))
-        results["chain cost"] = chain_cost(args.k, work)
-        print(json.dumps(results["chain cost"], indent=2))
-        results["ingest"] = ingest_section(args.elements, work, backends)
-        for row in results["ingest"]:
-            print(json.dumps(row))
-    path = write_results("lean_path_quick" if args.quick else "lean_path", results)
+        if "signature" in parts:
+            results["signature step"] = signature_step(args.n)
+            print(json.dumps(results["signature step"], indent=2))
+        if "verify" in parts:
+            results["verify process"] = verify_process(args.n, work, args.runs)
+            print(json.dumps(results["verify process"], indent=2))
+        if "chain" in parts:
+            results["chain cost"] = chain_cost(args.k, work)
+            print(json.dumps(results["chain cost"], indent=2))
+        if "ingest" in parts:
+            results["ingest"] = ingest_section(args.elements, work, backends)
+            for row in results["ingest"]:
+                print(json.dumps(row))
+    name = "lean_path_quick" if args.quick else "lean_path"
+    if args.only:
+        name += "_" + "_".join(p for p in PARTS if p in parts)
+    path = write_results(name, results)
     print(f"written {path}")
 
 

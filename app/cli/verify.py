@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+import gc
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from app.cli.common import (
     positive_int,
     visible,
 )
+from app.ingest.json_text import array_chunks
+from app.ingest.verdict_text import VerdictWriter
 from app.ingest.verifying import VerifyOptions, load_objects, verify_inputs
 
 VERIFY_EPILOG = """\
@@ -171,13 +174,40 @@ def cmd_verify(args: argparse.Namespace) -> int:
         ref_policy=RefPolicy(args.ref_policy),
         max_element_bytes=_element_limit_of(args),
     )
-    report = verify_inputs(inputs, trust=trust, options=options, objects=objects)
+    with fewer_collections():
+        report = verify_inputs(inputs, trust=trust, options=options, objects=objects)
     if args.json:
-        json.dump([v.to_json() for v in report.verdicts], sys.stdout, indent=2)
+        # The text of ``json.dump([v.to_json() ...], indent=2)``, written a few hundred
+        # verdicts at a time: the standard library's indented encoder is pure Python and
+        # writes each token on its own (a system call each when stdout is unbuffered).
+        for chunk in array_chunks(report.verdicts, text_of=VerdictWriter().text):
+            sys.stdout.write(chunk)
         sys.stdout.write("\n")
     else:
         _print_table(report.verdicts, report.skipped)
     return EXIT_REJECT if any(v.outcome.value == "reject" for v in report.verdicts) else EXIT_OK
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector runs its middle and full collections less often while
+    the verdicts are made, then as before.
+
+    Every verdict a run makes is kept until it is printed, so with the default thresholds
+    each collection of the older generations walks all the verdicts made so far, again and
+    again: about a tenth of ``verify``'s time for 8,000 offers (BENCHMARKS.md, issue 13).
+    Young objects are still collected as usual, so cyclic garbage (an exception and its
+    traceback) is freed within a few tens of thousands of allocations, not kept."""
+    before = gc.get_threshold()
+    gc.set_threshold(before[0], max(before[1], _OLDER_EVERY), *before[2:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+# Young collections between two collections of the middle generation (Python's default: 10).
+_OLDER_EVERY = 100
 
 
 def read_inputs(names: Sequence[str]) -> list[tuple[str, bytes]]:

@@ -127,13 +127,15 @@ def submit_ahead(elements: Iterable[Element], trust: TrustStore, cache: Signatur
     before judging them. The caller may judge earlier items meanwhile: OpenSSL runs
     outside the GIL, so the pool's work overlaps the in-order checks."""
     fingerprint = trust.fingerprint
+    ahead = Ahead(fingerprint=fingerprint)
+    pool = _pool()
+    if pool is None:
+        return ahead  # one core: the in-order checks verify, and ``elements`` is not read
     todo: dict[bytes, Element] = {}
     for element in elements:
         if element.digest not in todo and not cache.verified(element.digest, fingerprint):
             todo[element.digest] = element
-    ahead = Ahead(fingerprint=fingerprint)
-    pool = _pool()
-    if pool is None or len(todo) < MIN_PARALLEL:
+    if len(todo) < MIN_PARALLEL:
         return ahead
     pending = list(todo.values())
     for i in range(0, len(pending), _CHUNK):

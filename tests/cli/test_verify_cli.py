@@ -418,3 +418,28 @@ def test_installed_entry_point_never_prints_a_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "cannot read trust file" in result.stderr
+
+
+def test_verify_collects_less_often_while_it_verifies_then_as_before(
+    chain_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify`` keeps every verdict until it prints them, so the older generations are
+    collected less often meanwhile (``fewer_collections``); the process is left as found."""
+    import gc
+
+    import app.ingest.verifying as verifying
+    from app.cli import verify as verify_command
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+    real = verifying.verify_inputs
+
+    def watched(*args: object, **kwargs: object) -> object:
+        seen.append(gc.get_threshold())
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(verify_command, "verify_inputs", watched)
+    code, verdicts = _verify(capsys, "hop3.json")
+    assert (code, [v["outcome"] for v in verdicts]) == (0, ["accept"])
+    assert gc.get_threshold() == before
+    assert seen == [(before[0], max(before[1], 100), before[2])]

@@ -127,6 +127,31 @@ def test_parse_status(world: World) -> None:
     assert element.header.content_type == jws.STATUS_TYP
 
 
+def test_a_known_header_parses_as_a_new_one(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Headers that passed are remembered by their text (``_KNOWN_HEADERS``): the second
+    element with the same header parses exactly as if it were the first, each element gets
+    a header map of its own, and a header that fails is refused every time, not kept."""
+    monkeypatch.setattr(jws, "_KNOWN_HEADERS", {})
+    first, second = (
+        forge(world.planner, offer(world)),
+        forge(world.planner, offer(world, hop=HOP + "x")),
+    )
+    fresh = jws.parse(second)
+    jws._KNOWN_HEADERS.clear()
+    cold = [jws.parse(first), jws.parse(second)]  # the second one from the memo
+    assert len(jws._KNOWN_HEADERS) == 1
+    assert cold[1] == fresh and cold[1].raw_header == fresh.raw_header
+    assert cold[0].raw_header is not cold[1].raw_header
+    bad = forge(world.mallory, offer(world), jwk={"kty": "OKP"})
+    for _ in range(2):
+        with pytest.raises(CheckFailed):
+            jws.parse(bad)
+    assert len(jws._KNOWN_HEADERS) == 1
+    # A known header does not hide what is wrong after it.
+    payload_b64 = second.split(b".")[1]
+    malformed(second.replace(payload_b64, payload_b64 + b"="), "payload is not base64url")
+
+
 def test_sign_writes_only_alg_typ_kid_and_no_padding(world: World) -> None:
     octets = sign_payload(offer(world), world.coder)
     assert b"=" not in octets

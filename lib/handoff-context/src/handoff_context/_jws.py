@@ -77,6 +77,12 @@ def _check_header(header: Mapping[str, Any]) -> Header:
     return Header(alg=alg, kid=kid, content_type=typ)
 
 
+# Headers that passed every check, by their base64url text (canonical, so one text per
+# header): a run meets a few, one per signing key. Bounded, so hostile input cannot grow it.
+_KNOWN_HEADERS: dict[str, tuple[dict[str, Any], Header]] = {}
+_KNOWN_HEADERS_LIMIT = 256
+
+
 def parse(octets: bytes) -> Element:
     """Parse compact JWS octets into an unverified Element.
 
@@ -88,20 +94,30 @@ def parse(octets: bytes) -> Element:
         text = octets.decode("ascii")
     except UnicodeDecodeError as exc:
         raise MalformedError("compact JWS must be ASCII") from exc
-    if text.lstrip().startswith("{"):
+    if "{" in text and text.lstrip().startswith("{"):  # base64url has no "{": no copy
         raise MalformedError("JWS JSON Serialization is not allowed; use the compact form")
     parts = text.split(".")
     if len(parts) != 3:
         raise MalformedError(f"compact JWS has {len(parts)} parts, not 3")
     header_b64, payload_b64, sig_b64 = parts
-    header_raw = b64url_decode(header_b64, what="header")
-    payload_raw = b64url_decode(payload_b64, what="payload")
-    signature = b64url_decode(sig_b64, what="signature")
-    header_doc = strict_json_loads(header_raw, what="header")
-    if not isinstance(header_doc, dict):
-        raise MalformedError("header must be a JSON object")
-    _refuse_embedded_keys(header_doc, payload_raw)
-    header = _check_header(header_doc)
+    known = _KNOWN_HEADERS.get(header_b64)
+    if known is not None:
+        # The same signer sends the same header octets every time; one that passed every
+        # check below passes them again, and decoding it fails nothing that comes later.
+        header_doc, header = dict(known[0]), known[1]
+        payload_raw = b64url_decode(payload_b64, what="payload")
+        signature = b64url_decode(sig_b64, what="signature")
+    else:
+        header_raw = b64url_decode(header_b64, what="header")
+        payload_raw = b64url_decode(payload_b64, what="payload")
+        signature = b64url_decode(sig_b64, what="signature")
+        header_doc = strict_json_loads(header_raw, what="header")
+        if not isinstance(header_doc, dict):
+            raise MalformedError("header must be a JSON object")
+        _refuse_embedded_keys(header_doc, payload_raw)
+        header = _check_header(header_doc)
+        if len(_KNOWN_HEADERS) < _KNOWN_HEADERS_LIMIT:
+            _KNOWN_HEADERS[header_b64] = (dict(header_doc), header)
     payload_doc = strict_json_loads(payload_raw, what="payload")
     if not isinstance(payload_doc, dict):
         raise MalformedError("payload must be a JSON object")
