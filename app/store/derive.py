@@ -49,12 +49,11 @@ from sqlalchemy import (
     func,
     or_,
     select,
-    tuple_,
 )
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules
-from app.store.db import Locks, digest_lock, execute, hop_lock, upsert_many
+from app.store.db import Locks, digest_lock, execute, hop_lock, pair_params, pairs_in, upsert_many
 from app.store.envelopes import case_due_conditions, sweep_cases
 from app.store.flags import HopFlags, hop_flags, sync_many_flags
 from app.store.host import HostFact, host_facts, host_of
@@ -236,7 +235,6 @@ def derive_hops(
 # Hops whose facts one query reads: bounded, so a sweep of many hops stays within the
 # databases' limits on bound parameters.
 _HOPS_PER_QUERY = 256
-_IN_HOPS = bindparam("b_hops", expanding=True)
 _OFFER_FIRSTS_MANY = (
     select(
         ElementRow.hop_iss,
@@ -246,7 +244,7 @@ _OFFER_FIRSTS_MANY = (
     )
     .join(ObservationRow, ObservationRow.digest == ElementRow.digest)
     .outerjoin(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
-    .where(ElementRow.type == "offer", tuple_(ElementRow.hop_iss, ElementRow.hop).in_(_IN_HOPS))
+    .where(ElementRow.type == "offer", pairs_in(ElementRow.hop_iss, ElementRow.hop))
     .where(_COUNTING)
     .group_by(ElementRow.hop_iss, ElementRow.hop, ElementRow.digest)
 )
@@ -260,7 +258,7 @@ _REJECTIONS_MANY = (
     )
     .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
     .join(ElementRow, ElementRow.digest == VerdictRow.digest)
-    .where(tuple_(ElementRow.hop_iss, ElementRow.hop).in_(_IN_HOPS))
+    .where(pairs_in(ElementRow.hop_iss, ElementRow.hop))
     .where(VerdictRow.valid.is_(False), VerdictRow.fault.is_not(None))
     .group_by(ElementRow.hop_iss, ElementRow.hop, VerdictRow.fault, ElementRow.digest)
 )
@@ -273,7 +271,7 @@ _REFUSED_MANY = (
         func.min(RejectedObservationRow.received_at).label("first"),
     )
     .join(RejectedOctetsRow, RejectedOctetsRow.digest == RejectedObservationRow.digest)
-    .where(tuple_(RejectedOctetsRow.hop_iss, RejectedOctetsRow.hop).in_(_IN_HOPS))
+    .where(pairs_in(RejectedOctetsRow.hop_iss, RejectedOctetsRow.hop))
     .group_by(
         RejectedOctetsRow.hop_iss,
         RejectedOctetsRow.hop,
@@ -300,7 +298,7 @@ class _Facts:
 
     @classmethod
     def load(cls, session: Session, keys: Sequence[HopKey]) -> _Facts:
-        hops = {"b_hops": [tuple(k) for k in keys]}
+        hops = pair_params(keys)
         firsts: dict[HopKey, dict[bytes, int]] = {}
         for r in execute(session, _OFFER_FIRSTS_MANY, hops):
             firsts.setdefault((r.hop_iss, r.hop), {})[r.digest] = r.first

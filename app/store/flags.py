@@ -16,11 +16,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from handoff_context import Flag, FlagKind, digest_text
-from sqlalchemy import bindparam, delete, insert, select, tuple_, union_all, update
+from sqlalchemy import bindparam, delete, insert, select, union_all, update
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseFlag
-from app.store.db import execute, insert_ignore_many
+from app.store.db import execute, insert_ignore_many, pair_params, pairs_in
 from app.store.models import ActionRow, CommentRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
@@ -45,7 +45,7 @@ _HOP_FLAGS = select(*_FLAG_COLUMNS).where(
     FlagRow.iss == bindparam("b_iss"), FlagRow.hop == bindparam("b_hop"), FlagRow.case_id.is_(None)
 )
 _HOPS_FLAGS = select(FlagRow.iss, FlagRow.hop, *_FLAG_COLUMNS).where(
-    tuple_(FlagRow.iss, FlagRow.hop).in_(bindparam("b_hops", expanding=True)),
+    pairs_in(FlagRow.iss, FlagRow.hop),
     FlagRow.case_id.is_(None),
 )
 _UPDATE_FLAG = update(FlagRow).where(FlagRow.id == bindparam("b_id"))
@@ -66,7 +66,7 @@ def hop_flags(session: Session, *, hops: Sequence[tuple[str, str]]) -> dict[Any,
     ``existing``)."""
     found: dict[Any, dict[str, Any]] = {hop: {} for hop in hops}
     if hops:
-        for row in execute(session, _HOPS_FLAGS, {"b_hops": [tuple(h) for h in hops]}):
+        for row in execute(session, _HOPS_FLAGS, pair_params(hops)):
             found.setdefault((row.iss, row.hop), {})[row.key] = row
     return found
 

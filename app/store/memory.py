@@ -27,10 +27,10 @@ from handoff_context import (
     parse_element,
 )
 from handoff_context.errors import HandoffError
-from sqlalchemy import bindparam, select, tuple_
+from sqlalchemy import bindparam, select
 from sqlmodel import Session
 
-from app.store.db import execute, insert_ignore, insert_ignore_many
+from app.store.db import execute, insert_ignore, insert_ignore_many, pair_params, pairs_in
 from app.store.models import ElementRow, LinkRow, ReplayRow, SeenStatusRow, SignatureCacheRow
 from app.store.records import Ancestor
 from app.store.writebehind import BatchWrites
@@ -137,7 +137,7 @@ _SEEN_AMONG = select(SeenStatusRow.digest).where(
     SeenStatusRow.digest.in_(bindparam("b_digests", expanding=True))
 )
 _REPLAY_AMONG = select(ReplayRow.iss, ReplayRow.hop, ReplayRow.digest, ReplayRow.content).where(
-    tuple_(ReplayRow.iss, ReplayRow.hop).in_(bindparam("b_hops", expanding=True))
+    pairs_in(ReplayRow.iss, ReplayRow.hop)
 )
 
 
@@ -154,7 +154,7 @@ def replay_among(
     """What the replay memory holds for each of ``hops`` ((iss, hop)): one query."""
     if not hops:
         return {}
-    rows = execute(session, _REPLAY_AMONG, {"b_hops": [tuple(h) for h in hops]})
+    rows = execute(session, _REPLAY_AMONG, pair_params(hops))
     return {(r.iss, r.hop): Remembered(r.digest, r.content) for r in rows}
 
 

@@ -89,7 +89,7 @@ class ElementRow(SQLModel, table=True):
     # offer's iss by profile §1.2's swap (aud, or iss for canceled). Groups rejected elements.
     hop_iss: str = Field(sa_type=Text)
     dialog: str | None = Field(default=None, sa_type=Text)
-    task: str | None = Field(default=None, sa_type=Text)
+    task: str | None = Field(default=None, sa_type=Text, index=True)
     iat: int = _time()
     exp: int | None = _time(default=None)
     offer: bytes | None = _digest(default=None)  # a status's offer digest
@@ -135,7 +135,7 @@ class ObservationRow(SQLModel, table=True):
     carrier: str | None = Field(default=None, sa_type=String(16))
     role: str | None = Field(default=None, sa_type=String(32))
     dialog: str | None = Field(default=None, sa_type=Text)
-    task_id: str | None = Field(default=None, sa_type=Text)
+    task_id: str | None = Field(default=None, sa_type=Text, index=True)
     task_state: str | None = Field(default=None, sa_type=String(64))
     via: bytes | None = _digest(default=None)
     ingested_at: int = _time()
