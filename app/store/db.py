@@ -393,22 +393,11 @@ def insert_ignore_many(
         session.connection().execute(stmt, [dict(row) for row in rows])
 
 
-def insert_ignore_many_new(
-    session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
-) -> int:
-    """``insert_ignore`` for many rows in one statement; how many of them were new (the
-    rows RETURNING gives back are the ones inserted)."""
-    if not rows:
-        return 0
-    stmt = _insert_ignore_statement(_dialect(session), model.__table__, tuple(keys))
-    return len(session.connection().execute(stmt, [dict(row) for row in rows]).all())
-
-
 def insert_ignore_many_keys(
     session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
 ) -> set[Any]:
-    """``insert_ignore_many_new``, answering which rows were new: the values of their first
-    key column."""
+    """``insert_ignore_many``, answering which rows were new: the values of their first key
+    column (the rows RETURNING gives back are the ones inserted)."""
     if not rows:
         return set()
     stmt = _insert_ignore_statement(_dialect(session), model.__table__, tuple(keys))

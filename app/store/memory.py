@@ -118,14 +118,6 @@ def store_element(session: Session, element: Element, *, now: int) -> bool:
     return inserted
 
 
-_IS_STORED = select(ElementRow.digest).where(ElementRow.digest == bindparam("b_digest"))
-
-
-def element_stored(session: Session, *, digest: bytes) -> bool:
-    """True when the element ``digest`` is stored."""
-    return execute(session, _IS_STORED, {"b_digest": digest}).first() is not None
-
-
 _STORED_ROWS = (
     select(ElementRow.digest, ElementRow.type, ElementRow.octets, ElementRow.form, LinkRow.prev)
     .outerjoin(LinkRow, LinkRow.offer == ElementRow.digest)
@@ -156,14 +148,6 @@ def replay_among(
         return {}
     rows = execute(session, _REPLAY_AMONG, pair_params(hops))
     return {(r.iss, r.hop): Remembered(r.digest, r.content) for r in rows}
-
-
-def load_element(session: Session, digest: bytes) -> Element | None:
-    """Parse a stored element again from its octets (None when not stored)."""
-    row = execute(session, _ELEMENT_OCTETS, {"b_digest": digest}).first()
-    if row is None:
-        return None
-    return parse_element(row.octets, Form(row.form))
 
 
 class StoreMemory:

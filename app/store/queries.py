@@ -17,6 +17,7 @@ from sqlalchemy import and_, func, or_, select, tuple_, update
 from sqlmodel import Session
 
 from app.errors import HandoffTraceError
+from app.store.db import pair_params, pairs_in
 from app.store.models import (
     ActionRow,
     ElementRow,
@@ -139,8 +140,9 @@ def flag_kinds(
         chunk = keys[start : start + 500]
         rows = session.execute(
             select(FlagRow.iss, FlagRow.hop, FlagRow.kind).where(
-                tuple_(FlagRow.iss, FlagRow.hop).in_(chunk), FlagRow.status != "resolved"
-            )
+                pairs_in(FlagRow.iss, FlagRow.hop), FlagRow.status != "resolved"
+            ),
+            pair_params(chunk),
         )
         for iss, hop, kind in rows:
             found.setdefault((iss, hop), set()).add(kind)
