@@ -28,6 +28,7 @@ from app.store.queries import (
 )
 from app.web import proof
 from app.web.evidence import compare, decode, variant_sentence
+from app.web.people import NOBODY, people_of
 from app.web.render import ENV, render, secure
 from app.web.service import ServiceDep
 from app.web.sessions import PageError, Viewer
@@ -57,6 +58,7 @@ def _text(value: str | None) -> str | None:
 VIEWS = {
     "urgent": "Critical and high, open, newest first",
     "mine": "Assigned to me, open",
+    "acknowledged": "Acknowledged: someone is on it",
 }
 
 
@@ -91,6 +93,8 @@ def read_queue(
     severities: tuple[str, ...] = ()
     if chosen == "urgent":
         severities, picked_status = dashboard.URGENT, "open"
+    elif chosen == "acknowledged":
+        picked_status = FlagStatus.ACKNOWLEDGED.value
     elif severity in {s.value for s in Severity}:
         severities = (str(severity),)
     orders = [o.value for o in dashboard.Order]
@@ -195,7 +199,7 @@ def queue_page(
             offset=(page - 1) * PER_PAGE,
             limit=PER_PAGE,
         )
-        people = dashboard.assignees(session)
+    people = people_of(service)
     f = queue.filters
     context = {
         "nav": "urgent" if queue.view == "urgent" else "flags",
@@ -229,6 +233,7 @@ def queue_page(
         "error": error,
         "presets": PRESETS,
         "can_triage": user.role.value in ("operator", "admin"),
+        "nobody": NOBODY,
     }
     return render(request, "flags.html", context, status=status)
 
@@ -369,5 +374,7 @@ def flag_view(
         "form": {**EMPTY_FORM, **(form or {})},
         "error": error,
         "presets": PRESETS,
+        "people": people_of(service),
+        "nobody": NOBODY,
     }
     return render(request, "flag.html", context, status=status)
