@@ -16,11 +16,9 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.store import db
-from sqlalchemy import func
-
 from app.store.models import ElementRow, EnvelopeItemRow, FlagRow, HopRow, RejectedOctetsRow
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, PASSWORD, REPO, serve_store
 from tests.web import case_data
