@@ -249,6 +249,11 @@
     if (!select) return false;
     select.value = action;
     showFields(form);
+    // The cursor's place travels with the form, so the queue comes back with the cursor
+    // on the row that took the first acted-on one's place.
+    var at = form.querySelector('input[name="at"]');
+    var current = document.querySelector("table.triage tr.row.current");
+    if (at && current) at.value = String(rows().indexOf(current));
     if (focus) {
       var field = form.querySelector(focus);
       if (field) { field.focus(); return true; }
