@@ -12,8 +12,7 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
-from fastapi.responses import FileResponse, RedirectResponse, Response
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import RedirectResponse, Response
 from handoff_context import (
     A2A_STATE,
     OFFER_CHECKS,
@@ -38,7 +37,7 @@ from app.store.queries import (
 )
 from app.store.rejected import filed_under, get_refused, receipts_of, refused_of_hop
 from app.web import charts
-from app.web.render import STATIC, plotly_path, render, secure
+from app.web.render import render, secure
 from app.web.service import Service, ServiceDep
 from app.web.sessions import (
     LoginRequired,
@@ -348,23 +347,22 @@ def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) 
     return render(request, "search.html", context)
 
 
-# --- assets and installation ------------------------------------------------------------
-
-
-@router.get("/vendor/plotly.min.js")
-def plotly_js() -> Response:
-    """Plotly's bundle from the installed package (no CDN); its version is in the URL's
-    query string, so it may be cached for long."""
-    return FileResponse(
-        plotly_path(),
-        media_type="text/javascript",
-        headers={"Cache-Control": "public, max-age=86400"},
-    )
+# --- installation ----------------------------------------------------------------------
 
 
 def install(app: FastAPI) -> None:
     """Add the dashboard to the app: pages, login, static files and their error pages."""
-    from app.web import actions, cases, dialogs, notifications, oidc, sessions, triage, upload
+    from app.web import (
+        actions,
+        assets,
+        cases,
+        dialogs,
+        notifications,
+        oidc,
+        sessions,
+        triage,
+        upload,
+    )
 
     app.include_router(sessions.router)
     app.include_router(oidc.router)
@@ -375,7 +373,7 @@ def install(app: FastAPI) -> None:
     app.include_router(actions.router)
     app.include_router(notifications.router)
     app.include_router(upload.router)
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.include_router(assets.router)
     app.add_exception_handler(LoginRequired, login_redirect)
     app.add_exception_handler(PageError, page_error)
     # After errors.install: an unknown route gets the designed page in a browser.
