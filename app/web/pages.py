@@ -185,6 +185,8 @@ def hop_page(request: Request, offer_digest: str, user: Viewer, service: Service
         judged = {e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in stored}
         flags = list_flags(session, now=now, iss=h.iss, hop=h.hop)
         refused = refused_of_hop(session, iss=h.iss, hop=h.hop)
+        aimed = dashboard.filed_elsewhere(session, offer=h.offer, iss=h.iss, hop=h.hop)
+        judged.update({e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in aimed})
         parent, below = dashboard.hop_neighbours(session, offer=h.offer)
         parent_hop = None if parent is None else hop_for_offer(session, offer=parent)
     from app.web.evidence import decode
@@ -206,6 +208,7 @@ def hop_page(request: Request, offer_digest: str, user: Viewer, service: Service
         "judged": judged,
         "flags": flags,
         "refused": refused,
+        "aimed": aimed,
         "parent": parent,
         "parent_hop": parent_hop,
         "below": below,
@@ -265,16 +268,27 @@ def _refused_page(request: Request, service: Service, session: Any, digest: byte
 
 
 @router.get("/elements/{digest}")
-def element_octets(digest: str, user: Viewer, service: ServiceDep) -> Response:
-    """A stored element's signed octets as a download (the API's ``/api/v1/elements``
-    route takes a bearer token; this one the dashboard session)."""
+def element_octets(
+    digest: str,
+    user: Viewer,
+    service: ServiceDep,
+    download: Annotated[int, Query(ge=0, le=1)] = 0,
+) -> Response:
+    """A stored element's signed octets (the API's ``/api/v1/elements`` route takes a bearer
+    token; this one the dashboard session). A JWS is shown in the browser as text (its
+    compact form is ASCII); ``?download=1``, or a COSE element (binary), is a download."""
     wanted = _digest(digest)
     with service.reading() as session:
         row = get_element(session, digest=wanted)
     if row is None:
         raise PageError(404, "No element has that digest.")
-    media = "application/jose" if row.form == "jws" else "application/cose"
     name = f"{digest_text(row.digest)}.{row.form}"
+    if row.form == "jws" and not download:
+        headers = {"Content-Disposition": f'inline; filename="{name}"'}
+        return secure(
+            Response(row.octets, media_type="text/plain; charset=us-ascii", headers=headers)
+        )
+    media = "application/jose" if row.form == "jws" else "application/cose"
     headers = {"Content-Disposition": f'attachment; filename="{name}"'}
     return secure(Response(row.octets, media_type=media, headers=headers))
 
