@@ -26,6 +26,7 @@ from app.store.queries import (
     hop_elements,
     hop_for_offer,
 )
+from app.store.rejected import get_refused
 from app.web import proof
 from app.web.evidence import compare, decode, variant_sentence
 from app.web.people import NOBODY, people_of
@@ -330,6 +331,9 @@ def flag_view(
                 continue
         stored = dashboard.elements(session, digests=digests)
         evidence = [stored[d] for d in digests if d in stored]
+        # Octets refused before they became an element (a rejected-element flag's evidence)
+        # are stored too, apart: name them rather than say nothing is stored.
+        refused = [r for d in digests if d not in stored and (r := get_refused(session, digest=d))]
         hop = hop_for_offer(session, offer=f.offer) if f.offer is not None else None
         timeline = hop_elements(session, iss=f.iss, hop=f.hop) if hop is not None else []
         verdicts = {e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in evidence}
@@ -351,6 +355,7 @@ def flag_view(
         "audit": audit,
         "evidence": evidence,
         "decoded": {e.digest: decode(e) for e in evidence},
+        "refused": refused,
         "verdicts": verdicts,
         "hop": hop.hop if hop is not None else None,
         "timeline": timeline,

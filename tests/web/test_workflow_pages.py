@@ -174,3 +174,26 @@ def test_an_unknown_route_gets_the_designed_page_in_a_browser(dash: Dash) -> Non
     assert api.json()["error"]["code"] == "not-found"
     plain = dash.client.get("/no-such-page")
     assert plain.json()["error"]["code"] == "not-found"
+
+
+def test_a_rejected_element_flag_names_its_refused_octets(dash: Dash) -> None:
+    from handoff_context import digest_text
+    from sqlalchemy import select
+
+    from app.store.models import FlagRow, RejectedOctetsRow
+
+    dash.login("rita")
+    engine = dash.client.app.state.service.engine  # type: ignore[attr-defined]
+    with engine.connect() as c:
+        refused = {digest_text(d) for (d,) in c.execute(select(RejectedOctetsRow.digest))}
+        flags = list(
+            c.execute(
+                select(FlagRow.id, FlagRow.evidence).where(FlagRow.kind == "rejected-element")
+            )
+        )
+    named = [(fid, e) for fid, evidence in flags for e in evidence if e in refused]
+    assert named, "the data set holds octets refused before parsing, named by a flag"
+    flag, digest = named[0]
+    page = dash.client.get(f"/flags/{flag}").text
+    assert "Refused before it became an element" in page and f'href="/hops/{digest}"' in page
+    assert "No stored element for this flag" not in page
