@@ -42,12 +42,13 @@ class SourceKind(Enum):
 
 
 class SourceError(Exception):
-    """A source could not be used this time: down, or its answer was refused. ``detail``
-    says which, in one line."""
+    """A source could not be used this time: down (``refused`` False), or its answer was
+    refused. ``detail`` says why, in one line."""
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, *, refused: bool = True) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.refused = refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +134,10 @@ def fetch(config: SourceConfig) -> bytes:
     except SourceError:
         raise
     except urllib.error.HTTPError as exc:
-        raise SourceError(f"answered HTTP {exc.code}") from exc
+        raise SourceError(f"answered HTTP {exc.code}", refused=False) from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         why = getattr(exc, "reason", None) or exc
-        raise SourceError(f"cannot be reached: {why}") from exc
+        raise SourceError(f"cannot be reached: {why}", refused=False) from exc
     if len(body) > config.max_bytes:
         raise SourceError(f"answered more than {config.max_bytes} octets; refused")
     return body

@@ -424,7 +424,7 @@ class TrustSources(TrustStore):
             body = fetch(source)
             published = judge(source, body, last_sequence=state.sequence)
         except SourceError as exc:
-            self._failed(source, state, now, exc.detail)
+            self._failed(source, state, now, exc.detail, refused=exc.refused)
             return
         plan = self.history.merge(source=source.name, fetched_at=now, keys=published.keys)
         hint = min(MAX_REFRESH, max(MIN_REFRESH, published.refresh_hint or source.refresh))
@@ -444,7 +444,9 @@ class TrustSources(TrustStore):
         log.info("trust source %s: fetched %s", source.name, detail)
         self._emit(TrustEvent("fetched", source.name, now, detail, keys))
 
-    def _failed(self, source: SourceConfig, state: SourceState, now: int, detail: str) -> None:
+    def _failed(
+        self, source: SourceConfig, state: SourceState, now: int, detail: str, *, refused: bool
+    ) -> None:
         failures = state.failures + 1
         # Jittered exponential backoff, never longer than the refresh hint.
         delay = min(state.refresh_hint, 2 ** min(failures, 16)) * (0.5 + self.rng.random() / 2)
@@ -464,8 +466,7 @@ class TrustSources(TrustStore):
             )
         )
         log.warning("trust source %s is stale: %s; %s", source.name, detail, held)
-        kind = "refused" if detail.startswith(("refused", "answered")) else "unreachable"
-        self._emit(TrustEvent(kind, source.name, now, detail))
+        self._emit(TrustEvent("refused" if refused else "unreachable", source.name, now, detail))
 
     def _emit(self, event: TrustEvent) -> None:
         if self.on_event is not None:
