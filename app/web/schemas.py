@@ -19,7 +19,7 @@ from handoff_context import (
     Variant,
     digest_text,
 )
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from sqlmodel import SQLModel
 
 from app.envelope.flags import FlagKind
@@ -538,7 +538,7 @@ class RevocationCreate(BaseModel):
 
     thumbprint: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{43}$")
     kid: str | None = Field(default=None, pattern=r"^[\x21-\x7e]{1,128}$")
-    at: int | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
+    at: StrictInt | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
     reason: str = Field(default="", max_length=500)
 
     model_config = ConfigDict(extra="forbid")

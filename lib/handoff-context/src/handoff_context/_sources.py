@@ -28,7 +28,7 @@ from handoff_context._signature import KTY_FOR_ALG, verify_raw
 from handoff_context._trust import TrustedKey, import_key
 from handoff_context.errors import MalformedError, TrustConfigError
 
-# The A2A extension this profile is carried under (SPEC 9); an Agent Card lists the agent's
+# The A2A extension this profile is carried under (profile §9); an Agent Card lists the agent's
 # handoff keys in that extension's params.
 A2A_EXTENSION = "https://quantumlearningmachines.com/a2a/ext/agent-handoff/v1"
 SPIFFE_JWT_USE = "jwt-svid"
