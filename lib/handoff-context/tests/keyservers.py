@@ -27,6 +27,7 @@ class Answer:
     status: int = 200
     body: bytes = b""
     location: str | None = None
+    trickle: float = 0.0  # seconds between the body's bytes (a slow peer)
 
 
 class Clock:
@@ -47,6 +48,7 @@ class KeyServer:
     def __init__(self) -> None:
         self.answers: dict[str, Answer] = {}
         self.hits: list[str] = []
+        self.closing = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -59,7 +61,17 @@ class KeyServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer.body)))
                 self.end_headers()
-                self.wfile.write(answer.body)
+                if not answer.trickle:
+                    self.wfile.write(answer.body)
+                    return
+                for i in range(len(answer.body)):  # the fault itself: a peer that trickles
+                    if server.closing.wait(answer.trickle):
+                        return
+                    try:
+                        self.wfile.write(answer.body[i : i + 1])
+                        self.wfile.flush()
+                    except OSError:
+                        return
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -82,7 +94,12 @@ class KeyServer:
     def down(self, path: str) -> None:
         self.answers[path] = Answer(503, b"down for maintenance")
 
+    def trickle(self, path: str, doc: Any, every: float) -> None:
+        body = json.dumps(doc).encode()
+        self.answers[path] = Answer(200, body, trickle=every)
+
     def close(self) -> None:
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join()

@@ -379,6 +379,22 @@ def test_hostile_source_redirecting_elsewhere(server: KeyServer, good_jwks: Any)
     assert f"redirecting to {target!r}" in error
 
 
+def test_hostile_source_that_trickles_is_cut_off(server: KeyServer, good_jwks: Any) -> None:
+    """A real slow peer: a byte every 0.2 s would take minutes for one JWKS; the fetch gives
+    up after its timeout in all (1 s here), not per byte."""
+    key, doc = good_jwks
+    doc["sources"][0]["timeout_seconds"] = 1
+    clock = Clock(T0)
+    trust = live(doc, clock)
+    trust.refresh()
+    server.trickle("/planner/jwks.json", jwks(key), every=0.2)
+    clock.advance(HINT)
+    (state,) = trust.refresh()
+    assert state.stale and state.last_error is not None
+    assert "took longer than 1 s" in state.last_error or "timed out" in state.last_error
+    assert verdict(trust, offer(key, clock.now), now=clock.now)[0] == "accept"
+
+
 # --- the configuration --------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -130,7 +131,7 @@ def fetch(config: SourceConfig) -> bytes:
     )
     try:
         with _OPENER.open(request, timeout=config.timeout) as response:
-            body: bytes = response.read(config.max_bytes + 1)
+            body = _read_bounded(response, config)
     except SourceError:
         raise
     except urllib.error.HTTPError as exc:
@@ -141,6 +142,24 @@ def fetch(config: SourceConfig) -> bytes:
     if len(body) > config.max_bytes:
         raise SourceError(f"answered more than {config.max_bytes} octets; refused")
     return body
+
+
+def _read_bounded(response: Any, config: SourceConfig) -> bytes:
+    """The body, read no further than ``max_bytes`` + 1 octets and for no longer than the
+    timeout in all: a socket timeout bounds each read, and a source that trickles a byte
+    at a time would otherwise hold the refresher for as long as it likes."""
+    deadline = time.monotonic() + config.timeout
+    chunks: list[bytes] = []
+    size = 0
+    while size <= config.max_bytes:
+        if time.monotonic() > deadline:
+            raise SourceError(f"took longer than {config.timeout:g} s to answer", refused=False)
+        chunk: bytes = response.read1(64 * 1024)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 # --- judging what was fetched ------------------------------------------------------------
