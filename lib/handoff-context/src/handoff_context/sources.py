@@ -323,6 +323,7 @@ class TrustSources(TrustStore):
         self.on_event = on_event
         self.on_change = on_change
         self._lock = threading.RLock()
+        self._refreshing = threading.Lock()
         self._imported: dict[tuple[str, str], TrustedKey] = {}
         now = int(clock())
         self._states = {
@@ -371,13 +372,19 @@ class TrustSources(TrustStore):
         """Fetch every source that is due (every source when ``force``d) and rebuild the
         keys from the history. Returns the states of the sources fetched. Never raises for a
         source's failure: it is logged, reported and retried after a backoff."""
-        with self._lock:
+        # One refresh at a time; ``_lock`` is held only to read and change the state, never
+        # across a fetch, so ``status()`` (a trust page, a scrape) never waits on a source.
+        with self._refreshing:
             now = int(self.clock())
-            due = [s for s in self.config.sources if force or self._states[s.name].next_due <= now]
+            with self._lock:
+                due = [
+                    s for s in self.config.sources if force or self._states[s.name].next_due <= now
+                ]
             for source in due:
                 self._refresh_one(source, now)
-            self._rebuild()
-            return [self._states[s.name] for s in due]
+            with self._lock:
+                self._rebuild()
+                return [self._states[s.name] for s in due]
 
     def sync(self) -> bool:
         """Rebuild the keys from the history without fetching (another instance sharing the
@@ -419,14 +426,26 @@ class TrustSources(TrustStore):
                 self._stop.wait(timeout=MIN_REFRESH)
 
     def _refresh_one(self, source: SourceConfig, now: int) -> None:
-        state = self._states[source.name]
+        state = self._states[source.name]  # only refresh() changes it, one at a time
         try:
             body = fetch(source)
             published = judge(source, body, last_sequence=state.sequence)
         except SourceError as exc:
-            self._failed(source, state, now, exc.detail, refused=exc.refused)
+            with self._lock:
+                self._failed(source, state, now, exc.detail, refused=exc.refused)
             return
         plan = self.history.merge(source=source.name, fetched_at=now, keys=published.keys)
+        with self._lock:
+            self._succeeded(source, state, now, published, plan)
+
+    def _succeeded(
+        self,
+        source: SourceConfig,
+        state: SourceState,
+        now: int,
+        published: Published,
+        plan: MergePlan,
+    ) -> None:
         hint = min(MAX_REFRESH, max(MIN_REFRESH, published.refresh_hint or source.refresh))
         keys = tuple((k.kid, k.thumbprint) for k in published.keys)
         self._states[source.name] = replace(
