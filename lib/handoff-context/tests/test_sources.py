@@ -143,6 +143,22 @@ def test_rotation_drill(server: KeyServer) -> None:
     assert verdict(trust, offer(new, late), now=late)[0] == "accept"
 
 
+def test_a_bundle_speaks_for_its_trust_domain_only(server: KeyServer) -> None:
+    key = Signer.generate(ASSISTANT, "ES256", kid="a1")
+    server.serve("/a.example/bundle", spiffe_bundle(key, sequence=1, hint=HINT))
+    trust = live({"sources": [bundle_source(server)]}, Clock(T0))
+    trust.refresh()
+    assert verdict(trust, offer(key, T0), now=T0 + 1)[0] == "accept"
+    for other in (
+        "spiffe://b.example/agent/assistant",  # another trust domain
+        "spiffe://a.example.evil/agent/assistant",  # a look-alike domain
+        "spiffe://a.example",  # the trust domain itself names no workload
+        "https://a.example/agent/assistant",  # not a SPIFFE ID
+    ):
+        impostor = Signer(iss=other, key=key.key, alg="ES256")
+        assert verdict(trust, offer(impostor, T0), now=T0 + 1)[1] == "untrusted-key", other
+
+
 def test_a_key_not_yet_fetched_is_untrusted_until_the_refresh(server: KeyServer) -> None:
     old, new = (
         Signer.generate(PLANNER, "ES256", kid="p1"),
