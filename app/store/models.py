@@ -360,7 +360,7 @@ class ActionRow(SQLModel, table=True):
     note: str | None = Field(default=None, sa_type=Text)
     # A snooze's until time (alembic 0010), so the log says how long, not only that.
     until: int | None = _time(default=None)
-    # Whom an ``assign`` gave the flag to (alembic 0012); NULL when it unassigned.
+    # Whom an ``assign`` gave the flag to (alembic 0013); NULL when it unassigned.
     assignee: str | None = Field(default=None, sa_type=Text)
 
 

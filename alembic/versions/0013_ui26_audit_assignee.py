@@ -1,7 +1,7 @@
 """The audit log records whom a flag was assigned to: ``action.assignee``.
 
-Revision ID: 0012_ui26
-Revises: 0011_task_index
+Revision ID: 0013_ui26
+Revises: 0012_trust21
 Create Date: 2026-12-01
 
 An ``assign`` entry used to say only that someone assigned the flag, not to whom; the
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012_ui26"
-down_revision: str | None = "0011_task_index"
+revision: str = "0013_ui26"
+down_revision: str | None = "0012_trust21"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
