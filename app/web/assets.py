@@ -57,13 +57,21 @@ def _load(path: Path, media_type: str | None = None) -> Asset:
 
 
 @functools.cache
+def _files() -> dict[str, Path]:
+    """Every file under static/ by its path there: a request's name is looked up here, never
+    handed to the file system."""
+    root = Path(str(STATIC))
+    return {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
+
+
+@functools.cache
+def _loaded(name: str) -> Asset:
+    return _load(_files()[name])
+
+
 def static_asset(name: str) -> Asset | None:
-    """The asset ``name`` under static/, or None (missing, or a path leaving static/)."""
-    root = Path(str(STATIC)).resolve()
-    path = (root / name).resolve()
-    if root not in path.parents or not path.is_file():
-        return None
-    return _load(path)
+    """The asset ``name`` under static/, or None when static/ has no such file."""
+    return _loaded(name) if name in _files() else None
 
 
 @functools.cache
