@@ -12,10 +12,12 @@ Choices made where the profile is silent (docs/profile.md §6.4):
   freshness check rejects the offer before the replay check runs, so the row can no longer
   decide anything. A row past its time that has not been pruned yet is treated as absent,
   so the pruning cadence never changes a verdict.
-- Known offers, seen statuses and answers are kept ``keep`` seconds longer (default one
-  hour): a status answering long work arrives after the offer's ``exp``, and it can only be
-  judged while the offer is known. Work that runs longer than ``keep`` gets its statuses
-  judged ``pending``; raise ``keep`` for it.
+- Answers (the last status signed for an offer) are kept until the offer's ``exp + skew``
+  too: a retransmission arriving later is refused as stale before the replay check.
+- Known offers and seen statuses are kept ``keep`` seconds longer (default one hour): a
+  status answering long work arrives after the offer's ``exp``, and it can only be judged
+  while the offer is known. Work that runs longer than ``keep`` gets its statuses judged
+  ``pending``; raise ``keep`` for it.
 - ``synchronous=NORMAL``: a commit survives the process (a crash, a restart, SIGKILL), not a
   power loss of the machine before the next checkpoint.
 
@@ -284,13 +286,14 @@ class FileState:
         now = self._now()
         with self._lock:
             db = self._conn()
-            # Kept as long as the offer is known (a retransmission can come until its exp),
-            # at least ``keep`` from now when the offer is not in this file.
+            # Kept until the offer's exp + skew: a retransmission arriving later is refused
+            # as stale before the replay check, so the answer could not be used. An offer
+            # not in this file keeps its answer ``skew`` from now.
             db.execute(
                 "INSERT INTO answer (offer, status, until) VALUES (?, ?, max(?, coalesce("
-                "(SELECT until FROM offer WHERE digest = ?), 0))) ON CONFLICT (offer) DO "
+                "(SELECT until - ? FROM offer WHERE digest = ?), 0))) ON CONFLICT (offer) DO "
                 "UPDATE SET status = excluded.status, until = max(answer.until, excluded.until)",
-                (offer_digest, bytes(status), now + self.skew + self.keep, offer_digest),
+                (offer_digest, bytes(status), now + self.skew, self.keep, offer_digest),
             )
             self._wrote(db, now)
 
