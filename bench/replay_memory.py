@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from _support import RawVerifier, raw_case, rss_mib, write_results
-
 from handoff_context import (
     Context,
     FileState,
