@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sqlite3
 import stat
 from pathlib import Path
@@ -167,10 +168,35 @@ def _remember_in_child(path: str, octets: bytes, start: object, out: object) -> 
     from handoff_context import FileState, Form, parse_element
 
     element = parse_element(octets, Form.JWS)
+    start.wait()  # type: ignore[attr-defined]
+    # Both processes create the file and its tables at once, then remember at once.
     with FileState(path, clock=lambda: T0) as state:
-        start.wait()  # type: ignore[attr-defined]
         remembered, recorded = state.remember(element)
     out.put((recorded, remembered.digest))  # type: ignore[attr-defined]
+
+
+def _remember_and_die(path: str, octets: bytes) -> None:
+    from handoff_context import FileState, Form, parse_element
+
+    state = FileState(path, clock=lambda: T0)
+    state.remember(parse_element(octets, Form.JWS))
+    os.kill(os.getpid(), signal.SIGKILL)  # no close, no atexit, no flush
+
+
+def test_what_was_remembered_survives_sigkill(world: World, tmp_path: Path) -> None:
+    """An agent killed right after it checked an offer (SIGKILL: nothing runs on the way
+    out) still knows the offer when it starts again."""
+    path = str(tmp_path / "killed.sqlite3")
+    offer = _offer(world)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_remember_and_die, args=(path, offer)
+    )
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == -signal.SIGKILL
+    with FileState(path, clock=lambda: T0) as state:
+        remembered, recorded = state.remember(parse_element(offer, Form.JWS))
+    assert not recorded and remembered.digest == handoff_digest(offer)
 
 
 def test_two_processes_remember_one_hop_and_exactly_one_wins(world: World, tmp_path: Path) -> None:
@@ -178,7 +204,6 @@ def test_two_processes_remember_one_hop_and_exactly_one_wins(world: World, tmp_p
     (iss, hop) at the same moment: one records, the other sees the winner (and would
     judge its own offer an equivocation)."""
     path = str(tmp_path / "shared.sqlite3")
-    FileState(path).close()  # the schema exists before the race
     first = _offer(world)
     hop = parse_element(first, Form.JWS).payload.hop
     second = make_offer(world.planner, aud=world.coder.iss, dialog=DIALOG, iat=T0 + 1, hop=hop)

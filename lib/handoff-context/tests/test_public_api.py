@@ -88,3 +88,25 @@ def test_the_library_needs_only_its_three_dependencies() -> None:
     extra = set(done.stdout.split()) - {"handoff_context", "cryptography", "cbor2", "joserfc"}
     # What the three pull in themselves (cffi for cryptography's bindings).
     assert extra <= {"_cffi_backend", "cffi", "_openssl", "_cbor2"}, extra
+
+
+def test_reading_json_messages_never_imports_protobuf() -> None:
+    """Typed SDK messages are recognised by duck typing: an agent that hands the carry
+    helpers and the verifier plain JSON never loads protobuf (the core does not need it)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from handoff_context import carry, parse_object
+        carry.find({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {}})
+        carry.put_a2a({"messageId": "m"}, {"offer": "a.b.c"})
+        try:
+            parse_object({"offer": 1})
+        except Exception:
+            pass
+        print("google.protobuf" in sys.modules, "pydantic" in sys.modules)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "False"]
