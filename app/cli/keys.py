@@ -33,7 +33,13 @@ from handoff_context import (
     status_object,
     strict_json_loads,
 )
-from handoff_context.errors import HandoffError, KeyFileError, MalformedError, TrustConfigError
+from handoff_context.errors import (
+    ChainWindowError,
+    HandoffError,
+    KeyFileError,
+    MalformedError,
+    TrustConfigError,
+)
 
 
 def _usage_error(message: str) -> Exception:
@@ -165,7 +171,8 @@ def add_sign(sub: Any) -> None:
     offer.add_argument(
         "--no-chain",
         action="store_true",
-        help="with --after: set prev but carry no chain (privacy; profile §7)",
+        help="with --after: set prev but carry no chain (privacy, or continuing past the "
+        "handoff's window: the next hop sees a partial chain; profile §7)",
     )
     offer.add_argument(
         "--ref",
@@ -266,7 +273,9 @@ def cmd_sign_offer(args: argparse.Namespace) -> int:
                 before,
                 aud=args.aud,
                 iat=iat,
-                carry_chain=not args.no_chain,
+                # --no-chain is the library's partial continuation: prev without the chain,
+                # which may also continue past the received offer's window (profile §7).
+                partial=args.no_chain,
                 dialog=args.dialog,
                 refs=refs,
                 **fields,
@@ -277,6 +286,8 @@ def cmd_sign_offer(args: argparse.Namespace) -> int:
             )
             parse_element(octets, form)  # what we sign must be what we accept
             obj = handoff_object(octets, form=form)
+    except ChainWindowError as exc:
+        raise _usage_error(f"{exc.detail} (on the command line: --no-chain)") from exc
     except HandoffError as exc:
         raise _usage_error(exc.detail) from exc
     _write(args, obj, form)

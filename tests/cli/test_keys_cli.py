@@ -91,3 +91,55 @@ def test_the_cli_refuses_a_key_of_another_agent(
     )
     assert code == 2
     assert "is the key of" in err and '"d"' not in err
+
+
+def test_a_late_continuation_is_refused_with_the_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``sign offer --after`` ten minutes after the handoff's offer was issued (a 120 s
+    lifetime): refused with exit 2 and the ways on, instead of a chain the next hop would
+    reject as broken-chain (docs/profile.md §7)."""
+    monkeypatch.chdir(tmp_path)
+    Signer.generate(PLANNER, kid="p-1").save("planner.jwk")
+    Signer.generate(CODER, kid="c-1").save("coder.jwk")
+    common = ["sign", "offer", "--lifetime", "120"]
+    code, _, err = _run(
+        capsys,
+        *common,
+        "--key",
+        "planner.jwk",
+        "--iss",
+        PLANNER,
+        "--aud",
+        CODER,
+        "--dialog",
+        "ctx-late",
+        "--iat",
+        str(IAT),
+        "--out",
+        "hop1.json",
+    )
+    assert code == 0, err
+    late = [*common, "--key", "coder.jwk", "--iss", CODER, "--aud", "spiffe://example.org/x"]
+    code, _, err = _run(capsys, *late, "--after", "hop1.json", "--iat", str(IAT + 600))
+    assert code == 2
+    assert "broken-chain" in err and "--no-chain" in err
+    assert not Path("hop2.json").exists()
+    code, _, err = _run(
+        capsys, *late, "--after", "hop1.json", "--iat", str(IAT + 60), "--out", "hop2.json"
+    )
+    assert code == 0, err
+    # The way on the error names: prev without the chain, past the window.
+    code, _, err = _run(
+        capsys,
+        *late,
+        "--after",
+        "hop1.json",
+        "--no-chain",
+        "--iat",
+        str(IAT + 600),
+        "--out",
+        "hop3.json",
+    )
+    assert code == 0, err
+    assert "chain" not in json.loads(Path("hop3.json").read_text())
