@@ -13,8 +13,6 @@ import stat
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from handoff_context import (
     Context,
     FileState,
@@ -31,6 +29,8 @@ from handoff_context import (
     parse_element,
     status_object,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from parties import T0, World
 
 DIALOG = "ctx-filestate"
