@@ -1,0 +1,102 @@
+"""The evidence log's routes (docs/evidence-log.md): the checkpoint, the tiles and entry
+bundles at the C2SP tlog-tiles paths under ``/log/``, and each element's inclusion proof as
+a tlog-proof file or an RFC 9942 receipt. Like every other route they need a token (any
+role that may read): an auditor is given a ``read`` token."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from app.log import prove
+from app.log.errors import FormatError, NotInLog
+from app.log.runner import EvidenceLog
+from app.log.tiles import parse_path
+from app.web.auth import Reader
+from app.web.errors import ApiError, documented
+from app.web.params import DigestPath, parse_digest, reject_unknown_query
+from app.web.service import Service, ServiceDep
+
+router = APIRouter(dependencies=[Depends(reject_unknown_query)], tags=["evidence log"])
+# Tiles never change once written (a partial tile of a given width neither); the
+# checkpoint moves every few seconds.
+IMMUTABLE = "private, max-age=31536000, immutable"
+BRIEF = "private, max-age=2"
+PROOF_TYPES = {"tlog-proof": "text/plain; charset=utf-8", "receipt": "application/cose"}
+
+
+def _evidence(service: Service) -> EvidenceLog:
+    if service.evidence is None:
+        raise ApiError(
+            404,
+            "this deployment keeps no evidence log (HANDOFF_TRACE_LOG_KEY_FILE is not set)",
+            code="log-disabled",
+        )
+    return service.evidence
+
+
+@router.get(
+    "/log/checkpoint",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}}, **documented(401, 403, 404, 503)},
+)
+def get_checkpoint(who: Reader, service: ServiceDep) -> Response:
+    """The latest checkpoint: a signed note (C2SP tlog-checkpoint) of the log key."""
+    _evidence(service)
+    with service.reading() as session:
+        note = prove.latest_note(session)
+    if note is None:
+        raise ApiError(404, "the log has no checkpoint yet", code="not-found")
+    return Response(note, media_type="text/plain; charset=utf-8", headers={"Cache-Control": BRIEF})
+
+
+@router.get(
+    "/log/tile/{path:path}",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}}, **documented(401, 403, 404)},
+)
+def get_tile(who: Reader, service: ServiceDep, path: str) -> Response:
+    """A tile (``tile/<L>/<N>[.p/<W>]``) or entry bundle (``tile/entries/<N>[.p/<W>]``)."""
+    _evidence(service)
+    try:
+        ref = parse_path("tile/" + path)
+    except FormatError as exc:
+        raise ApiError(404, str(exc), code="not-found") from exc
+    with service.reading() as session:
+        try:
+            data = prove.read_tile(session, ref)
+        except prove.TileNotFound as exc:
+            raise ApiError(404, str(exc), code="not-found") from exc
+    return Response(
+        data, media_type="application/octet-stream", headers={"Cache-Control": IMMUTABLE}
+    )
+
+
+@router.get(
+    "/api/v1/elements/{digest}/proof",
+    response_class=Response,
+    responses={
+        200: {"content": {"text/plain": {}, "application/cose": {}}},
+        **documented(401, 403, 404, 422, 503),
+    },
+)
+def get_proof(
+    who: Reader,
+    service: ServiceDep,
+    digest: DigestPath,
+    format: Annotated[Literal["tlog-proof", "receipt"], Query()] = "tlog-proof",
+) -> Response:
+    """The element's inclusion in the latest checkpoint: a C2SP tlog-proof file (default)
+    or an RFC 9942 COSE receipt (``format=receipt``)."""
+    evidence = _evidence(service)
+    wanted = parse_digest(digest)
+    with service.reading() as session:
+        try:
+            included = prove.inclusion(session, digest=wanted)
+        except NotInLog as exc:
+            raise ApiError(404, str(exc), code="not-in-log") from exc
+    body: str | bytes = (
+        included.tlog_proof() if format == "tlog-proof" else included.receipt(evidence.signer)
+    )
+    return Response(body, media_type=PROOF_TYPES[format], headers={"Cache-Control": BRIEF})
