@@ -142,21 +142,22 @@ def append(
 ) -> None:
     """Write the leaves (idx, source, digest, leaf, sequenced_at), the tree nodes they
     complete and the checkpoint (size, root, note, published_at) of one claimed append."""
-    execute(session, insert(LogLeafRow), list(leaves))
+    connection = session.connection()
+    connection.execute(insert(LogLeafRow), [dict(x) for x in leaves])  # executemany
     rows = [{"level": lv, "idx": i, "hash": h} for lv, i, h in nodes]
     for start in range(0, len(rows), 5000):
-        execute(session, insert(LogNodeRow), rows[start : start + 5000])
+        connection.execute(insert(LogNodeRow), rows[start : start + 5000])
     execute(session, insert(LogCheckpointRow), dict(checkpoint))
 
 
 def latest_checkpoint(session: Session) -> LogCheckpointRow | None:
     stmt = select(LogCheckpointRow).order_by(LogCheckpointRow.size.desc()).limit(1)
-    return session.exec(stmt).first()  # type: ignore[call-overload, no-any-return]
+    return session.scalars(stmt).first()
 
 
 def checkpoints(session: Session) -> list[LogCheckpointRow]:
     """Every published checkpoint, smallest first."""
-    return list(session.exec(select(LogCheckpointRow).order_by(LogCheckpointRow.size)))  # type: ignore[call-overload]
+    return list(session.scalars(select(LogCheckpointRow).order_by(LogCheckpointRow.size)))
 
 
 def leaf_of(session: Session, *, digest: bytes) -> tuple[int, bytes] | None:
@@ -270,4 +271,4 @@ def raise_flag(
 
 def log_flags(session: Session) -> list[FlagRow]:
     stmt = select(FlagRow).where(FlagRow.case_id == LOG_CASE).order_by(FlagRow.id)
-    return list(session.exec(stmt))  # type: ignore[call-overload]
+    return list(session.scalars(stmt))
