@@ -216,7 +216,8 @@ def unlogged_count(session: Session) -> int:
     total = 0
     for source, table in ((ELEMENT, ElementRow), (REJECTED, RejectedOctetsRow)):
         logged = exists().where(LogLeafRow.source == source, LogLeafRow.digest == table.digest)
-        total += int(execute(session, select(func.count()).where(~logged)).scalar_one())
+        stmt = select(func.count()).select_from(table).where(~logged)
+        total += int(execute(session, stmt).scalar_one())
     return total
 
 
