@@ -212,6 +212,14 @@ def iter_logged(session: Session, *, size: int, step: int = 2000) -> Iterator[li
         yield logged_rows(session, lo=lo, hi=min(size, lo + step))
 
 
+def stored_count(session: Session) -> int:
+    """How many rows the log should hold: stored elements and refused octets."""
+    total = 0
+    for table in (ElementRow, RejectedOctetsRow):
+        total += int(execute(session, select(func.count()).select_from(table)).scalar_one())
+    return total
+
+
 def unlogged_count(session: Session) -> int:
     total = 0
     for source, table in ((ELEMENT, ElementRow), (REJECTED, RejectedOctetsRow)):
