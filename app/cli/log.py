@@ -2,7 +2,7 @@
 
 - ``log key``: print the log's verifier key (``--generate NAME --out FILE`` makes a key
   first); the private key is never printed.
-- ``log verify SOURCE --key VKEY``: an auditor's check of a deployment (its ``/log`` URL,
+- ``log verify SOURCE --key VKEY``: an auditor's check of a deployment (its ``/api/v1/log`` URL,
   with a read token in ``HANDOFF_TRACE_LOG_TOKEN``) or of a mirror directory.
 - ``log check``: the store checks itself against its log (exit 1 on any finding).
 - ``log sequence``: append what is not yet logged now, rather than wait for the service.
@@ -47,7 +47,7 @@ def add_log_commands(sub: Any) -> None:
         "verify",
         help="check a deployment's log: checkpoint, tiles, consistency, inclusion",
         description="Fetch the checkpoint and every tile from SOURCE (the log's URL, e.g. "
-        "https://trace.example/log, with a read token in HANDOFF_TRACE_LOG_TOKEN; or a "
+        "https://trace.example/api/v1/log, with a read token in HANDOFF_TRACE_LOG_TOKEN; or a "
         "mirror directory), check the checkpoint's signature, rebuild the tree from the "
         "entries and compare it with the root and the tiles, check that the log only grew "
         "since the checkpoint saved in --state (then save the new one there), and find each "

@@ -40,7 +40,7 @@ class DirectoryFetcher:
 
 
 class HttpFetcher:
-    """A deployment: ``base`` is its log prefix (``https://host/log``)."""
+    """A deployment: ``base`` is its log prefix (``https://host/api/v1/log``)."""
 
     def __init__(self, base: str, client: httpx.Client) -> None:
         self.base = base.rstrip("/")

@@ -1,5 +1,5 @@
 """The evidence log's routes (docs/evidence-log.md): the checkpoint, the tiles and entry
-bundles at the C2SP tlog-tiles paths under ``/log/``, and each element's inclusion proof as
+bundles at the C2SP tlog-tiles paths under ``/api/v1/log/``, and each element's inclusion proof as
 a tlog-proof file or an RFC 9942 receipt. Like every other route they need a token (any
 role that may read): an auditor is given a ``read`` token."""
 
@@ -37,7 +37,7 @@ def _evidence(service: Service) -> EvidenceLog:
 
 
 @router.get(
-    "/log/checkpoint",
+    "/api/v1/log/checkpoint",
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}}, **documented(401, 403, 404, 503)},
 )
@@ -52,15 +52,15 @@ def get_checkpoint(who: Reader, service: ServiceDep) -> Response:
 
 
 @router.get(
-    "/log/tile/{path:path}",
+    "/api/v1/log/tile/{tile:path}",
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}}, **documented(401, 403, 404)},
 )
-def get_tile(who: Reader, service: ServiceDep, path: str) -> Response:
+def get_tile(who: Reader, service: ServiceDep, tile: str) -> Response:
     """A tile (``tile/<L>/<N>[.p/<W>]``) or entry bundle (``tile/entries/<N>[.p/<W>]``)."""
     _evidence(service)
     try:
-        ref = parse_path("tile/" + path)
+        ref = parse_path("tile/" + tile)
     except FormatError as exc:
         raise ApiError(404, str(exc), code="not-found") from exc
     with service.reading() as session:

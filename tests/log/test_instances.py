@@ -86,7 +86,7 @@ def test_three_instances_build_one_log(databases: Databases, tmp_path: Path) -> 
                 with httpx.Client(headers=auth, timeout=30) as client:
                     i = 0
                     while not done.is_set():
-                        response = client.get(f"{bases[i % 3]}/log/checkpoint")
+                        response = client.get(f"{bases[i % 3]}/api/v1/log/checkpoint")
                         if response.status_code == 200:
                             seen.append(response.content)
                         i += 1
@@ -101,7 +101,7 @@ def test_three_instances_build_one_log(databases: Databases, tmp_path: Path) -> 
             _until(lambda: _caught_up(engine), "the log catching up with the store")
             done.set()
             watcher.join()
-            seen.append(httpx.get(f"{bases[0]}/log/checkpoint", headers=auth).content)
+            seen.append(httpx.get(f"{bases[0]}/api/v1/log/checkpoint", headers=auth).content)
 
         # Every stored row exactly once, at indexes 0..n-1.
         stored = _count(engine, ElementRow.digest) + _count(engine, RejectedOctetsRow.digest)

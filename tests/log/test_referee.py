@@ -91,14 +91,14 @@ def _printed_key(capsys: pytest.CaptureFixture[str], key_file: Path) -> str:
 
 def _mirror(d: Deployment, into: Path) -> int:
     """Copy the served checkpoint and every tile of its tree into a directory."""
-    note = d.get("/log/checkpoint")
+    note = d.get("/api/v1/log/checkpoint")
     (into / "checkpoint").parent.mkdir(parents=True, exist_ok=True)
     (into / "checkpoint").write_bytes(note)
     size = Checkpoint.parse_text(note.decode().split("\n\n")[0] + "\n").size
     for ref in tiles_for(size):
         path = into / ref.path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(d.get(f"/log/{ref.path()}"))
+        path.write_bytes(d.get(f"/api/v1/log/{ref.path()}"))
     return size
 
 
@@ -109,7 +109,7 @@ def test_the_go_referee_verifies_the_log(
     key_file = Path(d.url.removeprefix("sqlite:///")).parent / "log.key"
     vkey = _printed_key(capsys, key_file)
     sequence_all(d.engine, d.signer, now=1)
-    before = d.get("/log/checkpoint")
+    before = d.get("/api/v1/log/checkpoint")
     (tmp_path / "old-checkpoint").write_bytes(before)
 
     ingest_run(d.later, d.url)  # more ingest, then the log catches up

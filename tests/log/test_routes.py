@@ -48,13 +48,13 @@ def _error(response: object, status: int, code: str) -> None:
 
 def test_bad_requests_get_clear_errors(logged: tuple[Api, bytes], world: World) -> None:
     api, octets = logged
-    assert api.get("/log/checkpoint", role=None).status_code == 401
-    assert api.get("/log/checkpoint", role="read").status_code == 200
-    assert api.get("/log/tile/0/000.p/1", role="read").status_code == 200
-    _error(api.get("/log/tile/0/000", role="read"), 404, "not-found")  # not full yet
-    _error(api.get("/log/tile/0/1", role="read"), 404, "not-found")
-    _error(api.get("/log/tile/9/000", role="read"), 404, "not-found")
-    _error(api.get("/log/tile/entries/x000/001", role="read"), 404, "not-found")
+    assert api.get("/api/v1/log/checkpoint", role=None).status_code == 401
+    assert api.get("/api/v1/log/checkpoint", role="read").status_code == 200
+    assert api.get("/api/v1/log/tile/0/000.p/1", role="read").status_code == 200
+    _error(api.get("/api/v1/log/tile/0/000", role="read"), 404, "not-found")  # not full yet
+    _error(api.get("/api/v1/log/tile/0/1", role="read"), 404, "not-found")
+    _error(api.get("/api/v1/log/tile/9/000", role="read"), 404, "not-found")
+    _error(api.get("/api/v1/log/tile/entries/x000/001", role="read"), 404, "not-found")
     _error(api.get("/api/v1/elements/nope/proof", role="read"), 422, "invalid-request")
     other = digest_text(leaf_hash(b"never stored"))
     _error(api.get(f"/api/v1/elements/{other}/proof", role="read"), 404, "not-in-log")
@@ -73,7 +73,7 @@ def test_tampered_proofs_and_receipts_fail(logged: tuple[Api, bytes], tmp_path: 
     text = api.get(f"/api/v1/elements/{digest}/proof", role="read").content
     receipt = api.get(f"/api/v1/elements/{digest}/proof?format=receipt", role="read").content
     proof = InclusionProof.parse(text)
-    leaf = leaf_hash(api.get("/log/tile/entries/000.p/1", role="read").content[2:])
+    leaf = leaf_hash(api.get("/api/v1/log/tile/entries/000.p/1", role="read").content[2:])
     proof.verify(leaf, verifier)
     assert verify_receipt(receipt, leaf, verifier).size == 1
     with pytest.raises(SignatureError):
@@ -92,7 +92,7 @@ def test_without_a_key_there_is_no_log_and_a_readable_key_is_refused(
     trust = write_trust(world, tmp_path / "trust.json")
     url = databases.new("sqlite")
     for api in start(url, trust):
-        _error(api.get("/log/checkpoint", role="read"), 404, "log-disabled")
+        _error(api.get("/api/v1/log/checkpoint", role="read"), 404, "log-disabled")
     write_key(tmp_path / "log.key", "handoff-trace.test/routes")
     os.chmod(tmp_path / "log.key", 0o644)
     app = create_app(

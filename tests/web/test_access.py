@@ -55,6 +55,10 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /api/v1/dialogs/{dialog}": READ,
     "GET /api/v1/agents": READ,
     "GET /api/v1/elements/{digest}": READ,
+    # The evidence log (docs/evidence-log.md).
+    "GET /api/v1/elements/{digest}/proof": READ,
+    "GET /api/v1/log/checkpoint": READ,
+    "GET /api/v1/log/tile/{tile}": READ,
     "GET /api/v1/flags": READ,
     "GET /api/v1/flags/{flag_id}": READ,
     "PATCH /api/v1/flags/{flag_id}": TRIAGE,
@@ -102,6 +106,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
 }
 
 SAMPLES = {
+    "tile": "0/000",
     "offer_digest": "A" * 43,
     "digest": "A" * 43,
     "dialog": "ctx-1",
