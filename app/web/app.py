@@ -102,6 +102,7 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
     errors.install(app)
     app.include_router(api.router)
     app.include_router(tlog.router)  # the evidence log (docs/evidence-log.md)
+    app.include_router(tlog.pages)  # its evidence bundle download, for the dashboard
     pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)
     app.add_middleware(Guard, max_body=settings.max_request_bytes)
     app.add_middleware(Observe)  # outside the guard: its 400s, 413s and 500s are counted too

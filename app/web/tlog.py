@@ -5,18 +5,25 @@ role that may read): an auditor is given a ``read`` token."""
 
 from __future__ import annotations
 
+import io
+import zipfile
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
+from handoff_context import digest_text, parse_digest_text
+from handoff_context.errors import MalformedError
 
 from app.log import prove
 from app.log.errors import FormatError, NotInLog
 from app.log.runner import EvidenceLog
 from app.log.tiles import parse_path
+from app.store.queries import get_element
 from app.web.auth import Reader
 from app.web.errors import ApiError, documented
 from app.web.params import DigestPath, parse_digest, reject_unknown_query
+from app.web.render import secure
 from app.web.service import Service, ServiceDep
+from app.web.sessions import PageError, Viewer
 
 router = APIRouter(dependencies=[Depends(reject_unknown_query)], tags=["evidence log"])
 # Tiles never change once written (a partial tile of a given width neither); the
@@ -100,3 +107,56 @@ def get_proof(
         included.tlog_proof() if format == "tlog-proof" else included.receipt(evidence.signer)
     )
     return Response(body, media_type=PROOF_TYPES[format], headers={"Cache-Control": BRIEF})
+
+
+# --- the dashboard's download: the evidence bundle of one element ----------------------------
+
+pages = APIRouter(include_in_schema=False)
+BUNDLE_README = """\
+The evidence bundle of one element (handoff-trace, docs/evidence-log.md):
+
+  {name}            the signed octets exactly as stored
+  proof.tlog-proof  its inclusion in the log (C2SP tlog-proof, with the signed checkpoint)
+  receipt.cose      the same inclusion as an RFC 9942 COSE receipt
+  checkpoint        the checkpoint the proof is for (C2SP tlog-checkpoint, signed note)
+  leaf              the element's 44-octet leaf (version, source, form, type, first seen,
+                    SHA-256 of the octets)
+
+Check it with the log's verifier key ({vkey}): the SHA-256 of the octets is the leaf's
+last 32 octets, and the proof leads from SHA-256(0x00 || leaf) to the checkpoint's root.
+"""
+
+
+@pages.get("/elements/{digest}/evidence")
+def evidence_bundle(digest: str, user: Viewer, service: ServiceDep) -> Response:
+    """One element's octets, inclusion proof, receipt and checkpoint, as a zip download."""
+    if service.evidence is None:
+        raise PageError(404, "This deployment keeps no evidence log.")
+    try:
+        wanted = parse_digest_text(digest, what="digest")
+    except MalformedError:
+        raise PageError(404, "No element has that digest.") from None
+    with service.reading() as session:
+        row = get_element(session, digest=wanted)
+        try:
+            included = None if row is None else prove.inclusion(session, digest=wanted)
+        except NotInLog:
+            included = None
+    if row is None:
+        raise PageError(404, "No element has that digest.")
+    if included is None:
+        raise PageError(404, "That element is not in the log yet; try again in a few seconds.")
+    name = f"{digest_text(row.digest)}.{row.form}"
+    signer = service.evidence.signer
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+        bundle.writestr(name, row.octets)
+        bundle.writestr("proof.tlog-proof", included.tlog_proof())
+        bundle.writestr("receipt.cose", included.receipt(signer))
+        bundle.writestr("checkpoint", included.checkpoint)
+        bundle.writestr("leaf", included.leaf)
+        bundle.writestr("README.txt", BUNDLE_README.format(name=name, vkey=signer.verifier.text()))
+    headers = {
+        "Content-Disposition": f'attachment; filename="{digest_text(row.digest)}.evidence.zip"'
+    }
+    return secure(Response(buffer.getvalue(), media_type="application/zip", headers=headers))

@@ -6,7 +6,9 @@ proof files that were tampered with fail to verify."""
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from app.web.service import ServiceConfigError
 from tests.conftest import World
 from tests.databases import Databases
 from tests.store.builders import T0, bundle, jsonl, offer, rec
+from tests.web.accounts import ACCOUNTS, create_accounts, log_in
 from tests.web.conftest import Api, start, write_trust
 
 
@@ -100,3 +103,30 @@ def test_without_a_key_there_is_no_log_and_a_readable_key_is_refused(
     )
     with pytest.raises(ServiceConfigError, match="readable by others"), TestClient(app):
         pass
+
+
+def test_the_hop_page_offers_the_evidence_bundle(logged: tuple[Api, bytes], tmp_path: Path) -> None:
+    api, octets = logged
+    create_accounts(api.engine)
+    login = log_in(api.engine, ACCOUNTS["read"])
+    digest = digest_text(hashlib.sha256(octets).digest())
+    page = api.client.get(f"/hops/{digest}", headers=login.headers)
+    assert f'href="/elements/{digest}/evidence"' in page.text
+    response = api.client.get(f"/elements/{digest}/evidence", headers=login.headers)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(response.content)) as bundle:
+        assert bundle.read(f"{digest}.jws") == octets
+        leaf = bundle.read("leaf")
+        assert leaf[-32:] == hashlib.sha256(octets).digest()
+        verifier = load_signer(tmp_path / "log.key").verifier
+        checkpoint = InclusionProof.parse(bundle.read("proof.tlog-proof")).verify(
+            leaf_hash(leaf), verifier
+        )
+        assert verify_receipt(bundle.read("receipt.cose"), leaf_hash(leaf), verifier).root == (
+            checkpoint.root
+        )
+        assert bundle.read("checkpoint").decode() in bundle.read("proof.tlog-proof").decode()
+    other = digest_text(leaf_hash(b"never stored"))
+    assert api.client.get(f"/elements/{other}/evidence", headers=login.headers).status_code == 404
+    api.client.cookies.clear()

@@ -78,6 +78,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /hops": READ,
     "GET /hops/{offer_digest}": READ,
     "GET /elements/{digest}": READ,
+    "GET /elements/{digest}/evidence": READ,
     "GET /agents": READ,
     "GET /trust": READ,
     "GET /search": READ,
