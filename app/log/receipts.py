@@ -82,7 +82,8 @@ def verify_receipt(octets: bytes, leaf_hash: bytes, verifier: Verifier) -> Recei
         if not verify_raw("Ed25519", key, sig_structure(sign1.protected, root), sign1.signature):
             raise SignatureError("receipt: the signature does not verify for that leaf")
         found = Receipt(size, index, root)
-    assert found is not None
+    if found is None:  # unreachable: _inclusion_proofs refuses an empty list
+        raise FormatError("receipt: no inclusion proof")
     return found
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from app.log.note import Signer
 from app.log.selfcheck import CheckReport, self_check
-from app.log.sequencer import Appended, sequence_once
+from app.log.sequencer import BATCH, Appended, sequence_once
 
 log = logging.getLogger("handoff_trace.log")
 
@@ -43,10 +43,12 @@ async def log_forever(evidence: EvidenceLog) -> None:
     the store every ``check_seconds``; a failing round is logged and tried again."""
     last_check = time.monotonic()
     while True:
+        full = False
         try:
             done = await anyio.to_thread.run_sync(evidence.sequence)
             if done.count:
                 log.info("evidence log: %d leaves appended, size %d", done.count, done.size)
+            full = done.count >= BATCH  # a backlog (a store older than its log): go on
         except Exception:
             log.exception("the evidence log sequencer failed; trying again")
         if time.monotonic() - last_check >= evidence.check_seconds:
@@ -55,4 +57,4 @@ async def log_forever(evidence: EvidenceLog) -> None:
                 await anyio.to_thread.run_sync(evidence.check)
             except Exception:
                 log.exception("the evidence log self-check failed; trying again")
-        await asyncio.sleep(evidence.seconds)
+        await asyncio.sleep(0 if full else evidence.seconds)

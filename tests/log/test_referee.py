@@ -78,12 +78,12 @@ def _go_env(scratch: Path) -> dict[str, str]:
     }
 
 
-def _printed_key(capsys: pytest.CaptureFixture[str], key_file: Path) -> str:
-    os.environ["HANDOFF_TRACE_LOG_KEY_FILE"] = str(key_file)
-    try:
+def _printed_key(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, key_file: Path
+) -> str:
+    with monkeypatch.context() as m:
+        m.setenv("HANDOFF_TRACE_LOG_KEY_FILE", str(key_file))
         assert main(["log", "key"]) == 0
-    finally:
-        del os.environ["HANDOFF_TRACE_LOG_KEY_FILE"]
     out = capsys.readouterr().out
     assert "PRIVATE" not in out
     return out.strip()
@@ -103,11 +103,15 @@ def _mirror(d: Deployment, into: Path) -> int:
 
 
 def test_the_go_referee_verifies_the_log(
-    deployment: Deployment, go_referee: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    deployment: Deployment,
+    go_referee: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     d = deployment
     key_file = Path(d.url.removeprefix("sqlite:///")).parent / "log.key"
-    vkey = _printed_key(capsys, key_file)
+    vkey = _printed_key(capsys, monkeypatch, key_file)
     sequence_all(d.engine, d.signer, now=1)
     before = d.get("/api/v1/log/checkpoint")
     (tmp_path / "old-checkpoint").write_bytes(before)

@@ -6,7 +6,6 @@ Refused octets are logged like elements, and a leaf never holds the octets."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,12 @@ def _store(engine: Engine, world: World) -> list[bytes]:
 
 
 def test_an_edited_row_is_found_and_flagged(
-    engine: Engine, db_url: str, world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    engine: Engine,
+    db_url: str,
+    world: World,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _store(engine, world)
     signer = write_key(tmp_path / "log.key", "handoff-trace.test/check")
@@ -70,11 +74,8 @@ def test_an_edited_row_is_found_and_flagged(
     assert digest_text(edited.digest) in {e for f in flags for e in f.evidence}
 
     # The command says the same, exits 1, and a second run opens no second flag.
-    os.environ["HANDOFF_TRACE_LOG_KEY_FILE"] = str(tmp_path / "log.key")
-    try:
-        assert main(["log", "check", "--db", db_url]) == 1
-    finally:
-        del os.environ["HANDOFF_TRACE_LOG_KEY_FILE"]
+    monkeypatch.setenv("HANDOFF_TRACE_LOG_KEY_FILE", str(tmp_path / "log.key"))
+    assert main(["log", "check", "--db", db_url]) == 1
     out = capsys.readouterr().out
     assert out.count("CRITICAL  edited") == 3
     with transaction(engine) as session:
