@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import Engine, func, select
 
+from app.cli.root import main
 from app.log import prove
 from app.log.checkpoint import Checkpoint, open_checkpoint
 from app.log.keys import write_key
@@ -25,6 +27,8 @@ from app.log.merkle import Frontier, check_consistency, leaf_hash
 from app.store.db import make_engine, read_only, transaction
 from app.store.models import ElementRow, LogCheckpointRow, LogLeafRow, RejectedOctetsRow
 from app.store.tlog import unlogged_count
+from app.store.tokens import Role, create_token
+from tests.conftest import T0
 from tests.databases import Databases
 from tests.log.deployment import demo_run
 from tests.web.conftest import make_tokens
@@ -46,7 +50,17 @@ def _count(engine: Engine, column: object) -> int:
         return int(session.execute(select(func.count(column))).scalar_one())  # type: ignore[call-overload]
 
 
-def test_three_instances_build_one_log(databases: Databases, tmp_path: Path) -> None:
+def make_tokens_named(engine: Engine, name: str) -> str:
+    with transaction(engine) as session:
+        return create_token(session, name=name, role=Role.READ, now=T0)
+
+
+def test_three_instances_build_one_log(
+    databases: Databases,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     run = demo_run(tmp_path / "run", seed=9, dialogs=16)
     lines = run.out.read_bytes().splitlines(keepends=True)
     batches = [b"".join(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
@@ -102,6 +116,11 @@ def test_three_instances_build_one_log(databases: Databases, tmp_path: Path) -> 
             done.set()
             watcher.join()
             seen.append(httpx.get(f"{bases[0]}/api/v1/log/checkpoint", headers=auth).content)
+            # An auditor's `log verify` over HTTP, against another instance, agrees.
+            monkeypatch.setenv("HANDOFF_TRACE_LOG_TOKEN", make_tokens_named(engine, "auditor"))
+            vkey = signer.verifier.text()
+            assert main(["log", "verify", f"{bases[1]}/api/v1/log", "--key", vkey]) == 0
+            assert "entries rebuild the signed root" in capsys.readouterr().out
 
         # Every stored row exactly once, at indexes 0..n-1.
         stored = _count(engine, ElementRow.digest) + _count(engine, RejectedOctetsRow.digest)
