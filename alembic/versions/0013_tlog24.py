@@ -1,8 +1,8 @@
 """The evidence log (issue 24, app/log): leaves, tree nodes, the sequencer's state row and
 the published checkpoints.
 
-Revision ID: 0012_tlog24
-Revises: 0011_task_index
+Revision ID: 0013_tlog24
+Revises: 0012_trust21
 Create Date: 2026-12-01
 
 Written by hand to match app/store/models.py; tests/store/test_migrations.py checks that the
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012_tlog24"
-down_revision: str | None = "0011_task_index"
+revision: str = "0013_tlog24"
+down_revision: str | None = "0012_trust21"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
