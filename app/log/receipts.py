@@ -15,6 +15,7 @@ the same that reads signed elements.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +58,9 @@ def make_receipt(
 
 def verify_receipt(octets: bytes, leaf_hash: bytes, verifier: Verifier) -> Receipt:
     """Check a receipt of ``leaf_hash``'s inclusion, signed by ``verifier``'s key; returns the
-    tree size, leaf index and root it proves. Raises FormatError or SignatureError (any
-    inclusion proof it carries must verify)."""
+    tree size, leaf index and root it proves. Only the root is signed (RFC 9942): compare it
+    with a verified checkpoint's, since the size and index are the receipt's claims. Raises
+    FormatError or SignatureError (any inclusion proof it carries must verify)."""
     try:
         sign1 = decode_sign1(octets, detached=True)
     except MalformedError as exc:
@@ -115,6 +117,4 @@ def _read_proof(encoded: bytes) -> tuple[int, int, list[bytes]]:
 
 
 def _b64u(data: bytes) -> str:
-    import base64
-
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()

@@ -32,6 +32,7 @@ class Finding:
     index: int | None
     digest: bytes | None
     detail: str
+    source: int = tlog.ELEMENT
 
     def line(self) -> str:
         where = "" if self.index is None else f"leaf {self.index}: "
@@ -106,7 +107,9 @@ def _check_checkpoint(
 def _check_row(row: tlog.LoggedRow) -> Finding | None:
     digest = digest_text(row.digest)
     if row.octets is None or row.form is None or row.first_seen is None:
-        return Finding("deleted", row.idx, row.digest, f"the stored row {digest} is gone")
+        return Finding(
+            "deleted", row.idx, row.digest, f"the stored row {digest} is gone", row.source
+        )
     try:
         now = Leaf(
             Source(row.source),
@@ -118,7 +121,9 @@ def _check_row(row: tlog.LoggedRow) -> Finding | None:
     except LogError:
         now = b""
     if now != row.leaf:
-        return Finding("edited", row.idx, row.digest, f"the stored row {digest} was changed")
+        return Finding(
+            "edited", row.idx, row.digest, f"the stored row {digest} was changed", row.source
+        )
     return None
 
 
@@ -126,7 +131,7 @@ def _flag(session: Session, findings: list[Finding], *, now: int) -> None:
     for f in findings:
         canon = json.dumps([FLAG_KIND, f.what, f.index, f.digest.hex() if f.digest else None])
         iss, hop = (
-            tlog.hop_of(session, source=tlog.ELEMENT, digest=f.digest)
+            tlog.hop_of(session, source=f.source, digest=f.digest)
             if f.digest is not None
             else ("(evidence log)", "-")
         )
