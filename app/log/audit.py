@@ -47,15 +47,20 @@ class HttpFetcher:
         self.client = client
 
     def get(self, path: str) -> bytes:
+        """The file's octets; read at most 16 MiB of an answer (a hostile server cannot make
+        the auditor hold more). Raises LogError."""
         try:
-            response = self.client.get(f"{self.base}/{path}")
+            with self.client.stream("GET", f"{self.base}/{path}") as response:
+                if response.status_code != 200:
+                    raise LogError(f"fetching {path} answered HTTP {response.status_code}")
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) > _MAX_FILE:
+                        raise LogError(f"{path} is larger than {_MAX_FILE} octets")
         except httpx.HTTPError as exc:
             raise LogError(f"cannot fetch {path}: {exc}") from None
-        if response.status_code != 200:
-            raise LogError(f"fetching {path} answered HTTP {response.status_code}")
-        if len(response.content) > _MAX_FILE:
-            raise LogError(f"{path} is too large")
-        return response.content
+        return bytes(data)
 
 
 @dataclass
