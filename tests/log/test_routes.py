@@ -16,9 +16,12 @@ import pytest
 from fastapi.testclient import TestClient
 from handoff_context import digest_text
 
+from app.log.audit import DirectoryFetcher, audit
+from app.log.checkpoint import Checkpoint
 from app.log.errors import FormatError, SignatureError
 from app.log.keys import load_signer, write_key
 from app.log.merkle import leaf_hash
+from app.log.note import Signer
 from app.log.proofs import InclusionProof
 from app.log.receipts import verify_receipt
 from app.log.sequencer import sequence_all
@@ -130,3 +133,28 @@ def test_the_hop_page_offers_the_evidence_bundle(logged: tuple[Api, bytes], tmp_
     other = digest_text(leaf_hash(b"never stored"))
     assert api.client.get(f"/elements/{other}/evidence", headers=login.headers).status_code == 404
     api.client.cookies.clear()
+
+
+def test_log_verify_refuses_a_rewritten_or_shrunk_history(
+    logged: tuple[Api, bytes], tmp_path: Path
+) -> None:
+    api, _ = logged
+    signer = load_signer(tmp_path / "log.key")
+    mirror = tmp_path / "mirror"
+    (mirror / "tile" / "0").mkdir(parents=True)
+    (mirror / "tile" / "entries").mkdir(parents=True)
+    (mirror / "checkpoint").write_bytes(api.get("/api/v1/log/checkpoint", role="read").content)
+    for path in ("tile/0/000.p/1", "tile/entries/000.p/1"):
+        (mirror / path).parent.mkdir(parents=True, exist_ok=True)
+        (mirror / path).write_bytes(api.get(f"/api/v1/log/{path}", role="read").content)
+    fetch = DirectoryFetcher(mirror)
+    assert audit(fetch, signer.verifier).ok
+    rewritten = Checkpoint(signer.name, 1, leaf_hash(b"another first leaf")).sign(signer)
+    report = audit(fetch, signer.verifier, saved=rewritten)
+    assert report.failures == ["the first 1 leaves changed since the saved checkpoint"]
+    longer = Checkpoint(signer.name, 5, leaf_hash(b"x")).sign(signer)
+    report = audit(fetch, signer.verifier, saved=longer)
+    assert report.failures == ["the log shrank: 5 leaves before, 1 now"]
+    other = Signer.generate(signer.name)
+    report = audit(fetch, other.verifier)
+    assert report.failures and "signature" in report.failures[0]
