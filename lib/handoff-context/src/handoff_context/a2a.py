@@ -275,10 +275,11 @@ class HandoffRequestHandler(DefaultRequestHandler):
                     message=f"cancel refused ({verdict_reason}): {detail}",
                     data={"reason": verdict_reason, "detail": detail},
                 )
-        task = await super().on_cancel_task(params, context)
         if received is not None:
+            # Profile §8: the delegations below are canceled first, while the executor (and
+            # the clients it delegated with) still runs; then this task.
             await self.agent.propagate_cancel(received)
-        return task
+        return await super().on_cancel_task(params, context)
 
 
 class HandoffClient:

@@ -362,7 +362,9 @@ class Agent:
             try:
                 await delegation.cancel(status)
             except Exception:  # one delegate that cannot be reached must not stop the rest
-                log.warning("handoff: could not cancel the delegation to %s", delegation.to)
+                log.warning(
+                    "handoff: could not cancel the delegation to %s", delegation.to, exc_info=True
+                )
             else:
                 delegation.state = StatusState.CANCELED
 
