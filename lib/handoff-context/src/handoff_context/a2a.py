@@ -391,7 +391,14 @@ class HandoffClient:
             state=StatusState.CANCELED,
             iat=self.agent.clock(),
         )
-        self.agent._sent(status, to=delegation.to, dialog=delegation.dialog)
+        self.agent._sent(
+            status,
+            to=delegation.to,
+            dialog=delegation.dialog,
+            carrier="a2a",
+            role="cancel",
+            task_id=delegation.task_id,
+        )
         request = pb.CancelTaskRequest(id=delegation.task_id)
         _put(request.metadata, status_object(status))
         task = await self.client.cancel_task(request)

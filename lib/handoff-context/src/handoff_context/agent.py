@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -47,6 +48,7 @@ from handoff_context._sign import (
 from handoff_context._trust import TrustStore
 from handoff_context._verdict import Outcome, Verdict
 from handoff_context._verify import Context, Policy, Verifier, parse_element
+from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 from handoff_context.errors import HandoffError, MalformedError, Reason
 
 if TYPE_CHECKING:
@@ -92,6 +94,7 @@ class Received:
 
     handoff: HandoffObject
     offer: Element
+    carrier: str = "a2a"
     task_id: str | None = None
     canceled: bytes | None = None  # the delegator's verified canceled, when one came
     delegations: list[Delegation] = field(default_factory=list)
@@ -116,6 +119,7 @@ class Delegation:
     handoff: dict[str, Any]
     hop: str
     dialog: str
+    carrier: str = "a2a"
     task_id: str | None = None
     state: StatusState | None = None
     verdicts: list[Verdict] = field(default_factory=list)
@@ -224,13 +228,14 @@ class Agent:
 
     # -- receiving an offer (profile §6) --------------------------------------------------
 
-    def check_offer(self, value: object, *, dialog: str | None, source: str = "offer") -> Decision:
-        """Judge a carried handoff object (a map as found in the carrier) and decide."""
+    def check_offer(self, value: object, *, dialog: str | None, carrier: str = "a2a") -> Decision:
+        """Judge a carried handoff object (a map as found in the ``carrier``, ``a2a`` or
+        ``mcp``) and decide."""
         verdict = self.verifier.verify_value(
-            value, Context(now=self.clock(), receiver=self.iss, dialog=dialog), source=source
+            value, Context(now=self.clock(), receiver=self.iss, dialog=dialog), source=carrier
         )
-        self._seen(verdict, value, dialog=dialog)
-        received = _received_of(value)
+        self._seen(verdict, value, dialog=dialog, carrier=carrier, role="offer")
+        received = _received_of(value, carrier)
         if verdict.outcome is Outcome.ACCEPT:
             return Decision(verdict, run=True, received=received)
         if self.mode is Mode.AUDIT:
@@ -250,7 +255,8 @@ class Agent:
         reason = verdict.reason.value if verdict.reason is not None else Reason.POLICY.value
         status = self._rejected(value, verdict)
         if status is not None:
-            self._sent(status, to=verdict.iss, dialog=verdict.dialog or dialog)
+            where = verdict.dialog or dialog
+            self._sent(status, to=verdict.iss, dialog=where, carrier=carrier, role="status")
         return Decision(
             verdict, run=False, reason=reason, detail=verdict.detail or "", status=status
         )
@@ -323,7 +329,14 @@ class Agent:
             return None
         received.signed.add(state)
         self.state.record_answer(received.offer.digest, status)
-        self._sent(status, to=received.payload.iss, dialog=received.payload.dialog)
+        self._sent(
+            status,
+            to=received.payload.iss,
+            dialog=received.payload.dialog,
+            carrier=received.carrier,
+            role="status",
+            task_id=received.task_id,
+        )
         return status
 
     # -- a delegator's cancel (profile §8) ------------------------------------------------
@@ -334,7 +347,14 @@ class Agent:
         verdict = self.verifier.verify_value(
             value, Context(now=self.clock(), receiver=self.iss), source="cancel"
         )
-        self._seen(verdict, value, dialog=received.payload.dialog)
+        self._seen(
+            verdict,
+            value,
+            dialog=received.payload.dialog,
+            carrier=received.carrier,
+            role="cancel",
+            task_id=received.task_id,
+        )
         if verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE):
             if verdict.offer != received.offer.digest:
                 verdict.outcome, verdict.reason = Outcome.REJECT, Reason.POLICY
@@ -358,7 +378,14 @@ class Agent:
                 state=StatusState.CANCELED,
                 iat=self.clock(),
             )
-            self._sent(status, to=delegation.to, dialog=delegation.dialog)
+            self._sent(
+                status,
+                to=delegation.to,
+                dialog=delegation.dialog,
+                carrier=delegation.carrier,
+                role="cancel",
+                task_id=delegation.task_id,
+            )
             try:
                 await delegation.cancel(status)
             except Exception:  # one delegate that cannot be reached must not stop the rest
@@ -370,7 +397,9 @@ class Agent:
 
     # -- delegating (profile §1.1, §7) ----------------------------------------------------
 
-    def delegate(self, to: str, *, dialog: str | None, task: str | None = None) -> Delegation:
+    def delegate(
+        self, to: str, *, dialog: str | None, task: str | None = None, carrier: str = "a2a"
+    ) -> Delegation:
         """Sign the offer of a new delegation to ``to``. Inside a task that arrived with an
         offer, the new offer continues that handoff (prev and chain; profile §7), and the
         delegation is remembered for cancel propagation.
@@ -400,11 +429,16 @@ class Agent:
         self.verifier.remember_offer(offer)
         payload = parse_element(offer, _form(offer)).payload
         delegation = Delegation(
-            to=to, offer=offer, handoff=carried, hop=payload.hop, dialog=_dialog(payload)
+            to=to,
+            offer=offer,
+            handoff=carried,
+            hop=payload.hop,
+            dialog=_dialog(payload),
+            carrier=carrier,
         )
         if received is not None:
             received.delegations.append(delegation)
-        self._sent(carried, to=to, dialog=delegation.dialog)
+        self._sent(carried, to=to, dialog=delegation.dialog, carrier=carrier, role="offer")
         return delegation
 
     def check_reply(self, delegation: Delegation, value: object) -> Verdict:
@@ -413,7 +447,14 @@ class Agent:
         verdict = self.verifier.verify_value(
             value, Context(now=self.clock(), receiver=self.iss), source="status"
         )
-        self._seen(verdict, value, dialog=delegation.dialog, received=True)
+        self._seen(
+            verdict,
+            value,
+            dialog=delegation.dialog,
+            carrier=delegation.carrier,
+            role="status",
+            task_id=delegation.task_id,
+        )
         if verdict.element == "status" and verdict.offer not in (None, _digest(delegation)):
             verdict.outcome, verdict.reason = Outcome.REJECT, Reason.POLICY
             verdict.detail = "the status answers another offer than this delegation's"
@@ -430,20 +471,71 @@ class Agent:
     # -- reporting ------------------------------------------------------------------------
 
     def _seen(
-        self, verdict: Verdict, value: object, *, dialog: str | None, received: bool = True
+        self,
+        verdict: Verdict,
+        value: object,
+        *,
+        dialog: str | None,
+        carrier: str,
+        role: str,
+        task_id: str | None = None,
     ) -> None:
+        """Every element the agent judged: to ``on_verdict`` and, as received, to the
+        reporter (the service judges it again and shows it under its dialog)."""
         if self.on_verdict is not None:
             self.on_verdict(verdict)
         if self.reporter is not None and isinstance(value, Mapping):
-            self.reporter.observe_received(dict(value), dialog=dialog)
+            message = carrier_message(
+                dict(value), carrier=carrier, role=role, dialog=dialog, task_id=task_id
+            )
+            self.reporter.observe_received(message, dialog=dialog)
 
     def _sent(
-        self, value: bytes | Mapping[str, Any], *, to: str | None, dialog: str | None
+        self,
+        value: bytes | Mapping[str, Any],
+        *,
+        to: str | None,
+        dialog: str | None,
+        carrier: str,
+        role: str,
+        task_id: str | None = None,
     ) -> None:
         if self.reporter is None:
             return
         obj = status_object(value) if isinstance(value, bytes) else dict(value)
-        self.reporter.observe_sent(obj, to=to, dialog=dialog)
+        message = carrier_message(obj, carrier=carrier, role=role, dialog=dialog, task_id=task_id)
+        self.reporter.observe_sent(message, to=to, dialog=dialog)
+
+
+def carrier_message(
+    obj: dict[str, Any], *, carrier: str, role: str, dialog: str | None, task_id: str | None
+) -> dict[str, Any]:
+    """``obj`` in the host message that carried it (profile §9), as the reporter reports
+    it: ``role`` is ``offer``, ``status`` or ``cancel``; ``carrier`` ``a2a`` or ``mcp``.
+    The integrations report what they judged and signed themselves, so an agent needs no
+    tap besides them."""
+    if carrier == "mcp":
+        meta = {"_meta": {MCP_META_KEY: obj}}
+        if role == "offer":
+            return {"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": meta}
+        if role == "cancel":
+            method = "notifications/cancelled"
+            return {"jsonrpc": "2.0", "method": method, "params": {"requestId": 0, **meta}}
+        return {"jsonrpc": "2.0", "id": 0, "result": {"content": [], **meta}}
+    if role == "cancel":
+        params = {"id": task_id or "", "metadata": {A2A_EXTENSION_URI: obj}}
+        return {"jsonrpc": "2.0", "id": 0, "method": "CancelTask", "params": params}
+    message: dict[str, Any] = {
+        "messageId": uuid.uuid4().hex,
+        "role": "ROLE_USER" if role == "offer" else "ROLE_AGENT",
+        "parts": [],
+        "metadata": {A2A_EXTENSION_URI: obj},
+    }
+    if dialog is not None:
+        message["contextId"] = dialog
+    if task_id:
+        message["taskId"] = task_id
+    return message
 
 
 _FINAL = frozenset(
@@ -464,7 +556,7 @@ def _moves(before: StatusState | None, after: StatusState) -> bool:
     return before is None or (_RANK[after] >= _RANK[before] and before not in _FINAL)
 
 
-def _received_of(value: object) -> Received | None:
+def _received_of(value: object, carrier: str) -> Received | None:
     try:
         obj = parse_object(value)
     except MalformedError:
@@ -475,7 +567,7 @@ def _received_of(value: object) -> Received | None:
         element = parse_element(obj.offer, obj.form)
     except HandoffError:
         return None
-    return Received(obj, element) if isinstance(element.payload, Offer) else None
+    return Received(obj, element, carrier) if isinstance(element.payload, Offer) else None
 
 
 _AUDIT_ONLY: set[int] = set()

@@ -107,7 +107,7 @@ class HandoffMiddleware:
             decision = self.agent.refuse_missing(dialog=None)
         else:
             # MCP names no dialog of its own: the carrier dialog is unknown (profile §6.5).
-            decision = self.agent.check_offer(value, dialog=None)
+            decision = self.agent.check_offer(value, dialog=None, carrier="mcp")
         if not decision.run:
             if decision.retransmission:
                 return _with_status(CallToolResult(content=[]), decision.answer)
@@ -178,7 +178,7 @@ class HandoffMcpClient:
         made outside a task (inside one, the task's dialog is used). Raises MCPError as
         the wrapped client does (a refusal included), ChainWindowError before sending when
         the task's offer is no longer live."""
-        delegation = self.agent.delegate(self.to, dialog=dialog)
+        delegation = self.agent.delegate(self.to, dialog=dialog, carrier="mcp")
         self.last = delegation
         delegation.cancel = None  # MCP cancels by request id, which the SDK owns
         full = {**dict(meta or {}), MCP_META_KEY: delegation.handoff}

@@ -1,0 +1,281 @@
+"""The integrations in ``enforce`` (issue 19, "the real system test"): hostile inputs are
+refused before the executor or tool runs, with the SDK's error, the profile reason and a
+signed ``rejected`` where the profile allows one, and the service shows each under its
+dialog; a late delegation fails at the delegating agent; a dropped reply is recovered by
+retransmission. In ``audit`` the same inputs all run and are all reported.
+
+Real a2a-sdk servers and clients, a real mcp Streamable HTTP tool, a real ``handoff-trace
+serve``; a real restart of the receiving agent (a new server on the same state file)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError
+from handoff_context import (
+    FileState,
+    Form,
+    Outcome,
+    Signer,
+    StatusState,
+    handoff_digest,
+    handoff_object,
+    make_offer,
+    make_status,
+    parse_element,
+    sign_payload,
+    status_object,
+    status_payload,
+)
+from handoff_context.a2a import HandoffClient
+from handoff_context.agent import Agent, Mode
+from handoff_context.mcp import HandoffMiddleware
+from handoff_context.reporter import Reporter
+from mcp.client.client import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+
+from sqlalchemy import select
+
+from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
+from app.store.db import make_engine, transaction
+from app.store.models import ObservationRow, VerdictRow
+
+from .agents import Worker, a2a_app, card
+from .hostile import Clock, DroppingProxy, Hostile, hostile_offers, message
+from .servers import serving, wait_until
+from .service import Service, service
+from .system import CLIENT, CODER, PLANNER, TOOL, TRUST, TRUST_STORE
+
+
+@dataclass
+class Run:
+    """One agent behind its integration, with its reporter and what it judged."""
+
+    svc: Service
+    work: Path
+    clock: Clock = field(default_factory=Clock)
+    reporters: list[Reporter] = field(default_factory=list)
+    states: list[FileState] = field(default_factory=list)
+    verdicts: list[Any] = field(default_factory=list)
+
+    def agent(self, who: Signer, mode: Mode = Mode.ENFORCE, *, name: str = "") -> Agent:
+        reporter = Reporter(self.svc.url, self.svc.token, receiver=who.iss, interval=0.05)
+        state = FileState(self.work / f"{name or who.iss.rsplit('/', 1)[-1]}.state")
+        self.reporters.append(reporter)
+        self.states.append(state)
+        return Agent(
+            who,
+            TRUST_STORE,
+            state=state,
+            mode=mode,
+            reporter=reporter,
+            clock=self.clock,
+            on_verdict=self.verdicts.append,
+        )
+
+    def close(self) -> None:
+        for reporter in self.reporters:
+            assert reporter.close(30), reporter.stats
+        for state in self.states:
+            state.close()
+
+
+@contextlib.contextmanager
+def running(tmp_path: Path) -> Iterator[Run]:
+    with service(tmp_path, TRUST) as svc:
+        run = Run(svc, tmp_path)
+        try:
+            yield run
+        finally:
+            run.close()
+
+
+@contextlib.asynccontextmanager
+async def a2a_sender(url: str, *, streaming: bool = False) -> AsyncIterator[Any]:
+    """A plain SDK client (no integration): the hostile side."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        config = ClientConfig(httpx_client=http, streaming=streaming)
+        yield ClientFactory(config).create(card(url + "/"))
+
+
+async def send(client: Any, msg: pb.Message, *, immediately: bool = False) -> list[Any]:
+    request = pb.SendMessageRequest(message=msg)
+    request.configuration.return_immediately = immediately
+    return [event async for event in client.send_message(request)]
+
+
+def carried_status(msg: pb.Message) -> bytes | None:
+    from google.protobuf import json_format
+
+    if A2A_EXTENSION_URI not in msg.metadata:
+        return None
+    value = json_format.MessageToDict(msg.metadata)[A2A_EXTENSION_URI]
+    return str(value["status"]).encode("ascii")
+
+
+def check_rejected(status: str, *, offer: bytes, reason: str) -> None:
+    """A signed rejected from the coder, for this very offer, with the reason."""
+    payload = parse_element(status.encode("ascii"), Form.JWS).payload
+    assert (payload.state, payload.reason) == (StatusState.REJECTED, reason)
+    assert payload.offer == handoff_digest(offer) and payload.iss == CODER.iss
+
+
+def forged_cancel(offer: bytes, *, by: Signer, iat: int) -> bytes:
+    """A canceled for ``offer`` signed by ``by``, who is not its delegator (the reply helpers
+    refuse to sign it, so it is built from its payload)."""
+    p = parse_element(offer, Form.JWS).payload
+    fields = {"iss": p.iss, "aud": p.aud, "hop": p.hop}
+    payload = status_payload(
+        offer=fields, offer_octets=offer, state="canceled", iat=iat, iss=by.iss
+    )
+    return sign_payload(payload, by)
+
+
+def judged_in(svc: Service, dialog: str, *, count: int) -> list[tuple[str, str, str | None]]:
+    """What the service stored under ``dialog``: (element, outcome, reason) of each
+    observation, once there are ``count`` of them (the reporters deliver in the background).
+    The hops API lists hops only, so the store is read the way the dashboard's pages do."""
+    found: list[tuple[str, str, str | None]] = []
+
+    def stored() -> bool:
+        nonlocal found
+        engine = make_engine(svc.db)
+        try:
+            with transaction(engine) as session:
+                rows = session.execute(
+                    select(VerdictRow.element, VerdictRow.outcome, VerdictRow.reason)
+                    .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
+                    .where(ObservationRow.dialog == dialog)
+                ).all()
+        finally:
+            engine.dispose()
+        found = [tuple(r) for r in rows]  # type: ignore[misc]
+        return len(found) >= count
+
+    wait_until(stored, what=lambda: f"{count} observations in {dialog} ({found})", timeout=30)
+    return found
+
+
+def shown(svc: Service, dialog: str) -> list[dict[str, Any]]:
+    """The hops the service shows under ``dialog``, once it shows one."""
+    hops: list[dict[str, Any]] = []
+
+    def seen() -> bool:
+        nonlocal hops
+        hops = list(svc.get("/hops", dialog=dialog)["hops"])
+        return bool(hops)
+
+    wait_until(seen, what=f"dialog {dialog} in the service", timeout=30, interval=0.1)
+    return hops
+
+
+# --- A2A ------------------------------------------------------------------------------------
+
+
+def test_hostile_a2a_inputs_are_refused_before_the_executor_runs(tmp_path: Path) -> None:
+    with running(tmp_path) as run:
+        worker = Worker()
+        coder = run.agent(CODER)
+        now = int(time.time())
+        hostile = hostile_offers(CODER, now=now, tag="a2a")
+        good = make_offer(PLANNER, aud=CODER.iss, dialog="a2a-replayed", iat=now)
+        twin = make_offer(
+            PLANNER,
+            aud=CODER.iss,
+            dialog="a2a-replayed",
+            iat=now + 1,
+            hop=parse_element(good, Form.JWS).payload.hop,
+        )
+        wait_offer = make_offer(PLANNER, aud=CODER.iss, dialog="a2a-forged-cancel", iat=now)
+
+        async def hostile_round(url: str) -> None:
+            async with a2a_sender(url) as client:
+                for h in hostile:
+                    with pytest.raises(InvalidParamsError) as refused:
+                        await send(client, message("complete", h.dialog, h.carried))
+                    data = refused.value.data or {}
+                    assert data["reason"] == h.reason, data
+                    offer = str(h.carried["offer"]).encode("ascii")
+                    if h.signed:
+                        check_rejected(data["status"], offer=offer, reason=h.reason)
+                    else:
+                        assert "status" not in data
+                # The good offer runs once; its answer is remembered in the state file.
+                events = await send(
+                    client, message("complete", "a2a-replayed", handoff_object(good))
+                )
+                assert events[-1].task.status.state == pb.TaskState.TASK_STATE_COMPLETED
+                answered["first"] = carried_status(events[-1].task.status.message)
+
+        async def after_restart(url: str) -> None:
+            async with a2a_sender(url) as client:
+                # The same octets again after the restart: a retransmission (profile §6.4),
+                # answered with the last status's identical octets, the work not run again.
+                events = await send(
+                    client, message("complete", "a2a-replayed", handoff_object(good))
+                )
+                assert carried_status(events[-1].message) == answered["first"] is not None
+                # A second offer for the same hop: equivocation, no status at all.
+                with pytest.raises(InvalidParamsError) as refused:
+                    await send(client, message("complete", "a2a-replayed", handoff_object(twin)))
+                assert refused.value.data == {
+                    "reason": "equivocation",
+                    "detail": refused.value.data["detail"],
+                }
+                # A cancel signed by someone other than the delegator is refused; the task
+                # keeps working and the executor's cancel is never called.
+                events = await send(
+                    client,
+                    message("wait", "a2a-forged-cancel", handoff_object(wait_offer)),
+                    immediately=True,
+                )
+                task_id = events[-1].task.id
+                wait_until(lambda: worker.runs[-1:] == ["wait"], what="the wait task")
+                forged = forged_cancel(wait_offer, by=TOOL, iat=now)
+                cancel = pb.CancelTaskRequest(id=task_id)
+                cancel.metadata.update({A2A_EXTENSION_URI: status_object(forged)})
+                with pytest.raises(InvalidParamsError) as refused:
+                    await client.cancel_task(cancel)
+                assert refused.value.data["reason"] == "policy"
+                assert task_id not in worker.cancels or not worker.cancels[task_id].is_set()
+                task = await client.get_task(pb.GetTaskRequest(id=task_id))
+                assert task.status.state == pb.TaskState.TASK_STATE_WORKING
+                # The delegator's own cancel goes through.
+                real = make_status(PLANNER, offer_octets=wait_offer, state="canceled", iat=now)
+                cancel = pb.CancelTaskRequest(id=task_id)
+                cancel.metadata.update({A2A_EXTENSION_URI: status_object(real)})
+                task = await client.cancel_task(cancel)
+                assert task.status.state == pb.TaskState.TASK_STATE_CANCELED
+
+        answered: dict[str, bytes | None] = {}
+        with serving(a2a_app(worker, card("http://coder/"), coder)) as url:
+            asyncio.run(hostile_round(url))
+        assert worker.runs == ["complete"]  # the hostile offers never reached the executor
+        coder.state.close()
+        restarted = run.agent(CODER)  # the same state file, a new process's memory
+        with serving(a2a_app(worker, card("http://coder/"), restarted)) as url:
+            asyncio.run(after_restart(url))
+        assert worker.runs == ["complete", "wait"]
+
+        for h in hostile:
+            # Stored and judged by the service under the dialog, with the same reason; the
+            # signed rejected beside the offer where there is one.
+            judged = judged_in(run.svc, h.dialog, count=2 if h.signed else 1)
+            assert ("offer", "reject", h.reason) in judged, (h.name, judged)
+        hops = shown(run.svc, "a2a-replayed")
+        assert [h["state"] for h in hops] == ["completed"]
+        assert [h["state"] for h in shown(run.svc, "a2a-forged-cancel")] == ["canceled"]
+        assert ("offer", "reject", "equivocation") in judged_in(run.svc, "a2a-replayed", count=5)
