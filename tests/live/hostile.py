@@ -112,7 +112,10 @@ class DroppingProxy:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, drop: list[bool]
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        drop: list[bool],
     ) -> None:
         with contextlib.suppress(ConnectionError):
             while data := await reader.read(65536):
@@ -122,8 +125,13 @@ class DroppingProxy:
                 writer.write(data)
                 await writer.drain()
         writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         drop = [False]
 
@@ -136,8 +144,13 @@ class DroppingProxy:
                     up_w.write(data)
                     await up_w.drain()
             up_w.close()
+            with contextlib.suppress(ConnectionError):
+                await up_w.wait_closed()
 
-        await asyncio.gather(upward(), self._pipe(up_r, client_w, drop))
+        try:
+            await asyncio.gather(upward(), self._pipe(up_r, client_w, drop))
+        finally:
+            self._tasks.discard(task)
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[str]:
@@ -147,4 +160,7 @@ class DroppingProxy:
             yield f"http://127.0.0.1:{port}"
         finally:
             server.close()
+            # Every connection ends with the client's; wait for them, so that no stream
+            # outlives the event loop.
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             await server.wait_closed()

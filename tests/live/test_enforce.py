@@ -38,7 +38,9 @@ from handoff_context import (
     status_object,
     status_payload,
 )
+from a2a.helpers.proto_helpers import new_task_from_user_message
 from handoff_context.a2a import HandoffClient
+from handoff_context.errors import ChainWindowError
 from handoff_context.agent import Agent, Mode
 from handoff_context.mcp import HandoffMiddleware
 from handoff_context.reporter import Reporter
@@ -47,11 +49,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 from app.store.db import make_engine, transaction
-from app.store.models import ObservationRow, VerdictRow
+from app.store.models import ElementRow, ObservationRow, VerdictRow
 
 from .agents import Worker, a2a_app, card
 from .hostile import Clock, DroppingProxy, Hostile, hostile_offers, message
@@ -145,8 +147,9 @@ def forged_cancel(offer: bytes, *, by: Signer, iat: int) -> bytes:
 
 
 def judged_in(svc: Service, dialog: str, *, count: int) -> list[tuple[str, str, str | None]]:
-    """What the service stored under ``dialog``: (element, outcome, reason) of each
-    observation, once there are ``count`` of them (the reporters deliver in the background).
+    """What the service stored under ``dialog`` (the carrier's, or the element's own: MCP
+    names no dialog): (element, outcome, reason) of each observation, once there are
+    ``count`` of them (the reporters deliver in the background).
     The hops API lists hops only, so the store is read the way the dashboard's pages do."""
     found: list[tuple[str, str, str | None]] = []
 
@@ -158,7 +161,8 @@ def judged_in(svc: Service, dialog: str, *, count: int) -> list[tuple[str, str, 
                 rows = session.execute(
                     select(VerdictRow.element, VerdictRow.outcome, VerdictRow.reason)
                     .join(ObservationRow, ObservationRow.id == VerdictRow.observation_id)
-                    .where(ObservationRow.dialog == dialog)
+                    .join(ElementRow, ElementRow.digest == ObservationRow.digest)
+                    .where(or_(ObservationRow.dialog == dialog, ElementRow.dialog == dialog))
                 ).all()
         finally:
             engine.dispose()
@@ -279,3 +283,210 @@ def test_hostile_a2a_inputs_are_refused_before_the_executor_runs(tmp_path: Path)
         assert [h["state"] for h in hops] == ["completed"]
         assert [h["state"] for h in shown(run.svc, "a2a-forged-cancel")] == ["canceled"]
         assert ("offer", "reject", "equivocation") in judged_in(run.svc, "a2a-replayed", count=5)
+
+
+# --- MCP ------------------------------------------------------------------------------------
+
+
+class CountingTool:
+    """An mcp server with one tool that counts its runs; no handoff code in the tool."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.runs: list[str] = []
+        server = MCPServer("builder", middleware=[HandoffMiddleware(agent)])
+
+        @server.tool()
+        def build(target: str) -> str:
+            self.runs.append(target)
+            return f"built {target}"
+
+        self.app = server.streamable_http_app()
+
+
+@contextlib.asynccontextmanager
+async def mcp_sender(url: str, mode: str) -> AsyncIterator[Any]:
+    async with httpx2.AsyncClient(timeout=30) as http:
+        options = {"mode": mode} if mode == "legacy" else {}
+        transport = streamable_http_client(url + "/mcp", http_client=http)
+        async with McpClient(transport, **options) as client:
+            yield client
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_hostile_mcp_calls_are_refused_before_the_tool_runs(tmp_path: Path, mode: str) -> None:
+    with running(tmp_path) as run:
+        tool = CountingTool(run.agent(TOOL))
+        now = int(time.time())
+        hostile = hostile_offers(TOOL, now=now, tag=f"mcp-{mode}")
+        good = make_offer(PLANNER, aud=TOOL.iss, dialog=f"mcp-{mode}-good", iat=now)
+        hop = parse_element(good, Form.JWS).payload.hop
+        twin = make_offer(PLANNER, aud=TOOL.iss, dialog=f"mcp-{mode}-good", iat=now + 1, hop=hop)
+
+        async def calls(url: str) -> None:
+            async with mcp_sender(url, mode) as client:
+                for h in hostile:
+                    with pytest.raises(MCPError) as refused:
+                        await client.call_tool(
+                            "build", {"target": h.name}, meta={MCP_META_KEY: h.carried}
+                        )
+                    assert refused.value.code == -32602
+                    assert refused.value.data["reason"] == h.reason
+                    assert ("status" in refused.value.data) is h.signed
+                result = await client.call_tool(
+                    "build", {"target": "good"}, meta={MCP_META_KEY: handoff_object(good)}
+                )
+                done = result.meta[MCP_META_KEY]["status"]
+                # The same octets again: the same status, the tool not run again.
+                again = await client.call_tool(
+                    "build", {"target": "again"}, meta={MCP_META_KEY: handoff_object(good)}
+                )
+                assert again.meta[MCP_META_KEY]["status"] == done
+                with pytest.raises(MCPError) as refused:
+                    await client.call_tool(
+                        "build", {"target": "twin"}, meta={MCP_META_KEY: handoff_object(twin)}
+                    )
+                assert refused.value.data["reason"] == "equivocation"
+                assert "status" not in refused.value.data
+
+        with serving(tool.app, lifespan="on") as url:
+            asyncio.run(calls(url))
+        assert tool.runs == ["good"]
+        for h in hostile:
+            judged = judged_in(run.svc, h.dialog, count=2 if h.signed else 1)
+            assert ("offer", "reject", h.reason) in judged, (h.name, judged)
+
+
+# --- the delegating side: a late delegation, a dropped reply ----------------------------------
+
+
+class Relay(Worker):
+    """A planner with no handoff code: delegates the text to the coder through the wrapped
+    client, after the clock moved ``late`` seconds (the long LLM step, injected)."""
+
+    def __init__(self, run: Run, agent: Agent) -> None:
+        super().__init__()
+        self.run, self.agent = run, agent
+        self.coder_url = ""
+        self.late = 0
+        self.errors: list[BaseException] = []
+
+    async def execute(self, context: Any, event_queue: Any) -> None:
+        from a2a.server.tasks import TaskUpdater
+
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        await event_queue.enqueue_event(
+            context.current_task or new_task_from_user_message(context.message)
+        )
+        await updater.start_work()
+        self.run.clock.offset += self.late
+        try:
+            async with a2a_sender(self.coder_url) as sdk_client:
+                coder = HandoffClient(self.agent, sdk_client, to=CODER.iss)
+                await coder.delegate(
+                    pb.SendMessageRequest(message=message("complete", context.context_id, None))
+                )
+        except ChainWindowError as exc:
+            self.errors.append(exc)
+            await updater.failed()
+            return
+        finally:
+            self.run.clock.offset -= self.late
+        await updater.complete()
+
+
+def test_a_late_delegation_fails_at_the_delegating_agent(tmp_path: Path) -> None:
+    with running(tmp_path) as run:
+        worker = Worker()
+        relay = Relay(run, run.agent(PLANNER))
+        relay.late = 600  # ten minutes after the offer arrived
+        client_agent = run.agent(CLIENT)
+
+        async def ask(url: str) -> Any:
+            async with a2a_sender(url) as sdk_client:
+                planner = HandoffClient(client_agent, sdk_client, to=PLANNER.iss)
+                return await planner.delegate(
+                    pb.SendMessageRequest(message=message("go", "late", None))
+                )
+
+        with (
+            serving(a2a_app(worker, card("http://coder/"), run.agent(CODER))) as coder_url,
+            serving(a2a_app(relay, card("http://planner/"), relay.agent)) as planner_url,
+        ):
+            relay.coder_url = coder_url
+            delegation = asyncio.run(ask(planner_url))
+        assert [type(e) for e in relay.errors] == [ChainWindowError]
+        assert "partial" in str(relay.errors[0])  # it names the options the profile leaves
+        assert worker.runs == []  # nothing reached the next hop, so no broken-chain there
+        assert delegation.state is StatusState.FAILED
+        hops = shown(run.svc, "late")
+        assert [(h["aud"], h["state"], h["flags"]) for h in hops] == [(PLANNER.iss, "failed", [])]
+
+
+def test_a_dropped_reply_is_recovered_by_retransmission(tmp_path: Path) -> None:
+    with running(tmp_path) as run:
+        worker = Worker()
+        coder = run.agent(CODER)
+        client_agent = run.agent(CLIENT)
+
+        async def ask(port: int) -> Any:
+            proxy = DroppingProxy(port, marker=b"drop-me")
+            async with proxy.serving() as url, a2a_sender(url) as sdk_client:
+                client = HandoffClient(client_agent, sdk_client, to=CODER.iss, first_wait=0.05)
+                request = pb.SendMessageRequest(
+                    message=message("complete drop-me", "dropped", None)
+                )
+                delegation = await client.delegate(request)
+            assert proxy.dropped == 1
+            return delegation
+
+        with serving(a2a_app(worker, card("http://coder/"), coder)) as url:
+            delegation = asyncio.run(ask(int(url.rsplit(":", 1)[1])))
+        assert worker.runs == ["complete drop-me"]  # the work ran once
+        # The retransmission's answer is the status the coder signed, octet for octet.
+        assert delegation.statuses == [coder.state.last_answer(handoff_digest(delegation.offer))]
+        assert delegation.state is StatusState.COMPLETED
+        hops = shown(run.svc, "dropped")
+        assert [(h["state"], h["flags"]) for h in hops] == [("completed", [])]
+
+
+# --- audit ----------------------------------------------------------------------------------
+
+
+def test_audit_mode_runs_every_input_and_reports_its_verdict(tmp_path: Path) -> None:
+    with running(tmp_path) as run:
+        worker = Worker()
+        coder = run.agent(CODER, Mode.AUDIT)
+        now = int(time.time())
+        hostile = hostile_offers(CODER, now=now, tag="audit")
+        good = make_offer(PLANNER, aud=CODER.iss, dialog="audit-good", iat=now)
+        hop = parse_element(good, Form.JWS).payload.hop
+        twin = make_offer(PLANNER, aud=CODER.iss, dialog="audit-good", iat=now + 1, hop=hop)
+        inputs = [
+            *(h.carried for h in hostile),
+            handoff_object(good),
+            handoff_object(good),
+            handoff_object(twin),
+        ]
+        dialogs = [*(h.dialog for h in hostile), "audit-good", "audit-good", "audit-good"]
+
+        async def send_all(url: str) -> None:
+            async with a2a_sender(url) as client:
+                for carried, dialog in zip(inputs, dialogs, strict=True):
+                    await send(client, message("complete", dialog, carried))
+
+        with serving(a2a_app(worker, card("http://coder/"), coder)) as url:
+            asyncio.run(send_all(url))
+        assert len(worker.runs) == len(inputs)  # nothing refused
+        outcomes = [(v.outcome.value, v.reason and v.reason.value) for v in run.verdicts]
+        assert outcomes == [
+            ("reject", "bad-signature"),
+            ("reject", "wrong-audience"),
+            ("reject", "stale"),
+            ("accept", None),
+            ("duplicate", None),
+            ("reject", "equivocation"),
+        ]
+        for h in hostile:
+            assert ("offer", "reject", h.reason) in judged_in(run.svc, h.dialog, count=1)
+        judged = judged_in(run.svc, "audit-good", count=3)
+        assert ("offer", "reject", "equivocation") in judged

@@ -32,6 +32,7 @@ only be reported (logged, ``on_verdict``), not undone.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +49,7 @@ from handoff_context.errors import Reason
 __all__ = ["HandoffMcpClient", "HandoffMiddleware"]
 
 log = logging.getLogger("handoff_context.mcp")
+_KEEP_RESULTS = 1024  # recent tool results kept for retransmissions, per process
 
 
 def _carried(params: object) -> Any:
@@ -93,6 +95,7 @@ class HandoffMiddleware:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self._running: dict[tuple[int, object], Received] = {}
+        self._results: OrderedDict[bytes, Any] = OrderedDict()
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         if ctx.method == "tools/call" and ctx.request_id is not None:
@@ -110,7 +113,7 @@ class HandoffMiddleware:
             decision = self.agent.check_offer(value, dialog=None, carrier="mcp")
         if not decision.run:
             if decision.retransmission:
-                return _with_status(CallToolResult(content=[]), decision.answer)
+                return self._again(decision)
             raise refused(decision)
         received = decision.received
         if received is None:
@@ -127,7 +130,24 @@ class HandoffMiddleware:
             leave(token)
             self._running.pop(key, None)
         state = StatusState.FAILED if _is_error(result) else StatusState.COMPLETED
-        return _with_status(result, self.agent.answer(received, state))
+        answered = _with_status(result, self.agent.answer(received, state))
+        self._results[received.offer.digest] = answered
+        while len(self._results) > _KEEP_RESULTS:
+            self._results.popitem(last=False)
+        return answered
+
+    def _again(self, decision: Decision) -> Any:
+        """The answer to a retransmission: the tool's own result with its status when this
+        process still holds it; otherwise (after a restart) an ``is_error`` result whose
+        ``_meta`` carries the last status, octet for octet (a tool's output schema cannot
+        be met without running it). Never a second run."""
+        digest = decision.verdict.digest
+        if digest is not None and digest in self._results:
+            kept = self._results[digest]
+            return _with_status(kept, decision.answer)
+        text = "retransmission: this offer was answered before; the status is in _meta"
+        result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        return _with_status(result, decision.answer)
 
     async def _cancelled(self, ctx: Any) -> None:
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
