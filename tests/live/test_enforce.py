@@ -488,5 +488,5 @@ def test_audit_mode_runs_every_input_and_reports_its_verdict(tmp_path: Path) -> 
         ]
         for h in hostile:
             assert ("offer", "reject", h.reason) in judged_in(run.svc, h.dialog, count=1)
-        judged = judged_in(run.svc, "audit-good", count=3)
+        judged = judged_in(run.svc, "audit-good", count=5)
         assert ("offer", "reject", "equivocation") in judged

@@ -98,6 +98,7 @@ from handoff_context._verdict import (
     Verdict,
 )
 from handoff_context._verify import Context, Policy, Session, Verifier, parse_element
+from handoff_context.agent import Agent, Delegation, Mode
 from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY, Carrier, Role
 from handoff_context.errors import (
     ChainWindowError,
@@ -122,6 +123,7 @@ __all__ = [
     "OFFER_CHECKS",
     "SEVERITY",
     "STATUS_CHECKS",
+    "Agent",
     "AnswerMemory",
     "AvailableObject",
     "Carrier",
@@ -131,6 +133,7 @@ __all__ = [
     "CheckFailed",
     "CheckResult",
     "Context",
+    "Delegation",
     "DownstreamFact",
     "Element",
     "ElementType",
@@ -149,6 +152,7 @@ __all__ = [
     "InMemoryState",
     "KeyFileError",
     "MalformedError",
+    "Mode",
     "ObjectIndex",
     "Offer",
     "OfferFact",

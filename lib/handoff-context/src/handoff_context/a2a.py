@@ -56,7 +56,7 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
-from google.protobuf import json_format
+from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 
 from handoff_context._model import StatusState
 from handoff_context._sign import status_object
@@ -236,11 +236,12 @@ class HandoffRequestHandler(DefaultRequestHandler):
         if early is not None:
             return early
         try:
-            return await super().on_message_send(params, context)
+            answer: pb.Task | pb.Message = await super().on_message_send(params, context)
+            return answer
         finally:
             self._admitted.pop(params.message.message_id, None)
 
-    async def on_message_send_stream(  # type: ignore[override]
+    async def on_message_send_stream(
         self, params: pb.SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any, None]:
         early = self._admit(params)
@@ -279,7 +280,8 @@ class HandoffRequestHandler(DefaultRequestHandler):
             # Profile §8: the delegations below are canceled first, while the executor (and
             # the clients it delegated with) still runs; then this task.
             await self.agent.propagate_cancel(received)
-        return await super().on_cancel_task(params, context)
+        task: pb.Task | None = await super().on_cancel_task(params, context)
+        return task
 
 
 class HandoffClient:

@@ -32,10 +32,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from handoff_context._handoff import HandoffObject, parse_object
-from handoff_context._memory import InMemoryState
 from handoff_context._model import Element, Offer, Status, StatusState
 from handoff_context._sign import (
     Signer,
@@ -56,7 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Agent",
-    "AnswerMemory",
     "Decision",
     "Delegation",
     "Mode",
@@ -77,15 +75,6 @@ class Mode(StrEnum):
 
     ENFORCE = "enforce"
     AUDIT = "audit"
-
-
-class AnswerMemory(Protocol):
-    """The last status this agent signed for each offer (profile §6.4: a retransmission is
-    answered with it). ``FileState`` and ``InMemoryState`` implement it."""
-
-    def record_answer(self, offer_digest: bytes, status: bytes) -> None: ...
-
-    def last_answer(self, offer_digest: bytes) -> bytes | None: ...
 
 
 @dataclass
@@ -570,9 +559,6 @@ def _received_of(value: object, carrier: str) -> Received | None:
     return Received(obj, element, carrier) if isinstance(element.payload, Offer) else None
 
 
-_AUDIT_ONLY: set[int] = set()
-
-
 def _audited(received: Received | None) -> Received | None:
     if received is not None:
         received.signed.update(StatusState)  # nothing is ever signed for it
@@ -616,8 +602,3 @@ def _digest(delegation: Delegation) -> bytes:
     from handoff_context._encoding import handoff_digest
 
     return handoff_digest(delegation.offer)
-
-
-def in_memory() -> InMemoryState:
-    """A throwaway state for tests and one-off scripts (nothing survives a restart)."""
-    return InMemoryState()

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, TextContent
 from mcp_types.jsonrpc import INVALID_PARAMS
 
 from handoff_context._model import StatusState
