@@ -5,8 +5,10 @@ API (README.md lists them by task). Modules whose names start with an underscore
 private: they may change in any release. ``handoff_context.errors`` (the error hierarchy),
 ``handoff_context.conformance`` (the conformance kit), ``handoff_context.vectors`` (the
 published vectors), ``handoff_context.reporter`` (reporting live to a handoff-trace service)
-and ``handoff_context.taps`` (zero-code ASGI and httpx taps feeding a reporter) are public
-modules too.
+``handoff_context.taps`` (zero-code ASGI and httpx taps feeding a reporter),
+``handoff_context.agent`` (an agent's handoff side, whatever SDK carries it) and the SDK
+integrations ``handoff_context.a2a`` and ``handoff_context.mcp`` (extras ``[a2a]`` and
+``[mcp]``; the core never imports them) are public modules too.
 """
 
 from handoff_context import carry
