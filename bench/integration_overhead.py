@@ -174,7 +174,8 @@ async def _exchanges(n: int, work: Path) -> dict[str, list[float]]:
     clients = {}
     https = []
     for name, handler in apps.items():
-        app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
+        routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")]
+        app = Starlette(routes=routes)
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://coder")
         https.append(http)
         sdk = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
@@ -244,7 +245,8 @@ def main() -> None:
             f"{r['p50_x_raw_verify']:8.2f} {r['p99_x_raw_verify']:8.2f}"
         )
     added = integrated - plain
-    print(f"an integrated exchange adds {added:.0f} us at the median ({added / verify_us:.1f} x raw)")
+    print(f"an integrated exchange adds {added:.0f} us at the median", end=" ")
+    print(f"({added / verify_us:.1f} x raw)")
     RESULTS.mkdir(exist_ok=True)
     result = {
         "python": platform.python_version(),

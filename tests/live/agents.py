@@ -111,10 +111,11 @@ class Worker(AgentExecutor):
 
 
 class Delegate(AgentExecutor):
-    """Signs by hand (for the capture tests, which need no checking delegate). Answers an offer as the first word of the message's text says: ``complete``,
-    ``fail``, ``lost`` (accepted, then never a final word) or ``wait`` (accepted, then
-    waits for a cancel; the cancel is reported as the host state CANCELED without echoing a
-    signed status)."""
+    """Signs by hand, for the capture tests, which need no checking delegate.
+    Answers an offer as the first word of the message's text says: ``complete``, ``fail``,
+    ``lost`` (accepted, then never a final word) or ``wait`` (accepted, then waits for a
+    cancel; the cancel is reported as the host state CANCELED without echoing a signed
+    status)."""
 
     def __init__(self, signer: Signer, clock: Clock = lambda: int(time.time())) -> None:
         self.signer = signer

@@ -21,12 +21,12 @@ import httpx
 import httpx2
 import pytest
 from a2a.client import ClientConfig, ClientFactory
+from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from handoff_context import (
     FileState,
     Form,
-    Outcome,
     Signer,
     StatusState,
     handoff_digest,
@@ -38,17 +38,15 @@ from handoff_context import (
     status_object,
     status_payload,
 )
-from a2a.helpers.proto_helpers import new_task_from_user_message
 from handoff_context.a2a import HandoffClient
-from handoff_context.errors import ChainWindowError
 from handoff_context.agent import Agent, Mode
+from handoff_context.errors import ChainWindowError
 from handoff_context.mcp import HandoffMiddleware
 from handoff_context.reporter import Reporter
 from mcp.client.client import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
-
 from sqlalchemy import or_, select
 
 from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
@@ -56,7 +54,7 @@ from app.store.db import make_engine, transaction
 from app.store.models import ElementRow, ObservationRow, VerdictRow
 
 from .agents import Worker, a2a_app, card
-from .hostile import Clock, DroppingProxy, Hostile, hostile_offers, message
+from .hostile import Clock, DroppingProxy, hostile_offers, message
 from .servers import serving, wait_until
 from .service import Service, service
 from .system import CLIENT, CODER, PLANNER, TOOL, TRUST, TRUST_STORE
