@@ -93,14 +93,20 @@ class Run:
             state.close()
 
 
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """One real service for the module: every test works in dialogs of its own."""
+    with service(tmp_path_factory.mktemp("service"), TRUST) as running_service:
+        yield running_service
+
+
 @contextlib.contextmanager
-def running(tmp_path: Path) -> Iterator[Run]:
-    with service(tmp_path, TRUST) as svc:
-        run = Run(svc, tmp_path)
-        try:
-            yield run
-        finally:
-            run.close()
+def running(svc: Service, tmp_path: Path) -> Iterator[Run]:
+    run = Run(svc, tmp_path)
+    try:
+        yield run
+    finally:
+        run.close()
 
 
 @contextlib.asynccontextmanager
@@ -172,23 +178,26 @@ def judged_in(svc: Service, dialog: str, *, count: int) -> list[tuple[str, str, 
 
 
 def shown(svc: Service, dialog: str) -> list[dict[str, Any]]:
-    """The hops the service shows under ``dialog``, once it shows one."""
+    """The hops the service shows under ``dialog``, once it shows them all settled (every
+    hop of these tests ends; the reporters deliver in the background)."""
     hops: list[dict[str, Any]] = []
 
     def seen() -> bool:
         nonlocal hops
         hops = list(svc.get("/hops", dialog=dialog)["hops"])
-        return bool(hops)
+        return bool(hops) and all(h["state"] not in ("offered", "accepted") for h in hops)
 
-    wait_until(seen, what=f"dialog {dialog} in the service", timeout=30, interval=0.1)
+    wait_until(seen, what=lambda: f"dialog {dialog} settled ({hops})", timeout=30, interval=0.1)
     return hops
 
 
 # --- A2A ------------------------------------------------------------------------------------
 
 
-def test_hostile_a2a_inputs_are_refused_before_the_executor_runs(tmp_path: Path) -> None:
-    with running(tmp_path) as run:
+def test_hostile_a2a_inputs_are_refused_before_the_executor_runs(
+    svc: Service, tmp_path: Path
+) -> None:
+    with running(svc, tmp_path) as run:
         worker = Worker()
         coder = run.agent(CODER)
         now = int(time.time())
@@ -311,8 +320,10 @@ async def mcp_sender(url: str, mode: str) -> AsyncIterator[Any]:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-def test_hostile_mcp_calls_are_refused_before_the_tool_runs(tmp_path: Path, mode: str) -> None:
-    with running(tmp_path) as run:
+def test_hostile_mcp_calls_are_refused_before_the_tool_runs(
+    svc: Service, tmp_path: Path, mode: str
+) -> None:
+    with running(svc, tmp_path) as run:
         tool = CountingTool(run.agent(TOOL))
         now = int(time.time())
         hostile = hostile_offers(TOOL, now=now, tag=f"mcp-{mode}")
@@ -392,8 +403,8 @@ class Relay(Worker):
         await updater.complete()
 
 
-def test_a_late_delegation_fails_at_the_delegating_agent(tmp_path: Path) -> None:
-    with running(tmp_path) as run:
+def test_a_late_delegation_fails_at_the_delegating_agent(svc: Service, tmp_path: Path) -> None:
+    with running(svc, tmp_path) as run:
         worker = Worker()
         relay = Relay(run, run.agent(PLANNER))
         relay.late = 600  # ten minutes after the offer arrived
@@ -420,8 +431,8 @@ def test_a_late_delegation_fails_at_the_delegating_agent(tmp_path: Path) -> None
         assert [(h["aud"], h["state"], h["flags"]) for h in hops] == [(PLANNER.iss, "failed", [])]
 
 
-def test_a_dropped_reply_is_recovered_by_retransmission(tmp_path: Path) -> None:
-    with running(tmp_path) as run:
+def test_a_dropped_reply_is_recovered_by_retransmission(svc: Service, tmp_path: Path) -> None:
+    with running(svc, tmp_path) as run:
         worker = Worker()
         coder = run.agent(CODER)
         client_agent = run.agent(CLIENT)
@@ -450,8 +461,8 @@ def test_a_dropped_reply_is_recovered_by_retransmission(tmp_path: Path) -> None:
 # --- audit ----------------------------------------------------------------------------------
 
 
-def test_audit_mode_runs_every_input_and_reports_its_verdict(tmp_path: Path) -> None:
-    with running(tmp_path) as run:
+def test_audit_mode_runs_every_input_and_reports_its_verdict(svc: Service, tmp_path: Path) -> None:
+    with running(svc, tmp_path) as run:
         worker = Worker()
         coder = run.agent(CODER, Mode.AUDIT)
         now = int(time.time())
