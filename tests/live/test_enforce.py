@@ -213,17 +213,19 @@ def test_hostile_a2a_inputs_are_refused_before_the_executor_runs(
         wait_offer = make_offer(PLANNER, aud=CODER.iss, dialog="a2a-forged-cancel", iat=now)
 
         async def hostile_round(url: str) -> None:
+            for streaming in (False, True):  # the same refusal on either kind of request
+                async with a2a_sender(url, streaming=streaming) as client:
+                    for h in hostile:
+                        with pytest.raises(InvalidParamsError) as refused:
+                            await send(client, message("complete", h.dialog, h.carried))
+                        data = refused.value.data or {}
+                        assert data["reason"] == h.reason, data
+                        offer = str(h.carried["offer"]).encode("ascii")
+                        if h.signed:
+                            check_rejected(data["status"], offer=offer, reason=h.reason)
+                        else:
+                            assert "status" not in data
             async with a2a_sender(url) as client:
-                for h in hostile:
-                    with pytest.raises(InvalidParamsError) as refused:
-                        await send(client, message("complete", h.dialog, h.carried))
-                    data = refused.value.data or {}
-                    assert data["reason"] == h.reason, data
-                    offer = str(h.carried["offer"]).encode("ascii")
-                    if h.signed:
-                        check_rejected(data["status"], offer=offer, reason=h.reason)
-                    else:
-                        assert "status" not in data
                 # The good offer runs once; its answer is remembered in the state file.
                 events = await send(
                     client, message("complete", "a2a-replayed", handoff_object(good))
