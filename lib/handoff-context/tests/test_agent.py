@@ -101,6 +101,8 @@ def test_a_refused_offer_gets_the_reason_and_a_signed_rejected_where_allowed(
     decision = agent.check_offer(handoff_object(octets), dialog="d")
     assert (decision.run, decision.reason) == (False, reason)
     assert (decision.status is not None) is signed
+    again = agent.check_offer(handoff_object(octets), dialog="d")
+    assert again.status == decision.status  # the same refusal, the same octets
     if decision.status is not None:
         status = payload_of(decision.status)
         assert (status.state, status.reason) == (StatusState.REJECTED, reason)  # type: ignore[attr-defined]

@@ -263,6 +263,11 @@ class Agent:
         """The signed ``rejected`` answering a refused offer, where the profile allows one."""
         if verdict.reason is None or verdict.reason in _NO_STATUS or verdict.digest is None:
             return None
+        # The same refused octets again get the same rejected, never a second one (two
+        # rejected octets for one hop would read as a status conflict, profile §8).
+        known = self.state.last_answer(verdict.digest)
+        if known is not None and _state_of(status_object(known)) is StatusState.REJECTED:
+            return bytes(known)
         try:
             octets = parse_object(value).offer  # type: ignore[union-attr]
             status = make_status(
