@@ -79,8 +79,8 @@ class Worker(AgentExecutor):
     """A delegate with no handoff code: the integration around it checks the offer and
     signs the statuses from its task's state changes. Acts as the first word of the text
     says: ``complete``, ``fail``, ``lost`` (working, then input-required: never a final
-    word) or ``wait`` (working until canceled). ``runs`` counts the executions: a test
-    proves with it that refused work never ran."""
+    word), ``wait`` (working until canceled) or ``crash`` (working, then raises). ``runs``
+    counts the executions: a test proves with it that refused work never ran."""
 
     def __init__(self) -> None:
         self.runs: list[str] = []
@@ -103,6 +103,8 @@ class Worker(AgentExecutor):
             await self.cancels.setdefault(context.task_id, asyncio.Event()).wait()
         elif script == "lost":
             await updater.requires_input()
+        elif script == "crash":
+            raise RuntimeError("the work crashed")
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id

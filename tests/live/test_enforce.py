@@ -460,6 +460,29 @@ def test_a_dropped_reply_is_recovered_by_retransmission(svc: Service, tmp_path: 
         assert [(h["state"], h["flags"]) for h in hops] == [("completed", [])]
 
 
+def test_work_that_crashes_is_answered_with_a_signed_failed(svc: Service, tmp_path: Path) -> None:
+    """An executor that raises: the SDK fails the task as always, and the integration signs
+    the failed, so the delegator's hop ends failed instead of an unresolved lost outcome."""
+    with running(svc, tmp_path) as run:
+        worker = Worker()
+        client_agent = run.agent(CLIENT)
+
+        async def ask(url: str) -> Any:
+            async with a2a_sender(url, streaming=True) as sdk_client:
+                client = HandoffClient(client_agent, sdk_client, to=CODER.iss)
+                request = pb.SendMessageRequest(message=message("crash", "crashed", None))
+                with contextlib.suppress(Exception):  # how the SDK reports the crash itself
+                    await client.delegate(request)
+                return client.last
+
+        with serving(a2a_app(worker, card("http://coder/"), run.agent(CODER))) as url:
+            delegation = asyncio.run(ask(url))
+        assert worker.runs == ["crash"]
+        assert delegation.state is StatusState.FAILED
+        hops = shown(run.svc, "crashed")
+        assert [(h["state"], h["flags"]) for h in hops] == [("failed", [])]
+
+
 # --- audit ----------------------------------------------------------------------------------
 
 

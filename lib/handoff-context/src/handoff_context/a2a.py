@@ -54,6 +54,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
@@ -169,10 +170,15 @@ class _GuardedExecutor(AgentExecutor):
             received.task_id = context.task_id
             self.handler._keep(context.task_id, received)
         token = enter(received)
+        queue = _SigningQueue(event_queue, self.handler.agent, received)
         try:
-            await self.inner.execute(
-                context, _SigningQueue(event_queue, self.handler.agent, received)
-            )
+            await self.inner.execute(context, queue)
+        except Exception:
+            # Profile §8: work that crashed has failed; the delegator gets a signed failed
+            # rather than a lost outcome. The SDK then records the failure as it always does
+            # (the task is already final, so it writes nothing more).
+            await _fail(queue, context, received)
+            raise
         finally:
             leave(token)
 
@@ -182,6 +188,16 @@ class _GuardedExecutor(AgentExecutor):
             await self.inner.cancel(context, event_queue)
             return
         await self.inner.cancel(context, _SigningQueue(event_queue, self.handler.agent, received))
+
+
+async def _fail(queue: _SigningQueue, context: RequestContext, received: Received) -> None:
+    final = {StatusState.COMPLETED, StatusState.FAILED, StatusState.REJECTED}
+    if received.signed & final or not (context.task_id and context.context_id):
+        return
+    try:
+        await TaskUpdater(queue, context.task_id, context.context_id).failed()
+    except Exception:  # the SDK may refuse an update for a task it never saw: log only
+        log.warning("handoff: could not record the failure of task %s", context.task_id)
 
 
 class HandoffRequestHandler(DefaultRequestHandler):
