@@ -209,13 +209,16 @@ class HandoffRequestHandler(DefaultRequestHandler):
         self.agent = agent
         self._admitted: dict[str, Received] = {}
         self._tasks: OrderedDict[str, Received] = OrderedDict()
+        self._by_offer: dict[bytes, str] = {}  # offer digest -> its task, for retransmissions
         super().__init__(_GuardedExecutor(agent_executor, self), *args, **kwargs)
 
     def _keep(self, task_id: str, received: Received) -> None:
         self._tasks[task_id] = received
         self._tasks.move_to_end(task_id)
+        self._by_offer[received.offer.digest] = task_id
         while len(self._tasks) > _KEEP_TASKS:
-            self._tasks.popitem(last=False)
+            _, dropped = self._tasks.popitem(last=False)
+            self._by_offer.pop(dropped.offer.digest, None)
 
     def _admit(self, params: pb.SendMessageRequest) -> pb.Message | None:
         """None to run the request; a Message answering a retransmission; raises the SDK
@@ -242,6 +245,11 @@ class HandoffRequestHandler(DefaultRequestHandler):
             )
             if decision.answer is not None:
                 _put(reply.metadata, status_object(decision.answer))
+            # The task the first delivery started, while this process knows it: the
+            # delegator can follow it for the statuses still to come.
+            task_id = self._by_offer.get(decision.verdict.digest or b"")
+            if task_id is not None:
+                reply.task_id = task_id
             return reply
         raise refused(decision)
 
