@@ -20,7 +20,8 @@ metadata (profile §9) is checked with this agent as the receiver (profile §6, 
   signed nothing), and the work is not run again;
 - an accepted offer runs: the task's own state changes become signed statuses (working:
   ``accepted``; completed, failed, rejected), put into the status message's metadata with
-  no code in the executor. ``took_effect(refs)`` names what a failing task did.
+  no code in the executor; an executor that raises gets a signed ``failed``.
+  ``took_effect(refs)`` names what a failing task did.
 
 ``CancelTask`` must carry the delegator's signed ``canceled`` for a task that arrived with
 an offer (enforce); it reaches the executor's ``cancel``, and every delegation the task made
