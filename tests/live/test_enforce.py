@@ -291,6 +291,9 @@ def test_hostile_a2a_inputs_are_refused_before_the_executor_runs(
         hops = shown(run.svc, "a2a-replayed")
         assert [h["state"] for h in hops] == ["completed"]
         assert [h["state"] for h in shown(run.svc, "a2a-forged-cancel")] == ["canceled"]
+        # The forged cancel reached the service too, which refuses it for the same reason.
+        forged_seen = judged_in(run.svc, "a2a-forged-cancel", count=4)
+        assert ("status", "reject", "policy") in forged_seen, forged_seen
         assert ("offer", "reject", "equivocation") in judged_in(run.svc, "a2a-replayed", count=5)
 
 
