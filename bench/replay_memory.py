@@ -103,6 +103,7 @@ def run_file_state(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     with FileState(path, skew=SKEW, keep=KEEP, clock=clock) as state:
         verifier = Verifier(trust, replay=state)
         checking = 0.0  # seconds spent in verify_value (the check, FileState included)
+        interval_start = 0.0
         for i, (at, octets) in enumerate(offers(delegators, args.n, args.rate), start=1):
             clock.now = at
             ctx = Context(now=at, receiver=CODER, dialog=DIALOG)
@@ -121,9 +122,11 @@ def run_file_state(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 duplicates += 1
             if i % args.every == 0:
                 gc.collect()
+                interval, interval_start = checking - interval_start, checking
                 samples.append(
                     {
                         "offers": i,
+                        "checks_per_second": round(args.every / interval, 1),
                         "simulated_hours": round((at - T0) / 3600, 2),
                         "rss_mib": round(rss_mib(), 1),
                         "file_mib": round(file_mib(path), 1),
@@ -133,7 +136,8 @@ def run_file_state(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 last = samples[-1]
                 print(
                     f"{i:>8,} offers  {last['simulated_hours']:>5} h  RSS {last['rss_mib']:>6} "
-                    f"MiB  file {last['file_mib']:>6} MiB  rows {last['rows']}",
+                    f"MiB  file {last['file_mib']:>6} MiB  {last['checks_per_second']:>7}/s  "
+                    f"rows {last['rows']}",
                     flush=True,
                 )
     # The same offers' signatures verified raw, over a sample, in this run.

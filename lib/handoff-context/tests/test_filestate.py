@@ -29,6 +29,8 @@ from handoff_context import (
     parse_element,
     status_object,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from parties import T0, World
 
 DIALOG = "ctx-filestate"
@@ -252,3 +254,61 @@ def test_for_agent_names_one_file_per_identifier(tmp_path: Path) -> None:
         assert a.path != b.path
         assert a.path.parent == tmp_path / ".handoff-state"
         assert stat.S_IMODE(os.stat(a.path.parent).st_mode) == 0o700
+
+
+# --- the same verdicts as the in-memory state (a property) ----------------------------------
+
+
+def _pool(world: World) -> list[bytes]:
+    """Offers a receiver may meet: three hops, each signed in two versions (equivocation),
+    statuses answering them, and one for another audience."""
+    pool = []
+    for n in range(3):
+        hop = f"hop-{n}-" + "x" * 20
+        for v in range(2):
+            pool.append(
+                make_offer(world.planner, aud=world.coder.iss, dialog=DIALOG, iat=T0 + v, hop=hop)
+            )
+    pool.append(make_offer(world.planner, aud=world.tester.iss, dialog=DIALOG, iat=T0))
+    pool += [
+        make_status(world.coder, offer_octets=o, state="accepted", iat=T0 + 2) for o in pool[:2]
+    ]
+    return pool
+
+
+_POOL: list[bytes] = []
+
+
+@settings(
+    max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(order=st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_size=14))
+def test_file_state_judges_like_the_in_memory_state(
+    world: World, tmp_path_factory: pytest.TempPathFactory, order: list[int]
+) -> None:
+    """Any sequence of offers, retransmissions, equivocations and statuses gets the same
+    verdicts from a FileState as from an InMemoryState (while nothing is past its time),
+    also when the file is closed and opened again half-way (a restart)."""
+    if not _POOL:
+        _POOL.extend(_pool(world))
+    ctx = Context(now=T0 + 5, receiver=world.coder.iss, dialog=DIALOG)
+
+    def value(octets: bytes) -> dict[str, object]:
+        is_status = parse_element(octets, Form.JWS).payload.type.value == "status"
+        return status_object(octets) if is_status else handoff_object(octets)
+
+    memory = Verifier(world.trust, replay=InMemoryState())
+    path = tmp_path_factory.mktemp("prop") / "s.sqlite3"
+    half = len(order) // 2
+    state = FileState(path, clock=lambda: T0 + 5)
+    try:
+        for i, index in enumerate(order):
+            if i == half:  # a restart: the memory must come back from the file
+                state.close()
+                state = FileState(path, clock=lambda: T0 + 5)
+            filed = Verifier(world.trust, replay=state)
+            want = memory.verify_value(value(_POOL[index]), ctx, source="x").to_json()
+            got = filed.verify_value(value(_POOL[index]), ctx, source="x").to_json()
+            assert got == want
+    finally:
+        state.close()

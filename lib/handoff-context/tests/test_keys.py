@@ -102,6 +102,8 @@ def test_a_bad_key_file_says_what_is_wrong_without_quoting_it(
     with pytest.raises(KeyFileError, match=match) as caught:
         Signer.load(path)
     assert "AAAA" not in str(caught.value)
+    # Nor in what a traceback would print of the exceptions behind it.
+    assert caught.value.__cause__ is None or "AAAA" not in str(caught.value.__cause__)
 
 
 def test_from_env_errors_never_quote_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

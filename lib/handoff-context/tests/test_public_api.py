@@ -20,6 +20,7 @@ PUBLIC_MODULES = {
     "mcp",
     "vectors",
     "reporter",
+    "sources",
     "taps",
 }
 

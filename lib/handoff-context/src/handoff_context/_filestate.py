@@ -84,7 +84,9 @@ class FileState:
 
     Raises OSError when the file cannot be created or opened, and ValueError when it is
     not a state file of this version (or SQLite cannot run it in WAL mode, e.g. on a
-    network file system).
+    network file system). The memory methods raise ValueError once closed, and
+    ``sqlite3.Error`` when the file cannot be written (a full disk, or another process
+    holding the write lock for more than 30 s): fail closed, the offer was not remembered.
     """
 
     def __init__(

@@ -175,8 +175,9 @@ class Signer:
         """Parse a key file's content. Raises KeyFileError."""
         try:
             content = strict_json_loads(data, what=source)
-        except MalformedError as exc:
-            raise KeyFileError(f"{source} is not a JSON key file") from exc
+        except MalformedError:
+            # Not chained: a traceback must not carry the parser's view of key material.
+            raise KeyFileError(f"{source} is not a JSON key file") from None
         if not isinstance(content, dict):
             raise KeyFileError(f"{source} is not a JSON object (a private JWK)")
         named = content.pop(KEY_FILE_ISS, None)
@@ -198,7 +199,7 @@ class Signer:
         except Exception as exc:  # the JOSE library's own errors: not quoted, they may echo
             raise KeyFileError(
                 f"{source} is not an EC P-256 or OKP Ed25519 private JWK ({type(exc).__name__})"
-            ) from exc
+            ) from None
         return cls(iss=ident, key=key, alg=alg_for_key(key))
 
 
