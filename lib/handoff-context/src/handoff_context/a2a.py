@@ -62,10 +62,12 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from handoff_context._model import StatusState
 from handoff_context._sign import status_object
+from handoff_context._verdict import Outcome
 from handoff_context.agent import (
     Agent,
     Decision,
     Delegation,
+    Mode,
     Received,
     enter,
     leave,
@@ -293,10 +295,10 @@ class HandoffRequestHandler(DefaultRequestHandler):
                 ok = False
             else:
                 verdict = self.agent.check_cancel(received, value)
-                ok = verdict.outcome.value in ("accept", "duplicate")
+                ok = verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE)
                 verdict_reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
                 detail = verdict.detail or ""
-            if not ok and self.agent.mode.value == "enforce":
+            if not ok and self.agent.mode is Mode.ENFORCE:
                 raise InvalidParamsError(
                     message=f"cancel refused ({verdict_reason}): {detail}",
                     data={"reason": verdict_reason, "detail": detail},

@@ -42,6 +42,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 
 from handoff_context._model import StatusState
 from handoff_context._sign import status_object
+from handoff_context._verdict import Outcome
 from handoff_context.agent import Agent, Decision, Delegation, Received, enter, leave
 from handoff_context.carry import MCP_META_KEY
 from handoff_context.errors import Reason
@@ -159,7 +160,7 @@ class HandoffMiddleware:
             log.warning("handoff: a tool call was cancelled without a signed canceled")
             return
         verdict = self.agent.check_cancel(received, value)
-        if verdict.outcome.value in ("accept", "duplicate"):
+        if verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE):
             await self.agent.propagate_cancel(received)
         else:
             log.warning("handoff: a cancel was refused: %s: %s", verdict.reason, verdict.detail)
