@@ -38,7 +38,6 @@ async def main(run: str) -> int:
                 await planner.cancel()
             state = delegation.state.value if delegation.state else "no status"
             print(f"  {job:8} -> {state:9} dialog {message.context_id}", flush=True)
-    reporter.close()
     return 0
 
 
