@@ -41,7 +41,7 @@ from handoff_context import (
 from handoff_context.a2a import HandoffClient
 from handoff_context.agent import Agent, Mode
 from handoff_context.errors import ChainWindowError
-from handoff_context.mcp import HandoffMiddleware
+from handoff_context.mcp import HandoffMcpClient, HandoffMiddleware
 from handoff_context.reporter import Reporter
 from mcp.client.client import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
@@ -484,6 +484,45 @@ def test_work_that_crashes_is_answered_with_a_signed_failed(svc: Service, tmp_pa
         assert delegation.state is StatusState.FAILED
         hops = shown(run.svc, "crashed")
         assert [(h["state"], h["flags"]) for h in hops] == [("failed", [])]
+
+
+def test_a_dropped_mcp_reply_is_asked_again_on_a_new_session(svc: Service, tmp_path: Path) -> None:
+    """The mcp client's session ends when a reply is lost; a new session sends the identical
+    offer again and gets the tool's status octet for octet, the tool not run twice."""
+    with running(svc, tmp_path) as run:
+        tool_agent = run.agent(TOOL)
+        tool = CountingTool(tool_agent)
+        client_agent = run.agent(CLIENT)
+
+        async def call(port: int) -> Any:
+            proxy = DroppingProxy(port, marker=b"drop-me")
+            async with proxy.serving() as url:
+                first: list[HandoffMcpClient] = []
+                # How the session ends is the SDK's business (a closed connection, raised
+                # from its task group): only that it ends matters here.
+                with pytest.raises(BaseException):  # noqa: B017
+                    async with mcp_sender(url, "legacy") as sdk:
+                        first.append(HandoffMcpClient(client_agent, sdk, to=TOOL.iss))
+                        await asyncio.wait_for(
+                            first[0].call_tool(
+                                "build", {"target": "drop-me"}, dialog="mcp-dropped"
+                            ),
+                            20,
+                        )
+                lost = first[0].last
+                assert lost is not None and lost.statuses == [] and proxy.dropped == 1
+                async with mcp_sender(url, "legacy") as sdk:
+                    again = HandoffMcpClient(client_agent, sdk, to=TOOL.iss)
+                    await again.call_tool("build", {"target": "drop-me"}, again=lost)
+            return lost
+
+        with serving(tool.app, lifespan="on") as url:
+            delegation = asyncio.run(call(int(url.rsplit(":", 1)[1])))
+        assert tool.runs == ["drop-me"]  # the work ran once
+        answered = tool_agent.state.last_answer(handoff_digest(delegation.offer))
+        assert delegation.statuses == [answered] and delegation.state is StatusState.COMPLETED
+        hops = shown(run.svc, "mcp-dropped")
+        assert [(h["state"], h["flags"]) for h in hops] == [("completed", [])]
 
 
 # --- audit ----------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ only be reported (logged, ``on_verdict``), not undone.
 ``call_tool`` signs an offer (continuing the current task's handoff), puts it in
 ``params._meta`` beside whatever else is there and checks the status in the result's
 ``_meta``; ``last`` is the ``Delegation``. An ``MCPError`` refusal is recorded on
-``last.refusal`` and raised.
+``last.refusal`` and raised. A lost reply ends the mcp client's session; a new session asks
+again with ``call_tool(..., again=delegation)``, the identical offer octets.
 """
 
 from __future__ import annotations
@@ -193,13 +194,20 @@ class HandoffMcpClient:
         *args: Any,
         dialog: str | None = None,
         meta: Mapping[str, Any] | None = None,
+        again: Delegation | None = None,
         **kwargs: Any,
     ) -> CallToolResult:
         """``call_tool`` with a signed offer. ``dialog`` names the dialog of a delegation
-        made outside a task (inside one, the task's dialog is used). Raises MCPError as
-        the wrapped client does (a refusal included), ChainWindowError before sending when
-        the task's offer is no longer live."""
-        delegation = self.agent.delegate(self.to, dialog=dialog, carrier="mcp")
+        made outside a task (inside one, the task's dialog is used). ``again``: a delegation
+        whose reply was lost, asked again with its identical offer octets (profile §6.4; a
+        re-signed offer would be equivocation): the mcp client's session ends with a lost
+        reply, so this is how a new session retransmits. Raises MCPError as the wrapped
+        client does (a refusal included), ChainWindowError before sending when the task's
+        offer is no longer live."""
+        if again is None:
+            delegation = self.agent.delegate(self.to, dialog=dialog, carrier="mcp")
+        else:
+            delegation = again
         self.last = delegation
         delegation.cancel = None  # MCP cancels by request id, which the SDK owns
         full = {**dict(meta or {}), MCP_META_KEY: delegation.handoff}
