@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import httpx2
 import pytest
@@ -368,6 +369,84 @@ def test_hostile_mcp_calls_are_refused_before_the_tool_runs(
         for h in hostile:
             judged = judged_in(run.svc, h.dialog, count=2 if h.signed else 1)
             assert ("offer", "reject", h.reason) in judged, (h.name, judged)
+
+
+class HoldingTool:
+    """An mcp server whose one tool works until it is cancelled."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.started: list[str] = []
+        server = MCPServer("holder", middleware=[HandoffMiddleware(agent)])
+
+        @server.tool()
+        async def hold(target: str) -> str:
+            self.started.append(target)
+            await anyio.sleep(60)
+            return "done"
+
+        self.app = server.streamable_http_app()
+
+
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def rpc(http: httpx.AsyncClient, headers: dict[str, str], body: dict[str, Any]) -> Any:
+    return await http.post("/mcp", headers=headers, json=body)
+
+
+def test_mcp_cancels_are_checked(svc: Service, tmp_path: Path) -> None:
+    """notifications/cancelled with a canceled signed by another agent is judged a policy
+    rejection and reported; the delegator's own is accepted. (The mcp SDK ends the call on
+    any cancel before middleware sees it, so neither can be refused: profile.md §13.) The
+    sender is raw JSON-RPC over Streamable HTTP, as a hostile client would write it."""
+    with running(svc, tmp_path) as run:
+        tool = HoldingTool(run.agent(TOOL))
+        now = int(time.time())
+        offers = {
+            n: make_offer(PLANNER, aud=TOOL.iss, dialog="mcp-cancel", iat=now) for n in (1, 2)
+        }
+        cancels = {
+            1: forged_cancel(offers[1], by=CODER, iat=now),
+            2: make_status(PLANNER, offer_octets=offers[2], state="canceled", iat=now),
+        }
+
+        async def session(url: str) -> None:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+                hello["clientInfo"] = {"name": "hostile", "version": "1"}
+                init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+                answer = await rpc(http, MCP_HEADERS, init)
+                headers = {
+                    **MCP_HEADERS,
+                    "mcp-session-id": answer.headers["mcp-session-id"],
+                    "mcp-protocol-version": "2025-11-25",
+                }
+                await rpc(http, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+                for n, offer in offers.items():
+                    params = {"name": "hold", "arguments": {"target": str(n)}}
+                    params["_meta"] = {MCP_META_KEY: handoff_object(offer)}
+                    call = {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
+                    pending = asyncio.create_task(rpc(http, headers, call))
+                    await asyncio.to_thread(
+                        wait_until, lambda n=n: str(n) in tool.started, what="the tool"
+                    )
+                    meta = {MCP_META_KEY: status_object(cancels[n])}
+                    cancel = {"requestId": n, "_meta": meta}
+                    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+                    assert (await rpc(http, headers, note)).status_code == 202
+                    await pending
+
+        with serving(tool.app, lifespan="on") as url:
+            asyncio.run(session(url))
+        judged = [(v.element, v.outcome.value, v.reason) for v in run.verdicts]
+        assert judged == [
+            ("offer", "accept", None),
+            ("status", "reject", "policy"),
+            ("offer", "accept", None),
+            ("status", "accept", None),
+        ]
+        seen = judged_in(run.svc, "mcp-cancel", count=4)
+        assert ("status", "reject", "policy") in seen, seen
 
 
 # --- the delegating side: a late delegation, a dropped reply ----------------------------------

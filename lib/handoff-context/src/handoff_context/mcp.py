@@ -96,7 +96,9 @@ class HandoffMiddleware:
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self._running: dict[tuple[int, object], Received] = {}
+        # Calls by (MCP session id, request id), kept a while after they end: the SDK cancels
+        # a call before the middleware sees the notifications/cancelled that names it.
+        self._calls: OrderedDict[tuple[str | None, object], Received] = OrderedDict()
         self._results: OrderedDict[bytes, Any] = OrderedDict()
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
@@ -120,8 +122,10 @@ class HandoffMiddleware:
         received = decision.received
         if received is None:
             return await call_next(ctx)
-        key = (id(ctx.session), ctx.request_id)
-        self._running[key] = received
+        key = (_session_id(ctx), ctx.request_id)
+        self._calls[key] = received
+        while len(self._calls) > _KEEP_RESULTS:
+            self._calls.popitem(last=False)
         token = enter(received)
         try:
             result = await call_next(ctx)
@@ -130,7 +134,6 @@ class HandoffMiddleware:
             raise
         finally:
             leave(token)
-            self._running.pop(key, None)
         state = StatusState.FAILED if _is_error(result) else StatusState.COMPLETED
         answered = _with_status(result, self.agent.answer(received, state))
         self._results[received.offer.digest] = answered
@@ -153,7 +156,7 @@ class HandoffMiddleware:
 
     async def _cancelled(self, ctx: Any) -> None:
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
-        received = self._running.get((id(ctx.session), params.get("requestId")))
+        received = self._calls.get((_session_id(ctx), params.get("requestId")))
         value = _carried(params)
         if received is None:
             return
@@ -165,6 +168,16 @@ class HandoffMiddleware:
             await self.agent.propagate_cancel(received)
         else:
             log.warning("handoff: a cancel was refused: %s: %s", verdict.reason, verdict.detail)
+
+
+def _session_id(ctx: Any) -> str | None:
+    """The MCP session a message belongs to (Streamable HTTP's ``Mcp-Session-Id``; None on
+    a transport with one session, such as stdio)."""
+    headers = getattr(ctx, "headers", None)
+    if headers is None:
+        return None
+    value = headers.get("mcp-session-id")
+    return value if isinstance(value, str) else None
 
 
 class HandoffMcpClient:
