@@ -9,7 +9,7 @@ RUN_STAMP := $(STAMP_DIR)/.run-stamp
 # `make run PORT=8123` (or PORT in the environment); unset: HANDOFF_TRACE_PORT, else 8000.
 PORT ?=
 
-.PHONY: run test install system-deps browser-deps go-deps lint typecheck vectors conformance bench soak fuzz screenshots clean
+.PHONY: run example test install system-deps browser-deps go-deps lint typecheck vectors conformance bench soak fuzz screenshots clean
 
 $(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,11 @@ run: $(RUN_STAMP)
 # committed; tests/browser/screenshots.py).
 screenshots: install browser-deps
 	$(BIN)/python -m tests.browser.screenshots var/screenshots
+
+# The example multi-agent system (examples/agents/): three jobs through a planner, a coder
+# and an MCP tool, reported to the dashboard `make run` serves (start that first).
+example: install
+	$(BIN)/python examples/agents/run.py
 
 lint: install
 	$(BIN)/ruff check app tests bench fuzz lib
