@@ -142,7 +142,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # workers would each fail less clearly.
     load_trust(Settings(trust_file=trust_file))
     try:
-        load_targets(settings.webhooks_file)
+        load_targets(settings.webhooks_file, allow_private=settings.webhook_allow_private)
     except TargetError as exc:
         raise UsageError(str(exc)) from exc
     engine = open_engine(args, settings, migrate=False)
