@@ -27,15 +27,17 @@ from typing import Any
 
 import cbor2
 from handoff_context import b64url_decode
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, Carrier, Role
 from app.ingest.pipeline import Pipeline, ingest_carried
 from app.store import db
+from app.store.db import Locks
 from app.store.derive import sweep
 from app.store.derived import TableDiff, compare, replace, snapshot, swept_snapshot
-from app.store.models import RejectedOctetsRow
+from app.store.envelopes import UNKNOWN_CASE, derive_cases
+from app.store.models import EnvelopeItemRow, RejectedOctetsRow
 from app.store.rejected import get_refused
 from app.store.transfer import (
     PLAIN,
@@ -66,8 +68,14 @@ def replay(pipeline: Pipeline, records: Iterable[Mapping[str, Any]]) -> Replayed
     they are, receipts through the pipeline, then operators' state onto the flags.
     Raises TransferError for an unknown record kind."""
     done = Replayed()
-    workflow: dict[str, list[Mapping[str, Any]]] = {"flag": [], "action": []}
+    workflow: dict[str, list[Mapping[str, Any]]] = {
+        "flag": [], "action": [], "comment": [], "delivery": []
+    }  # fmt: skip
+    cases: set[str] = set()
     for kind, group in groupby(records, key=lambda r: r.get("t")):
+        if kind == "envelope_item":
+            group = list(group)
+            cases |= {str(r.get("case_id") or UNKNOWN_CASE) for r in group}
         if kind in PLAIN:
             for batch in _batches(group):
                 db.run(pipeline.engine, functools.partial(_insert, kind=str(kind), batch=batch))
@@ -80,10 +88,24 @@ def replay(pipeline: Pipeline, records: Iterable[Mapping[str, Any]]) -> Replayed
             workflow[str(kind)].extend(group)
         else:
             raise TransferError(f"unknown record kind {kind!r}")
-    done.flags_restored = db.run(
-        pipeline.engine, lambda s: restore_workflow(s, workflow["flag"], workflow["action"])
-    )
+    if cases:
+        # The envelope items' cases, derived as ingest derives them (before operators'
+        # state goes back on their flags), at the last item's ingest clock; the sweep
+        # after an import moves them to its now.
+        rules = pipeline.envelope.rules
+
+        def derive(session: Session) -> None:
+            at = _latest_item(session)
+            derive_cases(session, sorted(cases), now=at, rules=rules, locks=Locks(session))
+
+        db.run(pipeline.engine, derive)
+    done.flags_restored = db.run(pipeline.engine, lambda s: restore_workflow(s, workflow))
     return done
+
+
+def _latest_item(session: Session) -> int:
+    found = session.execute(select(func.max(EnvelopeItemRow.ingested_at))).scalar()
+    return int(found or 0)
 
 
 def _insert(session: Session, *, kind: str, batch: list[Mapping[str, Any]]) -> None:
