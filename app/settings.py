@@ -101,6 +101,9 @@ class Settings:
     # targets file turns the notifier into a probe of the internal network or the cloud's
     # metadata service (issue #25).
     webhook_allow_private: bool = False
+    # Seconds a client has to send a request's line and headers, from its first octet (or
+    # the connection's opening); then the connection is closed (``app.web.server``).
+    header_seconds: int = 10
     # Login through an OpenID Connect provider (app/web/oidc.py), beside local accounts:
     # the issuer, this service's client, the claim holding roles and how its values map.
     oidc_issuer: str | None = None
@@ -172,6 +175,8 @@ class Settings:
         if self.oidc_issuer is not None:
             _check_oidc(self)
         _at_least("WEBHOOK_SECONDS", self.webhook_seconds, 1)
+        _at_least("HEADER_SECONDS", self.header_seconds, 1)
+        _at_most("HEADER_SECONDS", self.header_seconds, 300)
         _at_most("WEBHOOK_SECONDS", self.webhook_seconds, 3600)
 
     @classmethod

@@ -133,6 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from app.notify.targets import TargetError, load_targets
     from app.web.logs import log_config
+    from app.web.server import HEADER_ENV, HeaderTimeoutProtocol
     from app.web.service import load_trust
 
     settings = load_settings()
@@ -155,6 +156,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The workers read their configuration from the environment, like any deployment.
     os.environ["DATABASE_URL"] = url
     os.environ["HANDOFF_TRACE_TRUST_FILE"] = os.path.abspath(str(trust_file))
+    os.environ[HEADER_ENV] = str(settings.header_seconds)
     workers = args.workers or settings.workers
     if workers > 1:
         _multiprocess_metrics()
@@ -170,6 +172,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # (app.web.app); uvicorn's own handling would trust 127.0.0.1 whatever it says.
         proxy_headers=False,
         server_header=False,
+        # h11 with a header-read timeout (HANDOFF_TRACE_HEADER_SECONDS, app.web.server).
+        http=HeaderTimeoutProtocol,
     )
     return EXIT_OK
 
