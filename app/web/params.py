@@ -132,7 +132,13 @@ VerifyQuery = Annotated[VerifyParams, Query()]
 DigestPath = Annotated[str, Path(pattern=DIGEST_PATTERN, description="43-char base64url")]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="items per page")]
 Cursor = Annotated[
-    str | None, Query(max_length=4096, description="the `next` of the previous page")
+    str | None,
+    Query(
+        max_length=4096,
+        description="Opaque (base64url text): the `next` of the previous page of the same "
+        "listing, passed back as it came. Any other value is refused with 400 "
+        "`bad-cursor`.",
+    ),
 ]
 Text = Annotated[str | None, Query(min_length=1, max_length=2048)]
 
