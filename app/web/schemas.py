@@ -19,7 +19,7 @@ from handoff_context import (
     Variant,
     digest_text,
 )
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from sqlmodel import SQLModel
 
 from app.envelope.flags import FlagKind
@@ -394,7 +394,9 @@ class FlagUpdate(BaseModel):
     action: FlagAction
     note: str | None = Field(default=None, min_length=1, max_length=4000)
     assignee: str | None = Field(default=None, min_length=1, max_length=200)
-    snoozed_until: int | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
+    # Strict: JSON's false is not the time 0 (Schemathesis sent it; pydantic's lax mode
+    # took it as 0).
+    snoozed_until: StrictInt | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
 
     # The conditions of ``_needs``, said in the document too (JSON Schema 2020-12 if/then,
     # which OpenAPI 3.1 takes), so a client or a schema-driven tester knows them.
