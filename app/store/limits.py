@@ -7,7 +7,7 @@ the text, so the store never holds what someone typed as a user name:
 - **per client address**: at most ``limit`` attempts in a window of ``window`` seconds;
   an attempt that logs in is given back (``forgive``), so only failures use it up.
 - **per user name from one address**: ``free`` failures in a row, then each further try
-  waits twice as long as the one before (2, 4, 8 ... seconds, at most ``cap``) until the
+  waits twice as long as the one before (15, 30, 60 ... seconds, at most ``cap``) until the
   name logs in from there. Failures from one address never delay the same name from
   another, so nobody can keep a person out by failing on purpose (SECURITY.md).
 
@@ -28,7 +28,7 @@ from sqlmodel import Session
 from app.store.db import insert_ignore
 from app.store.models import LoginLimitRow
 
-FIRST_DELAY = 2  # seconds; whole seconds are the clock's resolution, so 1 could be 0
+FIRST_DELAY = 15  # seconds: long enough to slow a guesser, short for a person who mistyped
 
 
 def failure_key(scope: str, text: str) -> str:

@@ -197,13 +197,13 @@ def test_delays_double_and_attempts_leave_the_window(engine: Any) -> None:
             return take_attempt(session, address_key=address, name_key=name, limits=LIMITS, now=now)
 
     assert take(1000) == 0
-    assert take(1000) == 0  # the second failure in a row starts the delays: 2 s
-    assert take(1001) == 1
-    assert take(1002) == 0  # the address's third attempt: its window is now full
-    assert take(1003, failure_key("name", "rita\0a")) == 297  # until 1300
+    assert take(1000) == 0  # the second failure in a row starts the delays: 15 s
+    assert take(1001) == 14
+    assert take(1015) == 0  # the address's third attempt: its window is now full
+    assert take(1016, failure_key("name", "rita\0a")) == 284  # until 1300
     assert take(1300, failure_key("name", "rita\0a")) == 0  # a new window
-    assert take(1300) == 0  # otto's delay had doubled to 4 s, from 1002: over
-    assert take(1300) == 8
+    assert take(1300) == 0  # otto's delay had doubled to 30 s, from 1015: over
+    assert take(1300) == 60
     with transaction(engine) as session:
         forgive(session, address_key=address, name_key=otto, now=1300, limits=LIMITS)
         assert (
