@@ -102,7 +102,7 @@ class Settings:
     # metadata service (issue #25).
     webhook_allow_private: bool = False
     # Seconds a client has to send a request's line and headers, from its first octet (or
-    # the connection's opening); then the connection is closed (``app.web.server``).
+    # the connection's opening); then the connection is closed (``app.cli.serve``).
     header_seconds: int = 10
     # Login through an OpenID Connect provider (app/web/oidc.py), beside local accounts:
     # the issuer, this service's client, the claim holding roles and how its values map.

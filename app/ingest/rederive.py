@@ -27,7 +27,7 @@ from typing import Any
 
 import cbor2
 from handoff_context import b64url_decode
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, Carrier, Role
@@ -37,13 +37,14 @@ from app.store.db import Locks
 from app.store.derive import sweep
 from app.store.derived import TableDiff, compare, replace, snapshot, swept_snapshot
 from app.store.envelopes import UNKNOWN_CASE, derive_cases
-from app.store.models import EnvelopeItemRow, RejectedOctetsRow
+from app.store.models import RejectedOctetsRow
 from app.store.rejected import get_refused
 from app.store.transfer import (
     PLAIN,
     TransferError,
     export_records,
     insert_rows,
+    latest_item_time,
     restore_workflow,
     stored_elements,
 )
@@ -95,17 +96,12 @@ def replay(pipeline: Pipeline, records: Iterable[Mapping[str, Any]]) -> Replayed
         rules = pipeline.envelope.rules
 
         def derive(session: Session) -> None:
-            at = _latest_item(session)
+            at = latest_item_time(session)
             derive_cases(session, sorted(cases), now=at, rules=rules, locks=Locks(session))
 
         db.run(pipeline.engine, derive)
     done.flags_restored = db.run(pipeline.engine, lambda s: restore_workflow(s, workflow))
     return done
-
-
-def _latest_item(session: Session) -> int:
-    found = session.execute(select(func.max(EnvelopeItemRow.ingested_at))).scalar()
-    return int(found or 0)
 
 
 def _insert(session: Session, *, kind: str, batch: list[Mapping[str, Any]]) -> None:

@@ -39,7 +39,7 @@ from handoff_context import Form, alg_for_key, b64url_decode, b64url_encode, par
 from handoff_context.errors import HandoffError
 from joserfc import jws
 from joserfc.errors import JoseError
-from sqlalchemy import Engine, LargeBinary, select, text
+from sqlalchemy import Engine, LargeBinary, func, select, text
 from sqlmodel import Session, SQLModel
 
 from app.errors import HandoffTraceError
@@ -449,6 +449,12 @@ def stored_elements(session: Session, *, digests: Iterable[bytes]) -> dict[bytes
     """The stored element rows among ``digests``, by digest (absent ones left out)."""
     query = select(ElementRow).where(ElementRow.digest.in_(list(digests)))
     return {row.digest: row for row in session.execute(query).scalars()}
+
+
+def latest_item_time(session: Session) -> int:
+    """The ingest clock of the last envelope item stored (0: none)."""
+    found = session.execute(select(func.max(EnvelopeItemRow.ingested_at))).scalar()
+    return int(found or 0)
 
 
 def copy_store(source: Engine, session: Session) -> int:
