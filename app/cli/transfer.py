@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,12 +29,12 @@ from app.cli.common import (
     add_now_option,
     first_line,
     load_settings,
-    load_trust,
     open_engine,
     print_table,
+    store_trust,
 )
 from app.ingest.pipeline import Pipeline
-from app.ingest.rederive import Rederived, Replayed, rederive, replay
+from app.ingest.rederive import Rederived, Replayed, rederive, replay, replay_trust
 from app.ingest.verifying import load_objects
 from app.settings import Settings
 from app.store import db
@@ -129,11 +130,13 @@ def _add_judging(p: argparse.ArgumentParser) -> None:
     p.add_argument("--objects", metavar="DIR", help=_OBJECTS_HELP)
 
 
-def _pipeline_for(args: argparse.Namespace, settings: Settings) -> Any:
+def _pipeline_for(args: argparse.Namespace, settings: Settings, store: Engine) -> Any:
     trust_file = args.trust or settings.trust_file
     if trust_file is None:
         raise UsageError("no trust file: pass --trust FILE or set HANDOFF_TRACE_TRUST_FILE")
-    trust = load_trust(str(trust_file))
+    # The key history is the store's (``store``), whatever engine the pipeline writes to
+    # (rederive replays into a scratch store).
+    trust = store_trust(str(trust_file), store)
     objects = load_objects(Path(args.objects)) if args.objects else None
     options = settings.verify_options(at=int(time.time()))
 
@@ -150,9 +153,9 @@ def _now(args: argparse.Namespace) -> int:
 
 def cmd_rederive(args: argparse.Namespace) -> int:
     settings = load_settings()
-    pipeline_for = _pipeline_for(args, settings)
     engine = open_engine(args, settings)
     try:
+        pipeline_for = _pipeline_for(args, settings, engine)
         done = rederive(engine, pipeline_for, now=_now(args), dry_run=args.dry_run)
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
@@ -259,7 +262,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     settings = load_settings()
     key = _load_key(args.trust_key, private=False)
-    pipeline_for = _pipeline_for(args, settings)
     engine = open_engine(args, settings)
     now = _now(args)
     try:
@@ -276,7 +278,17 @@ def cmd_import(args: argparse.Namespace) -> int:
             try:
                 db.ensure_schema(scratch)
                 digest = RecordsDigest()
-                done = replay(pipeline_for(scratch), read_records(source, digest))
+                records = read_records(source, digest)
+                # The key history and revocations first: the receipts are judged with them.
+                history = replay_trust(scratch, records)
+                pipeline_for = _pipeline_for(args, settings, scratch)
+                done = replay(
+                    pipeline_for(scratch),
+                    chain([history.next_record], records)
+                    if history.next_record is not None
+                    else records,
+                )
+                done.rows.update(history.rows)
                 check_records(first, digest)
                 db.run(scratch, lambda session: sweep(session, now=now, timing=settings.timing))
                 # 3. Into the database in one transaction: all of it or nothing.

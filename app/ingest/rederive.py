@@ -104,6 +104,45 @@ def replay(pipeline: Pipeline, records: Iterable[Mapping[str, Any]]) -> Replayed
     return done
 
 
+TRUST_KINDS = ("trust_key_window", "trust_revocation", "trust_event")
+
+
+@dataclass
+class TrustHistory:
+    """What ``replay_trust`` inserted, and the first record after the trust records."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    next_record: Mapping[str, Any] | None = None
+
+
+def replay_trust(engine: Engine, records: Iterator[Mapping[str, Any]]) -> TrustHistory:
+    """Insert an export's leading key history, revocations and trust audit log into
+    ``engine``, before a pipeline is made that judges with them; stops at the first other
+    record, which it hands back."""
+    done = TrustHistory()
+    batch: list[Mapping[str, Any]] = []
+    for record in records:
+        kind = record.get("t")
+        if kind not in TRUST_KINDS:
+            done.next_record = record
+            break
+        if batch and batch[-1].get("t") != kind:
+            _flush(engine, batch, done.rows)
+        batch.append(record)
+        if len(batch) >= _BATCH:
+            _flush(engine, batch, done.rows)
+    if batch:
+        _flush(engine, batch, done.rows)
+    return done
+
+
+def _flush(engine: Engine, batch: list[Mapping[str, Any]], rows: dict[str, int]) -> None:
+    kind = str(batch[0]["t"])
+    db.run(engine, functools.partial(_insert, kind=kind, batch=list(batch)))
+    rows[kind] = rows.get(kind, 0) + len(batch)
+    batch.clear()
+
+
 def _insert(session: Session, *, kind: str, batch: list[Mapping[str, Any]]) -> None:
     insert_rows(session, kind, batch)
 

@@ -11,6 +11,8 @@ Every other line is one record ``{"t": KIND, ...columns}``, with octets and dige
 base64url text. What is exported is what cannot be re-derived, in the order an import
 needs it (``KINDS``):
 
+- ``trust_key_window``, ``trust_revocation``, ``trust_event``: the key history, the
+  revocations and the trust audit log, first, since receipts are judged with them;
 - ``element`` and ``rejected_octets``: the signed octets exactly as received;
 - ``envelope_item``: envelope handoffs as captured (their cases are derived again);
 - ``host_state``: captured A2A task states that rode with no element (those that did are
@@ -57,6 +59,9 @@ from app.store.models import (
     RejectedObservationRow,
     RejectedOctetsRow,
     TokenRow,
+    TrustEventRow,
+    TrustKeyWindowRow,
+    TrustRevocationRow,
     UserRow,
     VerdictRow,
 )
@@ -66,8 +71,8 @@ VERSION = 2
 _BATCH = 500
 # Every kind, in the order an export writes them and an import needs them.
 KINDS = (
-    "element", "rejected_octets", "envelope_item", "host_state", "observation",
-    "rejected_observation", "flag", "action", "comment", "delivery", "api_token",
+    "trust_key_window", "trust_revocation", "trust_event", "element", "rejected_octets",
+    "envelope_item", "host_state", "observation", "rejected_observation", "flag", "action", "comment", "delivery", "api_token",
     "operator_user",
 )  # fmt: skip
 # The header's members this importer understands; another one may be added by a later
@@ -82,6 +87,9 @@ PLAIN: dict[str, type[SQLModel]] = {
     "element": ElementRow,
     "rejected_octets": RejectedOctetsRow,
     "envelope_item": EnvelopeItemRow,
+    "trust_key_window": TrustKeyWindowRow,
+    "trust_revocation": TrustRevocationRow,
+    "trust_event": TrustEventRow,
     "host_state": HostStateRow,
     "api_token": TokenRow,
     "operator_user": UserRow,
@@ -213,6 +221,19 @@ def check_records(first: Mapping[str, Any], digest: RecordsDigest) -> None:
 
 def export_records(session: Session, *, secrets: bool) -> Iterator[dict[str, Any]]:
     """Every record of the store, streamed (header excluded), in ``KINDS`` order."""
+    # First: the key history and revocations, which the import judges the receipts with.
+    yield from _rows(
+        session,
+        "trust_key_window",
+        select(TrustKeyWindowRow).order_by(
+            TrustKeyWindowRow.source, TrustKeyWindowRow.kid, TrustKeyWindowRow.thumbprint,
+            TrustKeyWindowRow.generation,
+        ),
+    )  # fmt: skip
+    yield from _rows(
+        session, "trust_revocation", select(TrustRevocationRow).order_by(TrustRevocationRow.id)
+    )
+    yield from _rows(session, "trust_event", select(TrustEventRow).order_by(TrustEventRow.id))
     yield from _rows(session, "element", select(ElementRow).order_by(ElementRow.digest))
     yield from _rows(
         session, "rejected_octets", select(RejectedOctetsRow).order_by(RejectedOctetsRow.digest)

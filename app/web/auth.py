@@ -38,6 +38,7 @@ class Permission(StrEnum):
     READ = "read"
     TRIAGE = "triage"
     METRICS = "metrics"
+    TRUST = "trust"
 
 
 GRANTS: dict[Permission, frozenset[Role]] = {
@@ -47,6 +48,8 @@ GRANTS: dict[Permission, frozenset[Role]] = {
     Permission.TRIAGE: frozenset({Role.OPERATOR, Role.ADMIN}),
     # Counters and gauges, no stored data: any token may scrape them (README, SECURITY.md).
     Permission.METRICS: frozenset(Role),
+    # Revoking a key changes what every verdict rests on: administrators only.
+    Permission.TRUST: frozenset({Role.ADMIN}),
 }
 
 _bearer = HTTPBearer(
@@ -96,3 +99,4 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 VerifyCaller = Annotated[Principal, Depends(requires(Permission.VERIFY))]
 Reader = Annotated[Principal, Depends(requires(Permission.READ))]
 CurrentOperator = Annotated[Principal, Depends(requires(Permission.TRIAGE))]
+TrustAdmin = Annotated[Principal, Depends(requires(Permission.TRUST))]

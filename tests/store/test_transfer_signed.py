@@ -21,7 +21,16 @@ from sqlalchemy import Table, func, select
 from sqlmodel import SQLModel
 
 from app.store.db import make_engine, transaction
-from app.store.models import CommentRow, DeliveryRow, FlagRow, TokenRow, UserRow
+from app.store.models import (
+    CommentRow,
+    DeliveryRow,
+    FlagRow,
+    TokenRow,
+    TrustEventRow,
+    TrustKeyWindowRow,
+    TrustRevocationRow,
+    UserRow,
+)
 from app.store.tokens import Role, create_token
 from app.store.users import create_user, sso_user
 from tests.databases import Databases
@@ -30,7 +39,7 @@ from tests.store.test_transfer import _cli, _importing, _signing, demo  # noqa: 
 WORK = {
     "element", "rejected_octets", "envelope_item", "host_state", "observation",
     "rejected_observation", "action", "flag_comment", "webhook_delivery", "api_token",
-    "operator_user",
+    "operator_user", "trust_key_window", "trust_revocation", "trust_event",
 }  # fmt: skip
 # Re-derived by import from the octets and receipts; a flag's workflow columns are
 # operators' work and compared with WORK (``_workflow``).
@@ -112,6 +121,33 @@ def full(demo: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
                             delivered_at=3, response=204)
             )  # fmt: skip
             create_token(session, name="ci", role=Role.INGEST, now=4)
+            # The trust history: a key window, a revocation (of a key no element uses) and
+            # the audit log's entry for it.
+            session.add(
+                TrustKeyWindowRow(
+                    source="jwks:https://keys.example/",
+                    kid="old-1",
+                    thumbprint="t" * 43,
+                    generation=1,
+                    jwk="{}",
+                    first_seen=1,
+                    stopped_at=2,
+                )
+            )
+            session.add(
+                TrustRevocationRow(
+                    kid="old-1", at=2, reason="rotated", actor="token:ci", created_at=2
+                )
+            )
+            session.add(
+                TrustEventRow(
+                    at=2,
+                    kind="revoked",
+                    source="jwks:https://keys.example/",
+                    detail="kid old-1",
+                    keys=[["old-1", "t" * 43]],
+                )
+            )
             create_user(session, username="ada", role=Role.ADMIN, password="x" * 16, now=5)
             sso_user(session, issuer="https://idp.example", subject="s-1", label="sso-sam",
                      role=Role.READ, now=6)  # fmt: skip

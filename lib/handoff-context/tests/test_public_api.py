@@ -11,7 +11,7 @@ import textwrap
 
 import handoff_context
 
-PUBLIC_MODULES = {"carry", "conformance", "errors", "vectors", "reporter", "taps"}
+PUBLIC_MODULES = {"carry", "conformance", "errors", "vectors", "reporter", "sources", "taps"}
 
 
 def test_every_exported_name_exists() -> None:
