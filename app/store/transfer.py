@@ -72,8 +72,8 @@ _BATCH = 500
 # Every kind, in the order an export writes them and an import needs them.
 KINDS = (
     "trust_key_window", "trust_revocation", "trust_event", "element", "rejected_octets",
-    "envelope_item", "host_state", "observation", "rejected_observation", "flag", "action", "comment", "delivery", "api_token",
-    "operator_user",
+    "envelope_item", "host_state", "observation", "rejected_observation", "flag", "action",
+    "comment", "delivery", "api_token", "operator_user",
 )  # fmt: skip
 # The header's members this importer understands; another one may be added by a later
 # version and ignored by this one, unless it is named in ``crit`` (as in JWS, RFC 7515
