@@ -219,7 +219,10 @@ def _load_key(path: str, *, private: bool) -> Any:
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
     except (ValueError, JoseError) as exc:
-        raise UsageError(f"{path} is not a usable JWK: {exc}") from exc
+        # Not chained, and the JOSE library's message left out: a traceback or a message
+        # never carries key material.
+        why = type(exc).__name__ if isinstance(exc, JoseError) else str(exc)
+        raise UsageError(f"{path} is not a usable JWK: {why}") from None
 
 
 @contextmanager
