@@ -37,6 +37,7 @@ from fastapi.responses import RedirectResponse, Response
 from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
+from sqlalchemy.exc import IntegrityError
 
 from app.errors import HandoffTraceError
 from app.settings import Settings
@@ -294,7 +295,12 @@ def oidc_callback(
         return open_session(session, user=user, now=now, lifetime=lifetime)
 
     try:
-        token = db.run(service.engine, login)
+        try:
+            token = db.run(service.engine, login)
+        except IntegrityError:
+            # Another person's first login took this label in the same instant: once more,
+            # and the label is made this person's own (app.store.users.sso_user).
+            token = db.run(service.engine, login)
     except OidcError as exc:
         return _refused(request, str(exc), 403)
     response = RedirectResponse(flow["next"], status_code=303)
