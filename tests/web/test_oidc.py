@@ -199,3 +199,22 @@ def test_a_provider_name_that_a_local_account_holds_is_refused_with_a_page(
     assert "text/html" in answer.headers["content-type"]
     assert "belongs to a local account" in answer.text
     assert "ht_session" not in answer.cookies
+
+
+def test_an_account_made_before_subjects_were_kept_is_never_claimed(
+    sso_app: TestClient, idp: Idp
+) -> None:
+    # An SSO account from before migration 0013 has no (iss, sub): nobody can tell whose it
+    # was, so a login under its name gets an account of its own.
+    from app.store.db import transaction
+    from app.store.models import UserRow
+    from app.store.users import SSO_HASH
+
+    engine = sso_app.app.state.service.engine  # type: ignore[attr-defined]
+    with transaction(engine) as session:
+        session.add(UserRow(username="sso-alice", role="admin", password_hash=SSO_HASH,
+                            created_at=1))  # fmt: skip
+    answer = _sso_login(sso_app, idp, {"sub": "p-9", "preferred_username": "alice",
+                                       "groups": ["readers"]})  # fmt: skip
+    name, role = _who(sso_app, answer.cookies["ht_session"])
+    assert name.startswith("sso-alice-") and role is Role.READ
