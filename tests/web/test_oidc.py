@@ -204,7 +204,7 @@ def test_a_provider_name_that_a_local_account_holds_is_refused_with_a_page(
 def test_an_account_made_before_subjects_were_kept_is_never_claimed(
     sso_app: TestClient, idp: Idp
 ) -> None:
-    # An SSO account from before migration 0013 has no (iss, sub): nobody can tell whose it
+    # An SSO account from before migration 0014 has no (iss, sub): nobody can tell whose it
     # was, so a login under its name gets an account of its own.
     from app.store.db import transaction
     from app.store.models import UserRow

@@ -1,8 +1,8 @@
 """Identities bound to the provider's subject, and login limits counted before the
 password is checked (issue #25).
 
-Revision ID: 0013_sec25
-Revises: 0012_trust21
+Revision ID: 0014_sec25
+Revises: 0013_tlog24
 Create Date: 2026-12-01
 
 - ``operator_user.sso_issuer`` and ``sso_subject``: an account made by a login through an
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013_sec25"
-down_revision: str | None = "0012_trust21"
+revision: str = "0014_sec25"
+down_revision: str | None = "0013_tlog24"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
