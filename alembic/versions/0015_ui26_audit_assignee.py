@@ -1,7 +1,7 @@
 """The audit log records whom a flag was assigned to: ``action.assignee``.
 
-Revision ID: 0014_ui26
-Revises: 0013_tlog24
+Revision ID: 0015_ui26
+Revises: 0014_sec25
 Create Date: 2026-12-01
 
 An ``assign`` entry used to say only that someone assigned the flag, not to whom; the
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014_ui26"
-down_revision: str | None = "0013_tlog24"
+revision: str = "0015_ui26"
+down_revision: str | None = "0014_sec25"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
