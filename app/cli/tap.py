@@ -11,8 +11,8 @@ It is meant to be invisible. What reaches the upstream is what the client sent:
   (RFC 9110 section 7.6.1: ``Connection``, ``Keep-Alive``, ``Transfer-Encoding``,
   ``Upgrade``, ... and every header the ``Connection`` header names), which describe one
   connection. Nothing is added (no ``User-Agent``, ``Accept`` or ``Accept-Encoding`` of
-  the HTTP client's own), except the framing: a body that came chunked goes on with its
-  ``Content-Length``. With ``--forwarded-host`` the request names the upstream in ``Host``
+  the HTTP client's own). A body is passed on as it arrives, framed as it came (its
+  ``Content-Length``, else chunked), never held whole. With ``--forwarded-host`` the request names the upstream in ``Host``
   instead and the client's ``Host`` travels in ``X-Forwarded-Host`` (for an upstream that
   only answers to its own name);
 - every body as it came: a compressed one (``Content-Encoding: gzip`` or ``deflate``) is
@@ -40,7 +40,7 @@ import logging
 import os
 import signal
 import urllib.parse
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -206,42 +206,76 @@ def forwarding_app(
             return
         if scope["type"] != "http":
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # gone before its request arrived whole: nothing to forward
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
         url = upstream + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         if scope.get("query_string"):
             url += "?" + scope["query_string"].decode("latin-1")
         headers = upstream_headers(
             scope["headers"], upstream=upstream, forwarded_host=forwarded_host
         )
+        body = _Body(receive, expected=_has_body(scope["headers"]))
         # httpx.Request, not client.build_request: the client's default headers (Accept,
-        # Accept-Encoding, User-Agent, Connection) are not the client's to add.
-        request = httpx.Request(scope["method"], url, headers=headers, content=bytes(body))
+        # Accept-Encoding, User-Agent, Connection) are not the client's to add. The body
+        # goes on as it arrives, framed as it came (its Content-Length, else chunked).
+        content = body.chunks() if body.expected else None
+        request = httpx.Request(scope["method"], url, headers=headers, content=content)
         async with anyio.create_task_group() as group:
-            group.start_soon(_until_disconnect, receive, group.cancel_scope)
+            group.start_soon(body.until_disconnect, group.cancel_scope)
             await _exchange(client, request, send)
             group.cancel_scope.cancel()
 
     return app
 
 
-async def _until_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-    """Wait for the client to go away, then cancel its exchange (closing the upstream
-    request). uvicorn also says so once the answer is complete; the exchange is over then."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
+def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    for key, value in headers:
+        name = key.lower()
+        if name == b"transfer-encoding":
+            return True
+        if name == b"content-length":
+            return value.strip() not in (b"", b"0")
+    return False
+
+
+class _ClientGone(Exception):
+    """The client went away while its request body was still coming."""
+
+
+class _Body:
+    """A request's body, passed on chunk by chunk as it arrives; then the wait for its
+    client to go away, which cancels the exchange (closing the upstream request)."""
+
+    def __init__(self, receive: Receive, *, expected: bool) -> None:
+        self.receive = receive
+        self.expected = expected
+        self.done = anyio.Event()
+        if not expected:
+            self.done.set()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            if message.get("body"):
+                yield bytes(message["body"])
+            if not message.get("more_body", False):
+                break
+        self.done.set()
+
+    async def until_disconnect(self, scope: anyio.CancelScope) -> None:
+        # uvicorn also says "disconnect" once the answer is complete: the exchange is over
+        # then, and cancelling it changes nothing.
+        await self.done.wait()
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
 
 
 async def _exchange(client: httpx.AsyncClient, request: httpx.Request, send: Send) -> None:
     try:
         response = await client.send(request, stream=True)
+    except _ClientGone:
+        return  # nobody to answer
     except httpx.HTTPError as exc:
         await _bad_gateway(send, f"upstream unreachable: {type(exc).__name__}")
         return

@@ -62,10 +62,16 @@ class Upstream:
         if scope["path"] == "/events":
             await self._events(receive, send)
             return
-        while (await receive()).get("more_body"):
-            pass
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
         if scope["path"] == "/echo":
             answer: Any = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]
+        elif scope["path"] == "/upload":
+            answer = {"headers": _text(scope["headers"]), "body": body.hex()}
         else:
             answer = status_event("t-1", "TASK_STATE_COMPLETED")
         body = json.dumps(answer).encode()
@@ -87,6 +93,10 @@ class Upstream:
         finally:
             with self.lock:
                 self.open -= 1
+
+
+def _text(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +214,38 @@ def test_gzip_passes_untouched_and_is_reported(upstream: tuple[str, Upstream]) -
     assert json.loads(uncompressed) == status_event("t-1", "TASK_STATE_COMPLETED")
     # Both answers were reported, the compressed one read decompressed.
     assert seen.sent == [status_event("t-1", "TASK_STATE_COMPLETED")] * 2
+
+
+def test_a_body_goes_on_as_it_came(upstream: tuple[str, Upstream]) -> None:
+    url, _ = upstream
+    big = os.urandom(1 << 20)
+
+    def pieces() -> Iterator[bytes]:
+        for i in range(0, len(big), 1 << 16):
+            yield big[i : i + (1 << 16)]
+
+    with tapped(url) as (tap, _seen), httpx.Client(timeout=30) as http:
+        chunked = http.post(tap + "/upload", content=pieces()).json()
+        sized = http.post(tap + "/upload", content=big).json()
+    # Chunked from the client, chunked to the upstream; sized, with its Content-Length.
+    assert chunked["headers"]["transfer-encoding"] == "chunked"
+    assert "content-length" not in chunked["headers"]
+    assert sized["headers"]["content-length"] == str(len(big))
+    assert bytes.fromhex(chunked["body"]) == bytes.fromhex(sized["body"]) == big
+
+
+def test_an_upstream_silent_past_the_idle_timeout_is_cut(upstream: tuple[str, Upstream]) -> None:
+    url, plain = upstream
+    app = build_tap(url, Seen(), upstream_client(0.2))  # type: ignore[arg-type]
+    with serving(app, lifespan="on") as tap, httpx.Client(timeout=30) as http:
+        with http.stream("GET", tap + "/events") as stream:
+            chunks = stream.iter_raw()
+            assert next(chunks).startswith(b"data: ")
+            # The upstream sends nothing more: the tap cuts the answer, and the client
+            # sees a broken stream (not a complete one), as after any drop.
+            with pytest.raises(httpx.RemoteProtocolError):
+                list(chunks)
+        wait_until(lambda: plain.open == 0, what="the upstream stream's close")
 
 
 def test_500_dropped_streams_close_upstream_and_leave_the_pool_free(
