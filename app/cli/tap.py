@@ -12,9 +12,9 @@ It is meant to be invisible. What reaches the upstream is what the client sent:
   ``Upgrade``, ... and every header the ``Connection`` header names), which describe one
   connection. Nothing is added (no ``User-Agent``, ``Accept`` or ``Accept-Encoding`` of
   the HTTP client's own). A body is passed on as it arrives, framed as it came (its
-  ``Content-Length``, else chunked), never held whole. With ``--forwarded-host`` the request names the upstream in ``Host``
-  instead and the client's ``Host`` travels in ``X-Forwarded-Host`` (for an upstream that
-  only answers to its own name);
+  ``Content-Length``, else chunked), never held whole. With ``--forwarded-host`` the
+  request names the upstream in ``Host`` instead and the client's ``Host`` travels in
+  ``X-Forwarded-Host`` (for an upstream that only answers to its own name);
 - every body as it came: a compressed one (``Content-Encoding: gzip`` or ``deflate``) is
   passed on compressed and decompressed only for reporting.
 The same holds for the answer on its way back.
