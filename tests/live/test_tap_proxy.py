@@ -76,6 +76,8 @@ class Upstream:
             answer = status_event("t-1", "TASK_STATE_COMPLETED")
         body = json.dumps(answer).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        # A header for this hop only, named in Connection (RFC 9110 section 7.6.1).
+        headers += [(b"connection", b"x-up-hop"), (b"x-up-hop", b"1")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -146,9 +148,12 @@ SENT = [
 def test_the_upstream_gets_what_the_client_sent(upstream: tuple[str, Upstream]) -> None:
     url, _ = upstream
     with tapped(url) as (tap, _seen):
-        _, _, direct = exactly(url, "POST", "/echo", SENT, b"{}")
-        status, _, through = exactly(tap, "POST", "/echo", SENT, b"{}")
+        _, direct_headers, direct = exactly(url, "POST", "/echo", SENT, b"{}")
+        status, headers, through = exactly(tap, "POST", "/echo", SENT, b"{}")
     assert status == 200
+    # The same on the way back: the upstream's hop-only header stays on its hop.
+    assert direct_headers["x-up-hop"] == "1" and "x-up-hop" not in headers
+    assert headers["content-type"] == "application/json"
     # Directly, the upstream sees the hop-by-hop headers too; through the tap, Host is kept,
     # the headers Connection names are gone, and nothing was added (no User-Agent, Accept,
     # Accept-Encoding of the tap's HTTP client).
