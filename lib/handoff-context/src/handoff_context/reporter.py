@@ -64,7 +64,7 @@ from typing import Any
 # The carrying keys, named here too for the agents that know them from here.
 from handoff_context.carry import A2A_EXTENSION_URI as A2A_EXTENSION_URI
 from handoff_context.carry import MCP_META_KEY as MCP_META_KEY
-from handoff_context.carry import find_all
+from handoff_context.carry import Unreadable, find_all, is_bare_object
 
 __all__ = ["Reporter", "ReporterStats", "to_plain"]
 
@@ -408,13 +408,22 @@ def to_plain(message: object) -> Any:
 
 
 def worth_reporting(payload: Any) -> bool:
-    """Whether the service would keep anything of a payload: a handoff or status object, a
-    malformed carrying place (kept as an item error), or an A2A host task state. The
-    service reads payloads with ``carry.find_all`` (an array as a JSON-RPC batch, one
-    level); so does this, so that nothing is shipped that the service then skips (an A2A
-    ``ListTasks`` answer, a Task's history)."""
+    """Whether the service would store anything of a payload: a handoff or status object
+    (even a malformed one, kept as evidence) or an A2A host task state. The service reads
+    payloads with ``carry.find_all`` (an array as a JSON-RPC batch, one level); so does
+    this, so that nothing is shipped that the service then skips: an A2A ``ListTasks``
+    answer, a Task's history, an unknown task state, a carrying place that holds no object
+    (the service only counts it as an error)."""
     items = payload if isinstance(payload, list) else [payload]
-    return any(isinstance(item, Mapping) and find_all(item) for item in items)
+    return any(_stored(item) for item in items)
+
+
+def _stored(item: Any) -> bool:
+    if not isinstance(item, Mapping):
+        return False
+    if "payload" in item and not is_bare_object(item):
+        return False  # a capture record inside the record this would be sent in: an error
+    return any(not isinstance(found, Unreadable) for found in find_all(item))
 
 
 def dialog_of(payload: Any) -> str | None:
