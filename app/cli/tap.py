@@ -21,9 +21,9 @@ The same holds for the answer on its way back.
 
 Bounds: a client that goes away closes its upstream request at once (a stream the client
 dropped does not hold an upstream connection); connecting and waiting for a pooled
-connection are bounded, and so is silence on an upstream answer (``--idle-timeout``: a
-stream that sends nothing, not even a keep-alive comment, for that long is closed, and the
-client reconnects as it would after any dropped stream). On SIGTERM or SIGINT the tap stops
+connection are bounded, and so is silence on an upstream answer (``--idle-timeout``: an
+answer not begun by then is a 504; a stream that sends nothing, not even a keep-alive
+comment, for that long is cut, and the client reconnects as it would after any drop). On SIGTERM or SIGINT the tap stops
 taking connections, lets open requests finish for ``--shutdown-timeout`` seconds, cancels
 what is left, flushes the reporter for at most ``FLUSH_TIMEOUT`` seconds and exits 0: it
 is gone within ``--shutdown-timeout`` + ``FLUSH_TIMEOUT`` seconds (plus a moment).
@@ -276,6 +276,9 @@ async def _exchange(client: httpx.AsyncClient, request: httpx.Request, send: Sen
         response = await client.send(request, stream=True)
     except _ClientGone:
         return  # nobody to answer
+    except httpx.TimeoutException as exc:  # no connection, no pooled one, or no answer in time
+        await _bad_gateway(send, f"upstream timed out: {type(exc).__name__}", status=504)
+        return
     except httpx.HTTPError as exc:
         await _bad_gateway(send, f"upstream unreachable: {type(exc).__name__}")
         return
@@ -307,10 +310,10 @@ async def _lifespan(receive: Receive, send: Send, client: httpx.AsyncClient) -> 
             return
 
 
-async def _bad_gateway(send: Send, detail: str) -> None:
+async def _bad_gateway(send: Send, detail: str, *, status: int = 502) -> None:
     body = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 502, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -62,6 +62,10 @@ class Upstream:
         if scope["path"] == "/events":
             await self._events(receive, send)
             return
+        if scope["path"] == "/never":  # never answers; waits for its client to go
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            return
         body = b""
         while True:
             message = await receive()
@@ -251,6 +255,25 @@ def test_an_upstream_silent_past_the_idle_timeout_is_cut(upstream: tuple[str, Up
             with pytest.raises(httpx.RemoteProtocolError):
                 list(chunks)
         wait_until(lambda: plain.open == 0, what="the upstream stream's close")
+
+
+def test_an_upstream_that_does_not_answer_or_is_not_there_is_a_clear_error(
+    upstream: tuple[str, Upstream],
+) -> None:
+    url, _ = upstream
+    nobody = f"http://127.0.0.1:{free_port()}"
+    with (
+        serving(build_tap(url, Seen(), upstream_client(0.2)), lifespan="on") as slow,  # type: ignore[arg-type]
+        tapped(nobody) as (absent, _seen),
+        httpx.Client(timeout=30) as http,
+    ):
+        late = http.get(slow + "/never")
+        gone = http.get(absent + "/")
+    assert (late.status_code, late.json()) == (504, {"detail": "upstream timed out: ReadTimeout"})
+    assert (gone.status_code, gone.json()) == (
+        502,
+        {"detail": "upstream unreachable: ConnectError"},
+    )
 
 
 def test_500_dropped_streams_close_upstream_and_leave_the_pool_free(
