@@ -23,8 +23,8 @@ Bounds: a client that goes away closes its upstream request at once (a stream th
 dropped does not hold an upstream connection); connecting and waiting for a pooled
 connection are bounded, and so is silence on an upstream answer (``--idle-timeout``: an
 answer not begun by then is a 504; a stream that sends nothing, not even a keep-alive
-comment, for that long is cut, and the client reconnects as it would after any drop). On SIGTERM or SIGINT the tap stops
-taking connections, lets open requests finish for ``--shutdown-timeout`` seconds, cancels
+comment, for that long is cut, and the client reconnects as it would after any drop).
+On SIGTERM or SIGINT the tap stops taking connections, lets open requests finish for ``--shutdown-timeout`` seconds, cancels
 what is left, flushes the reporter for at most ``FLUSH_TIMEOUT`` seconds and exits 0: it
 is gone within ``--shutdown-timeout`` + ``FLUSH_TIMEOUT`` seconds (plus a moment).
 
