@@ -24,9 +24,10 @@ dropped does not hold an upstream connection); connecting and waiting for a pool
 connection are bounded, and so is silence on an upstream answer (``--idle-timeout``: an
 answer not begun by then is a 504; a stream that sends nothing, not even a keep-alive
 comment, for that long is cut, and the client reconnects as it would after any drop).
-On SIGTERM or SIGINT the tap stops taking connections, lets open requests finish for ``--shutdown-timeout`` seconds, cancels
-what is left, flushes the reporter for at most ``FLUSH_TIMEOUT`` seconds and exits 0: it
-is gone within ``--shutdown-timeout`` + ``FLUSH_TIMEOUT`` seconds (plus a moment).
+On SIGTERM or SIGINT the tap stops taking connections, lets open requests finish for
+``--shutdown-timeout`` seconds, cancels what is left, flushes the reporter for at most
+``FLUSH_TIMEOUT`` seconds and exits 0: it is gone within ``--shutdown-timeout`` +
+``FLUSH_TIMEOUT`` seconds (plus a moment).
 
 The ingest token comes from ``--token-file`` or the ``HANDOFF_TRACE_TOKEN`` variable, never
 from the command line, where every user of the machine can read it (``ps``).
