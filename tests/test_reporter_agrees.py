@@ -116,7 +116,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(payload=json_values)
 def test_the_reporter_agrees_with_the_service_on_any_payload(payload: Any) -> None:
     assert worth_reporting(payload) == kept_by_the_service(payload)
