@@ -207,7 +207,14 @@ def forwarding_app(
             return
         if scope["type"] != "http":
             return
-        url = upstream + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        path = scope.get("raw_path") or scope["path"].encode()
+        if not path.startswith(b"/"):
+            # Only origin-form targets: "@host/..." or "http://host/..." appended to the
+            # upstream's URL could name another host, and the tap fetches nothing an input
+            # asks for.
+            await _error(send, "the request target must be a path", status=400)
+            return
+        url = upstream + path.decode("latin-1")
         if scope.get("query_string"):
             url += "?" + scope["query_string"].decode("latin-1")
         headers = upstream_headers(
@@ -278,10 +285,10 @@ async def _exchange(client: httpx.AsyncClient, request: httpx.Request, send: Sen
     except _ClientGone:
         return  # nobody to answer
     except httpx.TimeoutException as exc:  # no connection, no pooled one, or no answer in time
-        await _bad_gateway(send, f"upstream timed out: {type(exc).__name__}", status=504)
+        await _error(send, f"upstream timed out: {type(exc).__name__}", status=504)
         return
     except httpx.HTTPError as exc:
-        await _bad_gateway(send, f"upstream unreachable: {type(exc).__name__}")
+        await _error(send, f"upstream unreachable: {type(exc).__name__}", status=502)
         return
     try:
         kept = end_to_end(response.headers.raw)
@@ -311,7 +318,7 @@ async def _lifespan(receive: Receive, send: Send, client: httpx.AsyncClient) -> 
             return
 
 
-async def _bad_gateway(send: Send, detail: str, *, status: int = 502) -> None:
+async def _error(send: Send, detail: str, *, status: int) -> None:
     body = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})

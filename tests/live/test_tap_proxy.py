@@ -276,6 +276,17 @@ def test_an_upstream_that_does_not_answer_or_is_not_there_is_a_clear_error(
     )
 
 
+@pytest.mark.parametrize("target", ["@127.0.0.1:1/echo", "http://127.0.0.1:1/echo", "*"])
+def test_a_target_that_is_not_a_path_is_refused(
+    upstream: tuple[str, Upstream], target: str
+) -> None:
+    # Appended to the upstream's URL, "@host/..." would name another host.
+    url, _ = upstream
+    with tapped(url) as (tap, _seen):
+        status, _, body = exactly(tap, "GET", target, [("Host", "a.example")])
+    assert (status, json.loads(body)) == (400, {"detail": "the request target must be a path"})
+
+
 def test_500_dropped_streams_close_upstream_and_leave_the_pool_free(
     upstream: tuple[str, Upstream],
 ) -> None:
