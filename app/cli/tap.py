@@ -36,6 +36,7 @@ from the command line, where every user of the machine can read it (``ps``).
 from __future__ import annotations
 
 import argparse
+import http.cookiejar
 import json
 import logging
 import os
@@ -334,9 +335,13 @@ def build_tap(
 
 def upstream_client(idle_timeout: float) -> httpx.AsyncClient:
     """The HTTP client to the upstream: no proxy or certificate settings from the
-    environment, no redirects followed, and every wait bounded."""
+    environment, no redirects followed, no cookies kept, and every wait bounded."""
     timeout = httpx.Timeout(connect=10.0, read=idle_timeout, write=30.0, pool=10.0)
-    return httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False)
+    # Cookies belong to the client and the agent: the tap keeps none (it would only grow).
+    keeps_none = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return httpx.AsyncClient(
+        timeout=timeout, trust_env=False, follow_redirects=False, cookies=keeps_none
+    )
 
 
 def _exit_on_term(signum: int, frame: object) -> None:

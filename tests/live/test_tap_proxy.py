@@ -82,6 +82,7 @@ class Upstream:
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         # A header for this hop only, named in Connection (RFC 9110 section 7.6.1).
         headers += [(b"connection", b"x-up-hop"), (b"x-up-hop", b"1")]
+        headers += [(b"set-cookie", b"session=s; Path=/")]  # the client's, not the tap's
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -114,11 +115,14 @@ def upstream() -> Iterator[tuple[str, Upstream]]:
 
 
 @contextmanager
-def tapped(upstream: str, *, forwarded_host: bool = False) -> Iterator[tuple[str, Seen]]:
+def tapped(
+    upstream: str, *, forwarded_host: bool = False, client: httpx.AsyncClient | None = None
+) -> Iterator[tuple[str, Seen]]:
     """The tap's own app (as ``handoff-trace tap`` serves it) in front of ``upstream``; the
     lifespan closes its upstream client."""
     seen = Seen()
-    app = build_tap(upstream, seen, upstream_client(300.0), forwarded_host=forwarded_host)  # type: ignore[arg-type]
+    client = client or upstream_client(300.0)
+    app = build_tap(upstream, seen, client, forwarded_host=forwarded_host)  # type: ignore[arg-type]
     with serving(app, lifespan="on") as url:
         yield url, seen
 
@@ -151,9 +155,15 @@ SENT = [
 
 def test_the_upstream_gets_what_the_client_sent(upstream: tuple[str, Upstream]) -> None:
     url, _ = upstream
-    with tapped(url) as (tap, _seen):
+    client = upstream_client(300.0)
+    with tapped(url, client=client) as (tap, _seen):
         _, direct_headers, direct = exactly(url, "POST", "/echo", SENT, b"{}")
         status, headers, through = exactly(tap, "POST", "/echo", SENT, b"{}")
+        # A cookie the upstream set reaches the client, and the tap keeps none: the next
+        # request reaches the upstream with no Cookie header the client did not send.
+        _, _, again = exactly(tap, "POST", "/echo", SENT, b"{}")
+    assert headers["set-cookie"] == "session=s; Path=/"
+    assert again == through and len(client.cookies.jar) == 0
     assert status == 200
     # The same on the way back: the upstream's hop-only header stays on its hop.
     assert direct_headers["x-up-hop"] == "1" and "x-up-hop" not in headers
