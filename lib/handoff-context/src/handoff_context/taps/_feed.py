@@ -52,7 +52,7 @@ def request_message(path: str, body: bytes, content_encoding: str | None = None)
     return payload
 
 
-# zlib's window bits: a gzip member, or a zlib stream (HTTP's "deflate", RFC 9110 §8.4.1.2).
+# zlib's window bits: a gzip member, or a zlib stream (HTTP's "deflate", RFC 9110 section 8.4.1.2).
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _STEP = 1 << 16  # decompressed octets produced per step (a small chunk cannot balloon)
 
