@@ -295,7 +295,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             # digest, record kinds and their order.
             first = read_header(source.readline())
             verify_header(first, key)
-            rebuild = Rebuild()
+            rebuild = Rebuild() if MEMBER in first else None
             check_records(first, _drain(source, rebuild))
             unanchored = _check_anchor(first, rebuild, log_key)
             # 2. Replayed into a scratch store, the digest checked again as it is read.
@@ -342,12 +342,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_REJECT if done.errors else EXIT_OK
 
 
-def _drain(source: IO[bytes], rebuild: Rebuild) -> RecordsDigest:
+def _drain(source: IO[bytes], rebuild: Rebuild | None) -> RecordsDigest:
     """Read every record (checking each), for their digest and counts, and the leaves of
-    the evidence log they make."""
+    the evidence log they make (when the export carries a checkpoint)."""
     digest = RecordsDigest()
     for number, record in enumerate(read_records(source, digest), 2):
-        rebuild.add(str(record["t"]), record, number)
+        if rebuild is not None:
+            rebuild.add(str(record["t"]), record, number)
     return digest
 
 
@@ -360,12 +361,14 @@ def _log_verifier(text: str | None) -> Verifier | None:
         raise UsageError(f"--log-key: {exc}") from exc
 
 
-def _check_anchor(first: dict[str, Any], rebuild: Rebuild, log_key: Verifier | None) -> int | None:
+def _check_anchor(
+    first: dict[str, Any], rebuild: Rebuild | None, log_key: Verifier | None
+) -> int | None:
     """The export's records rebuild the tree of the checkpoint in its header (its signature
     checked with ``log_key`` when given): returns how many records came after the
     checkpoint; None when the export carries none (then ``--log-key`` refuses it). Raises
     LogError or TransferError."""
-    if MEMBER not in first:
+    if rebuild is None:
         if log_key is not None:
             raise TransferError("the export carries no evidence-log checkpoint (--log-key)")
         return None

@@ -19,12 +19,14 @@ from sqlalchemy import func, select
 
 from app.log.keys import write_key
 from app.log.note import Signer
+from app.log.sequencer import sequence_all
 from app.store.db import make_engine, transaction
 from app.store.models import ElementRow, RejectedOctetsRow
 from app.store.transfer import RecordsDigest, header_line, sign_header
 from tests.conftest import World
 from tests.databases import Databases
 from tests.log.test_selfcheck import _store
+from tests.store.builders import T0, bundle, offer, rec, run
 from tests.store.test_transfer import _cli
 
 Lines = list[dict[str, Any]]
@@ -217,3 +219,42 @@ def test_log_verify_wants_the_log_key_and_a_checkpoint(exported: dict[str, Any])
     bare = _forge(exported, "bare", drop_log)
     code, out = _verify(exported, bare)
     assert code == 1 and "carries no checkpoint" in out
+
+    garbage = exported["root"] / "garbage.jsonl"
+    garbage.write_bytes(b"\x00\xffnot an export\n")
+    code, out = _verify(exported, garbage)
+    assert code == 1 and "FAIL" in out and "not JSON" in out
+
+
+def test_records_stored_after_the_checkpoint(
+    db_url: str, world: World, tmp_path: Path, databases: Databases
+) -> None:
+    """Without the log key, ``export`` anchors to the checkpoint there is: records the
+    sequencer had not reached are imported and counted, and ``log verify`` fails on them."""
+    engine = make_engine(db_url)
+    try:
+        _store(engine, world)
+        signer = write_key(tmp_path / "log.key", "handoff-trace.test/behind")
+        assert sequence_all(engine, signer, now=T0 + 40) == 6
+        late = offer(world.planner, world.coder, iat=T0 + 50)
+        run(engine, world.trust, [rec(bundle(late), T0 + 60, world.coder.iss)], now=T0 + 60)
+    finally:
+        engine.dispose()
+    key = new_key("Ed25519", kid="export-2")
+    (tmp_path / "export.jwk").write_text(json.dumps(key.as_dict(private=True)))
+    (tmp_path / "export.pub.jwk").write_text(json.dumps(public_jwk(key)))
+    doc = trust_document([world.assistant, world.planner, world.coder, world.tester])
+    (tmp_path / "trust.json").write_text(json.dumps(doc))
+    out = tmp_path / "export.jsonl"
+    code, _, err = _cli(
+        ["export", "--db", db_url, "--out", str(out), "--sign-key", str(tmp_path / "export.jwk")]
+    )
+    assert code == 0, err
+    exported = {"root": tmp_path, "signer": signer}
+    code, text = _verify(exported, out)
+    assert code == 1 and "FAIL  1 records of the export are not in the checkpoint" in text, text
+    target = databases.new(_kind(db_url))
+    code, text = _import(exported, target, out, "--log-key", signer.verifier.text())
+    assert code == 0, text
+    assert "(its signature verified); 1 records were stored after it" in text
+    assert _stored(target) == 7
