@@ -87,8 +87,10 @@ def add_transfer_commands(sub: Any) -> None:
         "version, record counts and the digest of the records), then the signed octets "
         "(elements, refused octets, envelope items), the receipts as ingested, and "
         "operators' state (flag workflow, audit log, comments, webhook log). Derived "
-        "tables are left out: `import` re-derives them. API tokens and dashboard users "
-        "(their hashes are credentials) only with --include-secrets.",
+        "tables are left out: `import` re-derives them. When the store keeps an evidence "
+        "log, the header carries its latest checkpoint (appended to first when "
+        "HANDOFF_TRACE_LOG_KEY_FILE is set) and the records rebuild its tree. API tokens "
+        "and dashboard users (their hashes are credentials) only with --include-secrets.",
     )
     add_db_option(p)
     p.add_argument("--out", metavar="FILE", default="-", help="output file ('-': stdout)")
@@ -111,10 +113,11 @@ def add_transfer_commands(sub: Any) -> None:
         help="load an export into an empty database and re-derive it",
         description="Load a file written by `export` into an empty database (any "
         "supported one: SQLite or PostgreSQL), once its signature, record counts and "
-        "digest check out: the octets as they are, every receipt through the ingest "
-        "pipeline in its original order and at its original ingest clock, then operators' "
-        "state onto the flags by condition; all in one transaction, so a failed import "
-        "leaves the database as it was.",
+        "digest check out, and, when it carries an evidence-log checkpoint, its elements "
+        "and refused octets rebuild that checkpoint's tree: the octets as they are, every "
+        "receipt through the ingest pipeline in its original order and at its original "
+        "ingest clock, then operators' state onto the flags by condition; all in one "
+        "transaction, so a failed import leaves the database as it was.",
     )
     add_db_option(p)
     add_now_option(p)
