@@ -20,7 +20,7 @@ from typing import Any
 from handoff_context import b64url_decode, b64url_encode
 from handoff_context.errors import HandoffError
 
-from app.log.audit import AuditReport, _consistent, _included
+from app.log.audit import AuditReport, check_consistent, check_included
 from app.log.checkpoint import Checkpoint, open_checkpoint
 from app.log.errors import FormatError, LogError, ProofError
 from app.log.leaf import Leaf, Source
@@ -156,9 +156,9 @@ def verify_export(
         if rest:
             raise LogError(f"{rest} records of the export are not in the checkpoint")
         if saved is not None:
-            _consistent(report, open_checkpoint(saved, verifier), checkpoint, leaves)
+            check_consistent(report, open_checkpoint(saved, verifier), checkpoint, leaves)
         if elements:
-            _included(report, leaves, elements)
+            check_included(report, leaves, elements)
     except LogError as exc:
         report.failures.append(str(exc))
     return report

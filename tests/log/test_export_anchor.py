@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handoff_context import b64url_decode, b64url_encode, new_key, public_jwk, trust_document
+from handoff_context import (
+    b64url_decode,
+    b64url_encode,
+    digest_text,
+    new_key,
+    public_jwk,
+    trust_document,
+)
 from sqlalchemy import func, select
 
 from app.log.keys import write_key
@@ -158,7 +165,8 @@ def _stored(url: str) -> int:
 def test_an_export_carries_its_checkpoint_and_imports(
     exported: dict[str, Any], databases: Databases, db_url: str
 ) -> None:
-    first, _ = _lines(exported["path"])
+    first, records = _lines(exported["path"])
+    assert records[0]["t"] == "element"
     assert first["crit"] == ["log"]
     assert first["log"]["checkpoint"].startswith("handoff-trace.test/export\n6\n")
     assert sorted(b64url_decode(first["log"]["sources"], what="s")) == [1, 1, 1, 1, 1, 2]
@@ -166,6 +174,13 @@ def test_an_export_carries_its_checkpoint_and_imports(
     assert code == 0, out
     assert "6 elements and refused octets rebuild the signed root" in out
     assert "FAIL" not in out
+    digest = b64url_decode(records[0]["digest"], what="digest")
+    state = exported["root"] / "saved.checkpoint"
+    state.write_text(first["log"]["checkpoint"])
+    code, out = _verify(exported, exported["path"], "--state", str(state), "--element",
+                        digest_text(digest))  # fmt: skip
+    assert code == 0, out
+    assert "consistency: 6 -> 6" in out and "inclusion: 1 elements found" in out
     vkey = exported["signer"].verifier.text()
     target = databases.new(_kind(db_url))
     code, out = _import(exported, target, exported["path"], "--log-key", vkey)
