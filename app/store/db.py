@@ -122,6 +122,52 @@ def ping(engine: Engine) -> None:
         connection.execute(text("SELECT 1"))
 
 
+# An SQLite store is not ready with less free space than this where its file lives: a
+# write probe alone can pass on a full disk, since SQLite rewrites its write-ahead log in
+# place after a checkpoint and so needs no new space for a small write.
+MIN_FREE_BYTES = 4 * 1024 * 1024
+_PROBE_ROW = f"{os.uname().nodename[:100]}:{os.getpid()}"
+
+
+class NotWritable(HandoffTraceError):
+    """The database answers but cannot take writes now."""
+
+    reason = "not-writable"
+
+
+def probe(engine: Engine, *, now: int) -> None:
+    """A real write, small and bounded, in a transaction of its own: this process's row of
+    ``write_probe`` rewritten (a read-only database, a lost connection or a server shutting
+    down fails it). On PostgreSQL a temporary table gets one row too: a new relation file
+    in the database's default tablespace, so a full disk there fails the probe as it fails
+    ingest (rewriting a row may fit in the page it had). On an SQLite file, the disk must
+    also have ``MIN_FREE_BYTES`` free. Raises SQLAlchemyError or NotWritable."""
+    from app.store.models import WriteProbeRow  # the store's tables import this module
+
+    row = {"name": _PROBE_ROW, "at": now}
+    with transaction(engine, wait=True) as session:
+        upsert_many(session, WriteProbeRow, [row], ["name"])
+        if engine.dialect.name == "postgresql":
+            connection = session.connection()
+            connection.exec_driver_sql("CREATE TEMPORARY TABLE probe (b bytea) ON COMMIT DROP")
+            connection.exec_driver_sql(
+                "INSERT INTO probe VALUES (decode(repeat('00', 4096), 'hex'))"
+            )
+    if (database := _sqlite_file(engine)) is not None:
+        stat = os.statvfs(Path(database).parent)
+        free = stat.f_bavail * stat.f_frsize
+        if free < MIN_FREE_BYTES:
+            raise NotWritable(f"{free} bytes free beside the database, under {MIN_FREE_BYTES}")
+
+
+def _sqlite_file(engine: Engine) -> str | None:
+    """The path of an SQLite file database; None for PostgreSQL or an in-memory one."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return None
+    return None if database.startswith("file:") else database
+
+
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own is DEFERRED).
     dbapi_connection.isolation_level = None
