@@ -124,33 +124,6 @@ def database_error(exc: SQLAlchemyError) -> str:
 def not_stored(source: str, exc: SQLAlchemyError) -> NotStored:
     """What an item that met a database error reports: not stored, and whether the database
     is unavailable (``unavailable``) rather than refusing this item."""
+    from app.store.db import unavailable
+
     return NotStored(source, database_error(exc), unavailable=unavailable(exc))
-
-
-def unavailable(exc: BaseException) -> bool:
-    """Whether a database error says the database cannot be written now, whatever the item:
-    a lost or refused connection, a full disk, a read-only database, an I/O error, a
-    server shutting down (SQLAlchemy's OperationalError and InterfaceError, and the
-    SQLSTATEs below), or no pooled connection in time. Only a constraint or a value the
-    database refuses (IntegrityError, DataError) is the item's own."""
-    from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
-    from sqlalchemy.exc import TimeoutError as PoolTimeout
-
-    if isinstance(exc, PoolTimeout):
-        return True
-    if not isinstance(exc, DBAPIError):
-        return False
-    if exc.connection_invalidated:
-        return True
-    sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
-    if sqlstate[:2] in _UNAVAILABLE_CLASSES or sqlstate in _UNAVAILABLE_STATES:
-        return True
-    return not isinstance(exc, IntegrityError | DataError)
-
-
-# PostgreSQL SQLSTATE classes and codes (PostgreSQL manual, appendix A) that say the server
-# cannot take writes: connection exceptions, insufficient resources (disk full, out of
-# memory, too many connections), operator intervention (shutdown), system errors (I/O);
-# and a read-only transaction (hot standby, default_transaction_read_only).
-_UNAVAILABLE_CLASSES = frozenset({"08", "53", "57", "58"})
-_UNAVAILABLE_STATES = frozenset({"25006"})

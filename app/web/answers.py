@@ -25,7 +25,6 @@ from app.errors import ItemProblem
 MAX_LISTED = 1000  # verdicts listed in one JSON answer
 MAX_LISTED_BYTES = 1024 * 1024  # bytes of verdicts listed in one JSON answer
 MAX_ERRORS = 1000  # item errors (and envelope errors) listed in one answer
-RETRY_AFTER = 5  # seconds, on a 503 for what was not stored
 NDJSON = "application/x-ndjson"
 _CHUNK = 64 * 1024  # NDJSON bytes handed to the event loop at a time
 

@@ -47,7 +47,7 @@ from app.web.auth import (
     VerifyCaller,
     requires,
 )
-from app.web.errors import ApiError, documented
+from app.web.errors import RETRY_AFTER, ApiError, documented
 from app.web.observe import observe_ingest
 from app.web.params import (
     CAPTURE_BODY,
@@ -181,7 +181,7 @@ async def post_ingest(
     report, content = await run_in_threadpool(answer)
     status = 200 if report.complete else 503
     observe_ingest("ingest", report, status)
-    headers = {} if status == 200 else {"Retry-After": str(answers.RETRY_AFTER)}
+    headers = {} if status == 200 else {"Retry-After": str(RETRY_AFTER)}
     return Response(content, status_code=status, media_type="application/json", headers=headers)
 
 
@@ -191,9 +191,7 @@ def _wants_ndjson(request: Request) -> bool:
 
 
 def _not_stored(message: str) -> ApiError:
-    return ApiError(
-        503, message, code="not-stored", headers={"Retry-After": str(answers.RETRY_AFTER)}
-    )
+    return ApiError(503, message, code="not-stored", headers={"Retry-After": str(RETRY_AFTER)})
 
 
 def _ndjson(work: Callable[[answers.Lines], None]) -> StreamingResponse:
