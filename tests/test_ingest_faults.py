@@ -47,7 +47,7 @@ from tests.live.servers import serving as live_serving
 from tests.live.servers import wait_until
 from tests.store.builders import DIALOG, bundle, jsonl, offer, rec
 from tests.web.conftest import make_tokens, write_trust
-from tests.web.test_served import serving
+from tests.web.test_served import CLI, _environment, serving
 
 POST = 10  # records per request
 _LINE = re.compile(r"request:([0-9]+)")
@@ -82,8 +82,9 @@ def tmpfs(path: Path, *, size: str = "24m", owner: str | None = None) -> Iterato
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def fill(directory: Path) -> Path:
-    """A file that takes every free byte of the file system holding ``directory``."""
+def fill(directory: Path, *, leave: int = 0) -> Path:
+    """A file that takes every free byte of the file system holding ``directory``, but
+    ``leave``."""
     filler = directory / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -91,6 +92,8 @@ def fill(directory: Path) -> Path:
             with contextlib.suppress(OSError):
                 while True:
                     os.write(fd, b"\0" * block)
+        if leave:
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
     finally:
         os.close(fd)
     return filler
@@ -381,3 +384,35 @@ def test_a_fault_loses_nothing_acknowledged_and_stores_nothing_twice(
     assert sorted(stored) == sorted(everything)
     assert set(stored.values()) == {1}, "none twice"
     assert len(client.acknowledged) == len(client_items) == len(set(client.acknowledged))
+
+
+@as_root
+def test_the_cli_says_what_it_did_not_store_and_exits_non_zero(
+    databases: Databases, world: World, tmp_path: Path
+) -> None:
+    trust = write_trust(world, tmp_path / "trust.json")
+    records = [
+        {**rec(bundle(offer(world.planner, world.coder)), T0 + 1), "id": f"obs-{n}"}
+        for n in range(600)
+    ]
+    capture = tmp_path / "capture.jsonl"
+    capture.write_bytes(jsonl(records))
+    with sqlite_full_disk(databases, tmp_path) as fault:
+        command = [*CLI, "ingest", "--db", fault.url, "--trust", str(trust), str(capture)]
+        # Room for the first batch or so: the disk fills up while the command runs.
+        filler = fill(Path(fault.url.removeprefix("sqlite:///")).parent, leave=256 * 1024)
+        try:
+            full = subprocess.run(command, capture_output=True, text=True, env=_environment())
+        finally:
+            filler.unlink()
+        assert full.returncode == 1, full.stderr
+        assert "the database could not be written: nothing from" in full.stderr
+        again = subprocess.run(command, capture_output=True, text=True, env=_environment())
+        assert "could not be written" not in again.stderr, again.stderr
+        engine = make_engine(fault.url)
+        try:
+            with transaction(engine) as session:
+                keys = session.execute(select(ObservationRow.observation_key)).scalars().all()
+        finally:
+            engine.dispose()
+    assert sorted(keys) == sorted(f"obs-{n}:0" for n in range(600))

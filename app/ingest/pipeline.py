@@ -356,6 +356,12 @@ def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) ->
 def _run(pipeline: Pipeline, batch: Sequence[Found], now: int, report: IngestReport) -> None:
     """One batch of signed items through the batch runner, reported in input order. When
     the database turns out unavailable the batch stops there: ``report.cut`` is set."""
+    if all(isinstance(found, CarrierError) for found in batch):
+        # Nothing to store (an item no carrier could read has a verdict, not a row): no
+        # transaction either, so a body of unreadable items costs no database work.
+        for found in batch:
+            _report(report, _Done(carrier_error_verdict(found)))  # type: ignore[arg-type]
+        return
     outcomes = run_batch(
         batch,
         attempt=functools.partial(_try_batch, pipeline, now=now),

@@ -46,8 +46,8 @@ class Listing:
     def add(self, verdict: Verdict) -> None:
         self.outcomes[verdict.outcome.value] += 1
         accept = verdict.outcome is Outcome.ACCEPT
-        if accept and self.only_refused:
-            self.omitted += 1
+        if (accept and self.only_refused) or (self.only_refused and self._full()):
+            self.omitted += 1  # cannot be listed: not even serialised
             return
         line = _dumps(verdict.to_json())
         if not self._fits(line) and not self.only_refused:
@@ -64,6 +64,9 @@ class Listing:
             return
         self.lines.append((accept, line))
         self.size += len(line) + 1
+
+    def _full(self) -> bool:
+        return len(self.lines) >= MAX_LISTED or self.size >= MAX_LISTED_BYTES
 
     def _fits(self, line: bytes) -> bool:
         return len(self.lines) < MAX_LISTED and self.size + len(line) + 1 <= MAX_LISTED_BYTES
