@@ -278,9 +278,9 @@ def test_each_element_is_verified_once_and_a_changed_trust_store_verifies_again(
     calls: list[bytes] = []
     real = verify_module.verify_element
 
-    def counting(element: Any, trust: TrustStore) -> Any:
+    def counting(element: Any, trust: TrustStore, **kw: Any) -> Any:
         calls.append(element.digest)
-        return real(element, trust)
+        return real(element, trust, **kw)
 
     monkeypatch.setattr(verify_module, "verify_element", counting)
     a = offer(world.assistant, world.planner, iat=T0)
