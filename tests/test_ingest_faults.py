@@ -274,7 +274,8 @@ def not_stored(answer: dict[str, Any], n: int) -> set[int]:
         return set(range(n))
     assert len(answer["errors"]) == answer["counts"]["errors"]
     left = set()
-    for error in [*answer["errors"], *answer["envelope_errors"]]:
+    envelope = [e for e in answer["envelope_errors"] if e.get("not_stored")]
+    for error in [*answer["errors"], *envelope]:
         found = _LINE.match(error["source"])
         if found is None:  # not a record's (host task states): all again
             return set(range(n))

@@ -20,7 +20,7 @@ from typing import Any
 
 from handoff_context import Outcome, Verdict
 
-from app.errors import ItemProblem
+from app.errors import ItemProblem, NotStored
 
 MAX_LISTED = 1000  # verdicts listed in one JSON answer
 MAX_LISTED_BYTES = 1024 * 1024  # bytes of verdicts listed in one JSON answer
@@ -83,9 +83,17 @@ class Listing:
         return b'{"verdicts":[' + listed + b"]," + tail[1:]
 
 
-def problems(found: Sequence[ItemProblem]) -> list[dict[str, str]]:
-    """Item errors as the answer lists them, at most ``MAX_ERRORS``."""
-    return [{"source": e.source, "detail": e.detail} for e in found[:MAX_ERRORS]]
+def problems(found: Sequence[ItemProblem], *, mark: bool = False) -> list[dict[str, Any]]:
+    """Item errors as the answer lists them, at most ``MAX_ERRORS``. ``mark``: those the
+    database did not store say ``"not_stored": true`` (envelope errors, most of which are
+    invalid items kept as evidence)."""
+    listed: list[dict[str, Any]] = []
+    for e in found[:MAX_ERRORS]:
+        one: dict[str, Any] = {"source": e.source, "detail": e.detail}
+        if mark and isinstance(e, NotStored):
+            one["not_stored"] = True
+        listed.append(one)
+    return listed
 
 
 class Lines:

@@ -151,7 +151,7 @@ async def post_ingest(
         return {
             "counts": report.counts,
             "errors": answers.problems(report.errors),
-            "envelope_errors": answers.problems(report.envelopes.errors),
+            "envelope_errors": answers.problems(report.envelopes.errors, mark=True),
             "stored": report.complete,
             "not_stored_from": report.cut,
         }

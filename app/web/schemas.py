@@ -148,10 +148,11 @@ class VerifyResponse(SQLModel):
 class EnvelopeErrorPublic(SQLModel):
     """An envelope item that failed (schema, envelope count, version drift, a malformed
     acceptance or case event: stored as evidence, never applied to a ledger), or one the
-    database could not store."""
+    database could not store (``not_stored``: send it again)."""
 
     source: str
     detail: str
+    not_stored: bool = False
 
 
 class IngestResponse(SQLModel):

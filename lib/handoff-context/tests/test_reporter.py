@@ -250,7 +250,8 @@ def test_a_503_that_names_what_was_not_stored_gets_exactly_that_again(service: S
             "verdicts": [],
             "counts": {"errors": 1},
             "errors": [{"source": "request:4", "detail": "database error: x"}],
-            "envelope_errors": [],
+            # An invalid envelope item, kept as evidence: stored, not to be sent again.
+            "envelope_errors": [{"source": "request:2", "detail": "schema: x"}],
             "stored": False,
             "not_stored_from": "request:5",
         }

@@ -546,7 +546,7 @@ def _not_stored(content: bytes, n: int) -> set[int] | None:
         if len(errors) < answer["counts"]["errors"]:
             return None
         sources = [e["source"] for e in errors]
-        sources += [e["source"] for e in answer.get("envelope_errors", [])]
+        sources += [e["source"] for e in answer.get("envelope_errors", []) if e.get("not_stored")]
         cut = answer.get("not_stored_from")
     except (ValueError, KeyError, TypeError):
         return None
