@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("transfer", "write the element store to a file (JSON Lines)"),
     "import": ("transfer", "load an export into an empty database and re-derive it"),
     "tap": ("tap", "a reverse proxy that reports the handoffs passing to and from an agent"),
+    "log": ("log", "the evidence log: its key, an auditor's check, a self-check"),
 }
 Adder = Callable[[Any], None]
 
@@ -104,6 +105,12 @@ def _tap() -> Adder:
     return add_tap_command
 
 
+def _log() -> Adder:
+    from app.cli.log import add_log_commands
+
+    return add_log_commands
+
+
 _GROUPS: dict[str, Callable[[], Adder]] = {
     "verify": _verify,
     "keys": _keys,
@@ -115,6 +122,7 @@ _GROUPS: dict[str, Callable[[], Adder]] = {
     "run": _run,
     "transfer": _transfer,
     "tap": _tap,
+    "log": _log,
 }
 
 

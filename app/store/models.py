@@ -19,6 +19,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    SmallInteger,
     String,
     Text,
 )
@@ -467,6 +468,10 @@ class UserRow(SQLModel, table=True):
     stays, so the audit log's ``user:NAME`` actors keep a name to point at."""
 
     __tablename__ = "operator_user"
+    # An account made by a login through an identity provider is that provider's person:
+    # (``sso_issuer``, ``sso_subject``) is the OIDC ``iss`` and ``sub`` (alembic 0014), and
+    # ``username`` is only a label for it. Local accounts have neither.
+    __table_args__ = (Index("ix_operator_user_sso", "sso_issuer", "sso_subject", unique=True),)
 
     id: int | None = _id()
     username: str = Field(sa_type=String(64), unique=True)
@@ -474,6 +479,8 @@ class UserRow(SQLModel, table=True):
     password_hash: str = Field(sa_type=Text)
     created_at: int = _time()
     disabled_at: int | None = _time(default=None)
+    sso_issuer: str | None = Field(default=None, sa_type=Text)
+    sso_subject: str | None = Field(default=None, sa_type=Text)
 
 
 class WebSessionRow(SQLModel, table=True):
@@ -543,17 +550,21 @@ class RejectedObservationRow(SQLModel, table=True):
     observation_key: str | None = _observation_key()
 
 
-class LoginFailureRow(SQLModel, table=True):
-    """One failed dashboard login, counted against a user name and a client address
-    (``app.store.limits``). In the database, so every instance and every restart counts the
-    same failures. ``key`` is the SHA-256 of the scope and the name or address, never the
-    text itself: people type passwords into the name field."""
+class LoginLimitRow(SQLModel, table=True):
+    """One login limit's state (alembic 0014, ``app.store.limits``): for a client address,
+    the attempts ``count`` of the window that began at ``started_at``; for a user name from
+    an address, the failures in a row (``count``) and when the next try may come
+    (``next_at``). ``key`` is the SHA-256 of the scope and the name or address, never the
+    text itself: people type passwords into the name field. One row per key, read and
+    written under its lock before the password is checked, so concurrent attempts on any
+    instance are counted one after the other."""
 
-    __tablename__ = "login_failure"
+    __tablename__ = "login_limit"
 
-    id: int | None = _id()
-    key: str = Field(sa_type=String(64), index=True)
-    at: int = _time(index=True)
+    key: str = Field(sa_type=String(64), primary_key=True)
+    count: int = 0
+    started_at: int = _time()
+    next_at: int = _time(index=True)
 
 
 class UploadReportRow(SQLModel, table=True):
@@ -590,6 +601,59 @@ class WriteProbeRow(SQLModel, table=True):
 
     name: str = Field(sa_type=String(160), primary_key=True)
     at: int = _time()
+
+
+# --- the evidence log (app/log, docs/evidence-log.md; alembic 0013) ---------------------------
+
+
+class LogLeafRow(SQLModel, table=True):
+    """One leaf of the evidence log: the 44-octet leaf (``app.log.leaf``) of one stored
+    element (``source`` 1) or of refused octets (``source`` 2), at its index. Append-only,
+    written by the sequencer; each stored row has at most one leaf."""
+
+    __tablename__ = "tlog_leaf"
+    __table_args__ = (Index("ix_tlog_leaf_source_digest", "source", "digest", unique=True),)
+
+    idx: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    source: int = Field(sa_type=SmallInteger)
+    digest: bytes = _digest()
+    leaf: bytes = Field(sa_type=Octets)
+    sequenced_at: int = _time()
+
+
+class LogNodeRow(SQLModel, table=True):
+    """The hash of one complete subtree of the log's Merkle tree: ``level`` 0 are the leaf
+    hashes; node (level, idx) covers leaves idx * 2**level up to (idx + 1) * 2**level. The
+    tiles are read from these."""
+
+    __tablename__ = "tlog_node"
+
+    level: int = Field(sa_column=Column(SmallInteger, primary_key=True, autoincrement=False))
+    idx: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    hash: bytes = _digest()
+
+
+class LogStateRow(SQLModel, table=True):
+    """The log's size and root: the one row every sequencer compares and swaps, so that one
+    of several instances appends at a time and the others find they lost."""
+
+    __tablename__ = "tlog_state"
+
+    name: str = Field(sa_type=String(16), primary_key=True)
+    size: int = Field(sa_type=BigInteger)
+    root: bytes = _digest()
+    updated_at: int = _time()
+
+
+class LogCheckpointRow(SQLModel, table=True):
+    """Every checkpoint the log published (a signed note, C2SP tlog-checkpoint), by size."""
+
+    __tablename__ = "tlog_checkpoint"
+
+    size: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    root: bytes = _digest()
+    note: str = Field(sa_type=Text)
+    published_at: int = _time()
 
 
 class TrustKeyWindowRow(SQLModel, table=True):

@@ -21,10 +21,11 @@ from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
+from app.log.runner import log_forever
 from app.notify.targets import TargetError, load_targets
 from app.notify.worker import Notifier
 from app.settings import Settings
-from app.web import api, errors, metrics, pages
+from app.web import api, errors, metrics, pages, tlog
 from app.web.guard import Guard
 from app.web.observe import Observe
 from app.web.service import Clock, Service, ServiceConfigError, wall_clock
@@ -51,7 +52,9 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
         start = functools.partial(Service.start, settings, clock=clock)
         service = await anyio.to_thread.run_sync(start)
         try:
-            targets = load_targets(settings.webhooks_file)
+            targets = load_targets(
+                settings.webhooks_file, allow_private=settings.webhook_allow_private
+            )
         except TargetError as exc:
             service.close()
             raise ServiceConfigError(str(exc)) from exc
@@ -61,7 +64,13 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
             asyncio.create_task(_sweep_forever(service)),
             asyncio.create_task(_watch_trust(service, hangup)),
         ]
-        notifier = Notifier(service.engine, targets) if targets else None
+        if service.evidence is not None:
+            tasks.append(asyncio.create_task(log_forever(service.evidence)))
+        notifier = (
+            Notifier(service.engine, targets, allow_private=settings.webhook_allow_private)
+            if targets
+            else None
+        )
         app.state.notifier = notifier
         if notifier is not None:
             # Before the first request: the notifier's cursors start here, so every flag
@@ -98,6 +107,8 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
     app.state.metrics_multiprocess = bool(os.environ.get(metrics.MULTIPROC_ENV))
     errors.install(app)
     app.include_router(api.router)
+    app.include_router(tlog.router)  # the evidence log (docs/evidence-log.md)
+    app.include_router(tlog.pages)  # its evidence bundle download, for the dashboard
     pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)
     app.add_middleware(Guard, max_body=settings.max_request_bytes)
     app.add_middleware(Observe)  # outside the guard: its 400s, 413s and 500s are counted too
@@ -159,7 +170,7 @@ async def _notify_forever(notifier: Notifier, seconds: int) -> None:
     tried again (a delivery's own failure is its retry schedule, not an error here)."""
     while True:
         try:
-            queued, sent = await anyio.to_thread.run_sync(notifier.run_once)
+            queued, sent = await anyio.to_thread.run_sync(notifier.run_round)
             if queued or sent:
                 log.info("webhooks: %d queued, %d delivered", queued, sent)
         except Exception:

@@ -56,13 +56,17 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /api/v1/dialogs/{dialog}": READ,
     "GET /api/v1/agents": READ,
     "GET /api/v1/elements/{digest}": READ,
+    # The evidence log (docs/evidence-log.md).
+    "GET /api/v1/elements/{digest}/proof": READ,
+    "GET /api/v1/log/checkpoint": READ,
+    "GET /api/v1/log/tile/{tile}": READ,
     "GET /api/v1/flags": READ,
     "GET /api/v1/flags/{flag_id}": READ,
     "PATCH /api/v1/flags/{flag_id}": TRIAGE,
     "POST /api/v1/trust/revocations": ADMIN,
     "GET /api/v1/cases": READ,
     "GET /api/v1/cases/{case_id}": READ,
-    "GET /api/v1/metrics": READ,
+    "GET /api/v1/metrics": EVERYONE - {None},  # any token, the ingest role's too
     "GET /api/v1/healthz": EVERYONE,
     "GET /api/v1/readyz": EVERYONE,
     "GET /api/v1/openapi.json": EVERYONE,
@@ -76,6 +80,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /hops": READ,
     "GET /hops/{offer_digest}": READ,
     "GET /elements/{digest}": READ,
+    "GET /elements/{digest}/evidence": READ,
     "GET /agents": READ,
     "GET /trust": READ,
     "GET /search": READ,
@@ -104,6 +109,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
 }
 
 SAMPLES = {
+    "tile": "0/000",
     "offer_digest": "A" * 43,
     "digest": "A" * 43,
     "dialog": "ctx-1",

@@ -1,8 +1,8 @@
 """An observation id on refused receipts (``rejected_observation.observation_key``), and
 the ``write_probe`` table that ``/readyz`` writes to.
 
-Revision ID: 0013_ingest20
-Revises: 0012_trust21
+Revision ID: 0015_ingest20
+Revises: 0014_sec25
 Create Date: 2026-12-01
 
 A capture record whose item was refused (malformed, or a key in its header) and then sent
@@ -20,8 +20,8 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision: str = "0013_ingest20"
-down_revision: str | None = "0012_trust21"
+revision: str = "0015_ingest20"
+down_revision: str | None = "0014_sec25"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
