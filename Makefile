@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install system-deps browser-deps lint typecheck vectors conformance bench soak fuzz clean
+.PHONY: run test install system-deps browser-deps phoenix-deps lint typecheck vectors conformance bench soak fuzz clean
 
 $(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,19 @@ browser-deps:
 	  else echo "Chromium not found at /usr/bin/chromium; set HANDOFF_TRACE_NO_BROWSER=1 to skip the browser tests"; fi; \
 	fi
 
+# Arize Phoenix, a real OTLP receiver for tests/otlp/test_phoenix.py, in a venv of its own
+# (it has many dependencies; a few minutes the first time, nothing after). Skipped, with the
+# test saying so, when HANDOFF_TRACE_NO_PHOENIX=1.
+PHOENIX_VENV  := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-stamp
+phoenix-deps:
+	@if [ "$$HANDOFF_TRACE_NO_PHOENIX" = 1 ]; then echo "HANDOFF_TRACE_NO_PHOENIX=1: not installing Phoenix"; \
+	elif [ ! -f $(PHOENIX_STAMP) ]; then \
+	  echo "installing arize-phoenix into $(PHOENIX_VENV) (once; a few minutes)"; \
+	  { test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV); } && \
+	  $(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix && touch $(PHOENIX_STAMP); \
+	fi
+
 # The dashboard on the embedded SQLite file, filled with a demo run on first start; prints
 # the URL (http://127.0.0.1:8000/) and a one-time login.
 run: install
@@ -48,7 +61,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: system-deps browser-deps lint typecheck
+test: system-deps browser-deps phoenix-deps lint typecheck
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py --check
 	$(BIN)/pytest -q
 
@@ -99,4 +112,4 @@ fuzz: install
 	done; exit $$status
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
+	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
