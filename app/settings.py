@@ -371,8 +371,6 @@ def check_otlp(s: Settings) -> None:
             raise SettingsError(f"{PREFIX}{name} must not hold credentials; use headers")
     if s.trace_url is not None and "{trace_id}" not in s.trace_url:
         raise SettingsError(f"{PREFIX}TRACE_URL must contain {{trace_id}}")
-    if s.otlp_headers and s.otlp_endpoint is None:
-        raise SettingsError(f"{PREFIX}OTLP_HEADERS needs {PREFIX}OTLP_ENDPOINT")
     _at_least("OTLP_SECONDS", s.otlp_seconds, 1)
     _at_most("OTLP_SECONDS", s.otlp_seconds, 3600)
 

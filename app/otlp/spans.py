@@ -110,7 +110,6 @@ def hop_span(t: HopTrace) -> Span:
             ("handoff.reason", None if decisive is None else decisive.reason),
             ("handoff.chain.length", t.chain_length),
             ("handoff.flag.kinds", kinds or None),
-            ("handoff.host.state", h.a2a_state),
         ]
     )
     links = [
