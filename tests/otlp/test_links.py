@@ -70,7 +70,7 @@ def test_without_a_trace_url_the_ids_show_unlinked(sqlite_api: Api, world: World
 
 
 def test_search_takes_a_trace_id_or_a_span_id(sqlite_api: Api, world: World) -> None:
-    p, x1 = load(sqlite_api, world)
+    p, _ = load(sqlite_api, world)
     login = log_in(sqlite_api.engine, ACCOUNTS["read"])
 
     def search(q: str) -> object:
