@@ -6,8 +6,11 @@ store twice per round: once alone, once with the service's background exporter
 sets it, wall clock) running beside it in this process and pushing to an OTLP/HTTP
 receiver on loopback, until every hop was exported. The receiver is a process of its own,
 so only what handoff-trace does is counted: ``time.process_time`` of this process, every
-thread. Both are also given as ratios to raw ``cryptography`` signature verification, CPU
-per signature, measured in the same run (best of 3 rounds before and after each ingest).
+thread. The figure read against the goal is the export's own CPU (the exporter thread's,
+``time.thread_time``, and the catching up after ingest) divided by the ingest's CPU in the
+same run; the two separate ingests are compared too, but differ from run to run by more
+than the export costs on a shared machine. Both runs are also given as ratios to raw
+``cryptography`` signature verification, CPU per signature, measured in the same run (best of 3 rounds before and after each ingest).
 
     .venv/bin/python bench/otlp_export.py [--elements 2000] [--rounds 3] [--interval 2]
 
@@ -72,17 +75,21 @@ def _raw_cpu(raw: RawVerifier) -> float:
 
 def _ingest(
     pipeline: Pipeline, inputs: list[tuple[str, bytes]], base: str | None, interval: float
-) -> tuple[float, int, int]:
-    """CPU seconds of the ingest (and of exporting all it derived), verdicts, spans sent."""
+) -> tuple[float, float, int, int]:
+    """CPU seconds of the whole run (ingest, and exporting all it derived) and of the
+    export alone (its thread's CPU, and the catching up after ingest), verdicts, spans."""
     exporter = None
     if base is not None:
         exporter = Exporter(pipeline.engine, Sender(base), clock=lambda: int(time.time()))
     stop = threading.Event()
+    spent = [0.0]  # the exporter thread's CPU
 
     def export_forever() -> None:
         assert exporter is not None
         while not stop.wait(interval):
+            begin = time.thread_time()
             exporter.run_once()
+            spent[0] += time.thread_time() - begin
 
     thread = threading.Thread(target=export_forever, daemon=True)
     start = time.process_time()
@@ -93,12 +100,14 @@ def _ingest(
     if exporter is not None:
         stop.set()
         thread.join()
+        begin = time.thread_time()
         # Until caught up: a walk that found nothing more.
         while exporter.run_once() or exporter.after is not None:
             pass
+        spent[0] += time.thread_time() - begin
         sent = exporter.stats.spans
         exporter.close()
-    return time.process_time() - start, len(report.verdicts), sent
+    return time.process_time() - start, spent[0], len(report.verdicts), sent
 
 
 def main() -> None:
@@ -142,7 +151,9 @@ def main() -> None:
                             objects=load_objects(paths.objects),
                         )
                         before = _raw_cpu(raw)
-                        cpu, verdicts, spans = _ingest(pipeline, inputs, base, args.interval)
+                        cpu, export, verdicts, spans = _ingest(
+                            pipeline, inputs, base, args.interval
+                        )
                         per_signature = min(before, _raw_cpu(raw))
                     finally:
                         engine.dispose()
@@ -150,8 +161,12 @@ def main() -> None:
                     row[f"{name} ratio to raw verify"] = round(per_signature / (cpu / verdicts), 4)
                     if base is not None:
                         row["spans"] = spans
+                        row["export CPU us per element"] = round(export / verdicts * 1e6, 1)
+                        # The export's own CPU against the ingest's in the same run: the
+                        # figure the 10 % goal is read from (two ingests differ by more).
+                        row["export CPU / ingest CPU"] = round(export / (cpu - export), 4)
                 row["verdicts"] = verdicts
-                row["export adds"] = round(
+                row["exporting / alone"] = round(
                     row["exporting CPU us per element"] / row["alone CPU us per element"] - 1, 4
                 )
                 print(json.dumps(row), flush=True)
@@ -159,9 +174,11 @@ def main() -> None:
     finally:
         receiver.terminate()
         receiver.wait(10)
-    added = statistics.median(r["export adds"] for r in rows)
-    print(json.dumps({"median export adds": added}))
-    write_results("otlp_export", {"sizes": vars(args), "rows": rows, "median export adds": added})
+    added = statistics.median(r["export CPU / ingest CPU"] for r in rows)
+    compared = statistics.median(r["exporting / alone"] for r in rows)
+    summary = {"median export CPU / ingest CPU": added, "median exporting / alone": compared}
+    print(json.dumps(summary))
+    write_results("otlp_export", {"sizes": vars(args), "rows": rows, **summary})
 
 
 if __name__ == "__main__":

@@ -16,18 +16,12 @@ are the message); otherwise UNSET, as the conventions ask of instrumentation.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from handoff_context import digest_text
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import (
-    AnyValue,
-    ArrayValue,
-    InstrumentationScope,
-    KeyValue,
-)
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from app import __version__
 from app.otlp.ids import span_id, trace_id
@@ -57,20 +51,24 @@ _METHODS = {
 Value = str | int | bool | Sequence[str]
 
 
-def _value(value: Value) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, str):
-        return AnyValue(string_value=value)
-    return AnyValue(array_value=ArrayValue(values=[AnyValue(string_value=v) for v in value]))
-
-
-def _attributes(
-    pairs: Iterable[tuple[str, str | int | bool | Sequence[str] | None]],
-) -> list[KeyValue]:
-    return [KeyValue(key=k, value=_value(v)) for k, v in pairs if v is not None]
+def _put(target: Any, pairs: Iterable[tuple[str, Value | None]]) -> None:
+    """Append attributes to a repeated KeyValue field in place (``add()``: about a third of
+    the CPU of building each KeyValue and AnyValue and handing over the list)."""
+    for key, value in pairs:
+        if value is None:
+            continue
+        kv = target.add()
+        kv.key = key
+        if isinstance(value, bool):
+            kv.value.bool_value = value
+        elif isinstance(value, int):
+            kv.value.int_value = value
+        elif isinstance(value, str):
+            kv.value.string_value = value
+        else:
+            values = kv.value.array_value.values
+            for item in value:
+                values.add().string_value = item
 
 
 def _end(t: HopTrace) -> int:
@@ -82,8 +80,14 @@ def _end(t: HopTrace) -> int:
     return max(c for c in candidates if c is not None)
 
 
-def hop_span(t: HopTrace) -> Span:
-    """The span of one hop."""
+def _text(digest: bytes) -> str:
+    """A digest in base64url without padding (profile §1.3), as ``digest_text`` writes it."""
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def hop_span(t: HopTrace, span: Span | None = None) -> Span:
+    """The span of one hop, written into ``span`` (e.g. ``scope.spans.add()``) or a new one."""
+    span = Span() if span is None else span
     h = t.hop
     trace = trace_id(h.dialog)
     kinds = sorted({f.kind for f in t.flags})
@@ -91,7 +95,14 @@ def hop_span(t: HopTrace) -> Span:
         (s for s in reversed(t.statuses) if s.state in ("failed", "rejected", "completed")), None
     )
     method = _METHODS.get(t.carrier or "")
-    attributes = _attributes(
+    span.trace_id = trace
+    span.span_id = span_id(h.offer)
+    span.name = f"invoke_agent {h.aud}"
+    span.kind = Span.SPAN_KIND_CLIENT
+    span.start_time_unix_nano = h.iat * NANOS
+    span.end_time_unix_nano = _end(t) * NANOS
+    _put(
+        span.attributes,
         [
             ("gen_ai.operation.name", "invoke_agent"),
             ("gen_ai.agent.id", h.aud),
@@ -102,90 +113,75 @@ def hop_span(t: HopTrace) -> Span:
             method if method is not None else ("mcp.method.name", None),
             ("handoff.hop.id", h.hop),
             ("handoff.hop.state", h.state),
-            ("handoff.offer.digest", digest_text(h.offer)),
-            ("handoff.prev.digest", None if t.prev is None else digest_text(t.prev)),
+            ("handoff.offer.digest", _text(h.offer)),
+            ("handoff.prev.digest", None if t.prev is None else _text(t.prev)),
             ("handoff.carrier", t.carrier),
             ("handoff.verdict", "accept" if t.valid else "reject"),
             ("handoff.verdict.reason", None if t.valid else t.fault),
             ("handoff.reason", None if decisive is None else decisive.reason),
             ("handoff.chain.length", t.chain_length),
             ("handoff.flag.kinds", kinds or None),
-        ]
+        ],
     )
-    links = [
-        Span.Link(
-            trace_id=trace,
-            span_id=span_id(s.digest),
-            attributes=_attributes(
-                [
-                    ("handoff.link", "status"),
-                    ("handoff.status.state", s.state),
-                    ("handoff.status.digest", digest_text(s.digest)),
-                    ("handoff.status.reason", s.reason),
-                ]
-            ),
-        )
-        for s in t.statuses
-    ]
-    parent = b""
     if t.prev is not None:
         if t.prev_dialog is None or t.prev_dialog == h.dialog:
-            parent = span_id(t.prev)
+            span.parent_span_id = span_id(t.prev)
         else:
-            links.insert(
-                0,
-                Span.Link(
-                    trace_id=trace_id(t.prev_dialog),
-                    span_id=span_id(t.prev),
-                    attributes=_attributes([("handoff.link", "prev")]),
-                ),
-            )
-    events = [
-        Span.Event(
-            time_unix_nano=f.opened_at * NANOS,
-            name="handoff.flag",
-            attributes=_attributes(
-                [
-                    ("handoff.flag.id", f.id),
-                    ("handoff.flag.kind", f.kind),
-                    ("handoff.flag.variant", f.variant),
-                    ("handoff.flag.severity", f.severity),
-                    ("handoff.flag.detail", f.detail or None),
-                ]
-            ),
+            link = span.links.add()
+            link.trace_id = trace_id(t.prev_dialog)
+            link.span_id = span_id(t.prev)
+            _put(link.attributes, [("handoff.link", "prev")])
+    for s in t.statuses:
+        link = span.links.add()
+        link.trace_id = trace
+        link.span_id = span_id(s.digest)
+        _put(
+            link.attributes,
+            [
+                ("handoff.link", "status"),
+                ("handoff.status.state", s.state),
+                ("handoff.status.digest", _text(s.digest)),
+                ("handoff.status.reason", s.reason),
+            ],
         )
-        for f in t.flags
-    ]
+    for f in t.flags:
+        event = span.events.add()
+        event.time_unix_nano = f.opened_at * NANOS
+        event.name = "handoff.flag"
+        _put(
+            event.attributes,
+            [
+                ("handoff.flag.id", f.id),
+                ("handoff.flag.kind", f.kind),
+                ("handoff.flag.variant", f.variant),
+                ("handoff.flag.severity", f.severity),
+                ("handoff.flag.detail", f.detail or None),
+            ],
+        )
     if h.state in ERROR_STATES or kinds:
         why = [h.state] if h.state in ERROR_STATES else []
-        status = Status(code=Status.STATUS_CODE_ERROR, message=", ".join(why + kinds))
-    else:
-        status = Status(code=Status.STATUS_CODE_UNSET)
-    return Span(
-        trace_id=trace,
-        span_id=span_id(h.offer),
-        parent_span_id=parent,
-        name=f"invoke_agent {h.aud}",
-        kind=Span.SPAN_KIND_CLIENT,
-        start_time_unix_nano=h.iat * NANOS,
-        end_time_unix_nano=_end(t) * NANOS,
-        attributes=attributes,
-        events=events,
-        links=links,
-        status=status,
+        span.status.code = Status.STATUS_CODE_ERROR
+        span.status.message = ", ".join(why + kinds)
+    return span
+
+
+def new_request() -> tuple[ExportTraceServiceRequest, Any]:
+    """An OTLP request with its resource and scope, and the scope's repeated ``spans``
+    field to write spans into (``hop_span(t, spans.add())``)."""
+    request = ExportTraceServiceRequest()
+    resource = request.resource_spans.add()
+    _put(
+        resource.resource.attributes,
+        [("service.name", SERVICE_NAME), ("service.version", __version__)],
     )
+    scope = resource.scope_spans.add()
+    scope.scope.name = SCOPE_NAME
+    scope.scope.version = __version__
+    return request, scope.spans
 
 
 def export_request(spans: Iterable[Span]) -> ExportTraceServiceRequest:
-    """One OTLP request holding ``spans`` (``hop_span``)."""
-    resource = Resource(
-        attributes=_attributes([("service.name", SERVICE_NAME), ("service.version", __version__)])
-    )
-    scope = InstrumentationScope(name=SCOPE_NAME, version=__version__)
-    return ExportTraceServiceRequest(
-        resource_spans=[
-            ResourceSpans(
-                resource=resource, scope_spans=[ScopeSpans(scope=scope, spans=list(spans))]
-            )
-        ]
-    )
+    """One OTLP request holding ``spans``."""
+    request, into = new_request()
+    into.extend(spans)
+    return request

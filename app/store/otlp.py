@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select, tuple_
 from sqlmodel import Session
 
-from app.store.db import pair_params, pairs_in
+from app.store.db import execute, pair_params, pairs_in
 from app.store.models import ElementRow, FlagRow, HopRow, LinkRow, ObservationRow, VerdictRow
 
 # A hop's position in the export order: (derived_at, iss, hop).
@@ -47,7 +47,7 @@ class FlagFact:
 class HopTrace:
     """One hop and what its span says about it."""
 
-    hop: HopRow
+    hop: Any  # a HopRow, or a row with its columns (``changed_hops``)
     prev: bytes | None = None
     prev_dialog: str | None = None  # the dialog of the offer ``prev`` names, when stored
     carrier: str | None = None  # of the offer's first observation
@@ -58,18 +58,39 @@ class HopTrace:
     flags: list[FlagFact] = field(default_factory=list)
 
 
+# The hop table's columns, read as plain rows (no ORM identity map: the exporter re-reads
+# the same hops round after round).
+_HOP_COLUMNS = tuple(HopRow.__table__.columns)  # type: ignore[attr-defined]
+
+
 def changed_hops(
     session: Session, *, since: int, after: Position | None = None, limit: int = 500
-) -> list[HopRow]:
+) -> list[Any]:
     """Hops derived at ``since`` or later, in (derived_at, iss, hop) order, from just after
-    ``after``: one page of the export's keyset walk (``derived_at`` is indexed)."""
-    query = select(HopRow).where(HopRow.derived_at >= since)
+    ``after``: one page of the export's keyset walk (``derived_at`` is indexed). Rows with
+    the columns of ``HopRow`` as attributes."""
+    query = select(*_HOP_COLUMNS).where(HopRow.derived_at >= since)
     if after is not None:
         query = query.where(
             tuple_(HopRow.derived_at, HopRow.iss, HopRow.hop) > tuple_(*after)  # type: ignore[arg-type]
         )
     query = query.order_by(HopRow.derived_at, HopRow.iss, HopRow.hop).limit(limit)
-    return list(session.execute(query).scalars())
+    return list(execute(session, query))
+
+
+def flag_marks(session: Session, hops: Sequence[Any]) -> dict[tuple[str, str], tuple[int, int]]:
+    """For each hop with flags: how many, and the last time one changed (one indexed query
+    for the page), so the exporter can tell a hop it already sent without rebuilding it."""
+    if not hops:
+        return {}
+    rows = execute(
+        session,
+        select(FlagRow.iss, FlagRow.hop, func.count(), func.max(FlagRow.updated_at))
+        .where(pairs_in(FlagRow.iss, FlagRow.hop))
+        .group_by(FlagRow.iss, FlagRow.hop),
+        pair_params((h.iss, h.hop) for h in hops),
+    )
+    return {(r[0], r[1]): (int(r[2]), int(r[3] or 0)) for r in rows}
 
 
 def hops_since(session: Session, *, since: int, limit: int = 500) -> Iterator[list[HopRow]]:
@@ -96,7 +117,7 @@ def count_hops_since(session: Session, *, since: int) -> int:
     return int(session.execute(select(func.count()).where(HopRow.iat >= since)).scalar_one())
 
 
-def hop_traces(session: Session, hops: Sequence[HopRow]) -> list[HopTrace]:
+def hop_traces(session: Session, hops: Sequence[Any]) -> list[HopTrace]:
     """What the spans of ``hops`` say, in their order: one query per table for all."""
     if not hops:
         return []
@@ -104,7 +125,7 @@ def hop_traces(session: Session, hops: Sequence[HopRow]) -> list[HopTrace]:
     prevs = _prevs(session, offers)
     prev_dialogs = _dialogs(session, [p for p in prevs.values()])
     carriers = _carriers(session, offers)
-    judged = _judgements(session, offers)
+    judged = _judgements(session, offers, [o for o in offers if o in prevs])
     statuses = _statuses(session, offers)
     flags = _flags(session, [(h.iss, h.hop) for h in hops])
     traces = []
@@ -128,15 +149,16 @@ def hop_traces(session: Session, hops: Sequence[HopRow]) -> list[HopTrace]:
 
 
 def _prevs(session: Session, offers: list[bytes]) -> dict[bytes, bytes]:
-    rows = session.execute(select(LinkRow.offer, LinkRow.prev).where(LinkRow.offer.in_(offers)))  # type: ignore[attr-defined]
+    rows = execute(session, select(LinkRow.offer, LinkRow.prev).where(LinkRow.offer.in_(offers)))  # type: ignore[attr-defined]
     return {r.offer: r.prev for r in rows}
 
 
 def _dialogs(session: Session, digests: list[bytes]) -> dict[bytes, str | None]:
     if not digests:
         return {}
-    rows = session.execute(
-        select(ElementRow.digest, ElementRow.dialog).where(ElementRow.digest.in_(digests))  # type: ignore[attr-defined]
+    rows = execute(
+        session,
+        select(ElementRow.digest, ElementRow.dialog).where(ElementRow.digest.in_(digests)),  # type: ignore[attr-defined]
     )
     return {r.digest: r.dialog for r in rows}
 
@@ -148,67 +170,105 @@ def _carriers(session: Session, offers: list[bytes]) -> dict[bytes, str | None]:
         .group_by(ObservationRow.digest)
         .subquery()
     )
-    rows = session.execute(
+    rows = execute(
+        session,
         select(ObservationRow.digest, ObservationRow.carrier).join(
             first, ObservationRow.id == first.c.first
-        )
+        ),
     )
     return {r.digest: r.carrier for r in rows}
 
 
 def _judgements(
-    session: Session, offers: list[bytes]
+    session: Session, offers: list[bytes], chained: list[bytes]
 ) -> dict[bytes, tuple[bool, str | None, int | None]]:
-    rows = session.execute(
-        select(VerdictRow.digest, VerdictRow.valid, VerdictRow.fault, VerdictRow.chain)
+    """Whether some receipt of each offer passed every check (else the first fault), and
+    for the offers in ``chained`` (those with a ``prev``: only they can carry a chain) the
+    length of the first carried chain."""
+    rows = execute(
+        session,
+        select(VerdictRow.digest, VerdictRow.valid, VerdictRow.fault)
         .where(VerdictRow.digest.in_(offers))  # type: ignore[attr-defined]
-        .order_by(VerdictRow.id)
+        .order_by(VerdictRow.id),
     )
-    out: dict[bytes, tuple[bool, str | None, int | None]] = {}
+    judged: dict[bytes, tuple[bool, str | None]] = {}
     for r in rows:
-        valid, fault, length = out.get(r.digest, (False, None, None))
-        chain: Any = r.chain
-        if isinstance(chain, dict) and chain.get("carried") and length is None:
-            carried = chain.get("length")
-            length = carried if isinstance(carried, int) else None
+        valid, fault = judged.get(r.digest, (False, None))
         if r.valid:
             valid, fault = True, None
         elif not valid and fault is None:
             fault = r.fault
-        out[r.digest] = (valid, fault, length)
-    return out
+        judged[r.digest] = (valid, fault)
+    lengths: dict[bytes, int] = {}
+    if chained:
+        rows = execute(
+            session,
+            select(VerdictRow.digest, VerdictRow.chain)
+            .where(VerdictRow.digest.in_(chained))  # type: ignore[attr-defined]
+            .order_by(VerdictRow.id),
+        )
+        for r in rows:
+            chain: Any = r.chain
+            if r.digest not in lengths and isinstance(chain, dict) and chain.get("carried"):
+                length = chain.get("length")
+                if isinstance(length, int):
+                    lengths[r.digest] = length
+    return {d: (*judged[d], lengths.get(d)) for d in judged}
 
 
 def _statuses(session: Session, offers: list[bytes]) -> dict[bytes, list[StatusFact]]:
     """The statuses of each offer that passed every check at least once (profile §6: only
-    those change a hop), oldest first."""
-    valid = select(VerdictRow.digest).where(VerdictRow.valid.is_(True)).distinct().subquery()  # type: ignore[attr-defined]
-    rows = session.execute(
-        select(
-            ElementRow.offer,
-            ElementRow.digest,
-            ElementRow.state,
-            ElementRow.reason,
-            ElementRow.iat,
-            ElementRow.iss,
+    those change a hop), oldest first: the statuses by the offer index, then which of them
+    were valid by the verdict index (a join against every valid verdict scanned them all)."""
+    rows = list(
+        execute(
+            session,
+            select(
+                ElementRow.offer,
+                ElementRow.digest,
+                ElementRow.state,
+                ElementRow.reason,
+                ElementRow.iat,
+                ElementRow.iss,
+            )
+            .where(ElementRow.offer.in_(offers), ElementRow.type == "status")  # type: ignore[union-attr]
+            .order_by(ElementRow.iat, ElementRow.digest),
         )
-        .join(valid, valid.c.digest == ElementRow.digest)
-        .where(ElementRow.offer.in_(offers), ElementRow.type == "status")  # type: ignore[union-attr]
-        .order_by(ElementRow.iat, ElementRow.digest)
+    )
+    if not rows:
+        return {}
+    valid = set(
+        execute(
+            session,
+            select(VerdictRow.digest)
+            .where(VerdictRow.digest.in_([r.digest for r in rows]), VerdictRow.valid.is_(True))  # type: ignore[attr-defined]
+            .distinct(),
+        ).scalars()
     )
     out: dict[bytes, list[StatusFact]] = defaultdict(list)
     for r in rows:
-        out[r.offer].append(StatusFact(r.digest, r.state or "", r.reason, r.iat, r.iss))
+        if r.digest in valid:
+            out[r.offer].append(StatusFact(r.digest, r.state or "", r.reason, r.iat, r.iss))
     return out
 
 
 def _flags(session: Session, keys: list[tuple[str, str]]) -> dict[tuple[str, str], list[FlagFact]]:
-    rows = session.execute(
-        select(FlagRow)
+    rows = execute(
+        session,
+        select(
+            FlagRow.iss,
+            FlagRow.hop,
+            FlagRow.id,
+            FlagRow.kind,
+            FlagRow.variant,
+            FlagRow.severity,
+            FlagRow.detail,
+            FlagRow.opened_at,
+        )
         .where(pairs_in(FlagRow.iss, FlagRow.hop), FlagRow.case_id.is_(None))  # type: ignore[union-attr]
         .order_by(FlagRow.opened_at, FlagRow.id),
         pair_params(keys),
-    ).scalars()
+    )
     out: dict[tuple[str, str], list[FlagFact]] = defaultdict(list)
     for f in rows:
         out[(f.iss, f.hop)].append(
@@ -255,6 +315,7 @@ __all__ = [
     "changed_hops",
     "count_hops_since",
     "dialog_for_trace",
+    "flag_marks",
     "hop_traces",
     "hops_for_span",
     "hops_since",

@@ -54,7 +54,17 @@ OTLP_BODY = {
 
 @router.post(
     "/v1/traces",
-    responses=documented(401, 403, 413, 415, 422, 503),
+    response_class=Response,
+    responses={
+        200: {
+            "description": "An ExportTraceServiceResponse, in the request's encoding",
+            "content": {
+                PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                JSON: {"schema": {"type": "object"}},
+            },
+        },
+        **documented(401, 403, 413, 415, 422, 503),
+    },
     openapi_extra=OTLP_BODY,
     summary="Receive OTLP spans carrying handoff elements",
     tags=["ingest"],
