@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from app.errors import HandoffTraceError
 
@@ -75,6 +75,21 @@ def load_trust(path: str) -> TrustStore:
         return TrustStore.load(path)
     except TrustConfigError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def store_trust(path: str, engine: Any) -> TrustStore:
+    """The trust store for a command that works on a store: the trust file's keys and
+    sources over the store's key history (``app.trust``), each source fetched once, so the
+    command judges as the service does. Raises UsageError for an unusable file."""
+    import time
+
+    from app.trust import TrustFileError, load_config, open_trust
+
+    try:
+        config = load_config(path)
+    except TrustFileError as exc:
+        raise UsageError(str(exc)) from exc
+    return open_trust(config, engine=engine, clock=lambda: int(time.time()))
 
 
 def add_db_option(p: argparse.ArgumentParser) -> None:

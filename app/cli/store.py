@@ -31,9 +31,9 @@ from app.cli.common import (
     add_now_option,
     first_line,
     load_settings,
-    load_trust,
     open_engine,
     print_table,
+    store_trust,
     visible,
 )
 from app.envelope.flags import FlagKind
@@ -132,11 +132,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     trust_file = args.trust or settings.trust_file
     if trust_file is None:
         raise UsageError("no trust file: pass --trust FILE or set HANDOFF_TRACE_TRUST_FILE")
-    trust = load_trust(str(trust_file))
     with contextlib.ExitStack() as files:
         # Each file is read as a stream: memory does not grow with the capture.
         inputs = _open_inputs(args.files, files)
         engine = open_engine(args, settings)
+        files.callback(engine.dispose)
+        trust = store_trust(str(trust_file), engine)
         now = int(time.time())
         options = settings.verify_options(at=now)
         pipeline = Pipeline(

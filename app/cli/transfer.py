@@ -22,9 +22,9 @@ from app.cli.common import (
     add_now_option,
     first_line,
     load_settings,
-    load_trust,
     open_engine,
     print_table,
+    store_trust,
 )
 from app.ingest.pipeline import Pipeline
 from app.ingest.rederive import Rederived, Replayed, rederive, replay
@@ -100,11 +100,13 @@ def _add_judging(p: argparse.ArgumentParser) -> None:
     p.add_argument("--objects", metavar="DIR", help=_OBJECTS_HELP)
 
 
-def _pipeline_for(args: argparse.Namespace, settings: Settings) -> Any:
+def _pipeline_for(args: argparse.Namespace, settings: Settings, store: Engine) -> Any:
     trust_file = args.trust or settings.trust_file
     if trust_file is None:
         raise UsageError("no trust file: pass --trust FILE or set HANDOFF_TRACE_TRUST_FILE")
-    trust = load_trust(str(trust_file))
+    # The key history is the store's (``store``), whatever engine the pipeline writes to
+    # (rederive replays into a scratch store).
+    trust = store_trust(str(trust_file), store)
     objects = load_objects(Path(args.objects)) if args.objects else None
     options = settings.verify_options(at=int(time.time()))
 
@@ -121,9 +123,9 @@ def _now(args: argparse.Namespace) -> int:
 
 def cmd_rederive(args: argparse.Namespace) -> int:
     settings = load_settings()
-    pipeline_for = _pipeline_for(args, settings)
     engine = open_engine(args, settings)
     try:
+        pipeline_for = _pipeline_for(args, settings, engine)
         done = rederive(engine, pipeline_for, now=_now(args), dry_run=args.dry_run)
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
@@ -198,9 +200,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     settings = load_settings()
-    pipeline_for = _pipeline_for(args, settings)
     engine = open_engine(args, settings)
     try:
+        pipeline_for = _pipeline_for(args, settings, engine)
         with db.transaction(engine) as session:
             if holds_elements(session):
                 raise UsageError("the database already holds elements: import into an empty one")

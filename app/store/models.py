@@ -577,3 +577,49 @@ class TrustRejudgeRow(SQLModel, table=True):
     started_at: int = _time()
     judged: int = Field(default=0, sa_type=BigInteger)
     closed: int = Field(default=0, sa_type=BigInteger)
+
+
+class TrustKeyWindowRow(SQLModel, table=True):
+    """Key history (issue 21): one stretch during which a trust source published a key,
+    from the first fetch that showed it to the first that no longer did (``stopped_at``).
+    Shared by every instance, so they all judge with the same history."""
+
+    __tablename__ = "trust_key_window"
+
+    source: str = Field(sa_type=String(200), primary_key=True)
+    kid: str = Field(sa_type=String(128), primary_key=True)
+    thumbprint: str = Field(sa_type=String(64), primary_key=True)
+    generation: int = Field(sa_type=Integer, primary_key=True)
+    jwk: str = Field(sa_type=Text)
+    first_seen: int = _time()
+    stopped_at: int | None = Field(default=None, sa_type=BigInteger)
+
+
+class TrustRevocationRow(SQLModel, table=True):
+    """A key revoked by an operator (``POST /api/v1/trust/revocations``): the key with this
+    thumbprint, or every key with this kid, signs nothing after ``at``."""
+
+    __tablename__ = "trust_revocation"
+    __table_args__ = (Index("ux_trust_revocation", "thumbprint", "kid", "at", unique=True),)
+
+    id: int | None = _id()
+    thumbprint: str = Field(default="", sa_type=String(64))  # "" when named by kid
+    kid: str = Field(default="", sa_type=String(128))  # "" when named by thumbprint
+    at: int = _time()
+    reason: str = Field(default="", sa_type=Text)
+    actor: str = Field(sa_type=String(200))
+    created_at: int = _time()
+
+
+class TrustEventRow(SQLModel, table=True):
+    """The trust audit log: every key set fetched, every refusal and outage of a source,
+    every revocation, with when and by which instance's refresher."""
+
+    __tablename__ = "trust_event"
+
+    id: int | None = _id()
+    at: int = _time(index=True)
+    kind: str = Field(sa_type=String(20))
+    source: str = Field(sa_type=String(200))
+    detail: str = Field(sa_type=Text)
+    keys: list[list[str]] = Field(default_factory=list, sa_type=JSON)

@@ -43,6 +43,7 @@ from app.web.auth import (
     Ingester,
     Permission,
     Reader,
+    TrustAdmin,
     VerifyCaller,
     requires,
 )
@@ -81,6 +82,8 @@ from app.web.schemas import (
     HopPublic,
     IngestResponse,
     Readiness,
+    RevocationCreate,
+    RevocationPublic,
     VerifyResponse,
 )
 from app.web.service import ServiceDep, get_service
@@ -450,6 +453,35 @@ def patch_flag(
     return db.run(service.engine, work)
 
 
+# --- trust (issue 21) --------------------------------------------------------------------
+
+
+@router.post(
+    "/trust/revocations",
+    response_model=RevocationPublic,
+    status_code=201,
+    responses=documented(401, 403, 413, 422, 503),
+    tags=["trust"],
+)
+def post_revocation(
+    who: TrustAdmin, service: ServiceDep, revocation: RevocationCreate
+) -> RevocationPublic:
+    """Revoke a key from ``at`` on, on every instance (admin tokens only). It is written to
+    the trust audit log; new elements under the key are ``untrusted-key`` at once, and the
+    store is judged again within a trust check (stored elements issued after ``at`` get a
+    ``rejected-element`` flag; those before are untouched)."""
+    done = service.revoke(
+        at=service.clock() if revocation.at is None else revocation.at,
+        thumbprint=revocation.thumbprint,
+        kid=revocation.kid,
+        reason=revocation.reason,
+        actor=f"token:{who.name}",
+    )
+    return RevocationPublic(
+        thumbprint=done.thumbprint, kid=done.kid, at=done.at, reason=done.reason, by=done.by
+    )
+
+
 # --- the service itself -----------------------------------------------------------------
 
 
@@ -494,5 +526,9 @@ def get_metrics(request: Request, service: ServiceDep, credentials: Credentials)
         requires(Permission.READ)(request, service, credentials)
     with service.reading() as session:
         counts = store_counts(session, now=service.clock())
-    body = metrics.exposition(counts, workers=request.app.state.metrics_multiprocess)
+    body = metrics.exposition(
+        counts,
+        workers=request.app.state.metrics_multiprocess,
+        sources=service.sources.status(),
+    )
     return Response(body, media_type=metrics.CONTENT_TYPE)

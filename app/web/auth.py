@@ -36,6 +36,7 @@ class Permission(StrEnum):
     VERIFY = "verify"
     READ = "read"
     TRIAGE = "triage"
+    TRUST = "trust"
 
 
 GRANTS: dict[Permission, frozenset[Role]] = {
@@ -43,6 +44,8 @@ GRANTS: dict[Permission, frozenset[Role]] = {
     Permission.VERIFY: frozenset({Role.INGEST, Role.OPERATOR, Role.ADMIN}),
     Permission.READ: frozenset({Role.READ, Role.OPERATOR, Role.ADMIN}),
     Permission.TRIAGE: frozenset({Role.OPERATOR, Role.ADMIN}),
+    # Revoking a key changes what every verdict rests on: administrators only.
+    Permission.TRUST: frozenset({Role.ADMIN}),
 }
 
 _bearer = HTTPBearer(
@@ -92,3 +95,4 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 VerifyCaller = Annotated[Principal, Depends(requires(Permission.VERIFY))]
 Reader = Annotated[Principal, Depends(requires(Permission.READ))]
 CurrentOperator = Annotated[Principal, Depends(requires(Permission.TRIAGE))]
+TrustAdmin = Annotated[Principal, Depends(requires(Permission.TRUST))]

@@ -12,14 +12,17 @@
 - Gauges are read from the database at scrape time (stored elements, receipts, verdicts,
   hops by state, flags by kind and status, open flags by kind and severity), so every
   instance and every worker reports the same values.
-- Process metrics (CPU, memory, open files) are those of the process that answered.
+- Process metrics (CPU, memory, open files) are those of the process that answered, and so
+  are the trust sources' (``handoff_trace_trust_source_stale`` and its neighbours): each
+  instance fetches its sources itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from handoff_context import SEVERITY, FlagKind, HopState, Outcome
+from handoff_context.sources import SourceState
 from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
@@ -115,6 +118,39 @@ class _Store(Collector):
         yield open_flags
 
 
+class _Sources(Collector):
+    """This instance's trust sources (issue 21): each instance fetches for itself, so each
+    says whether its own key set is stale."""
+
+    def __init__(self, sources: Sequence[SourceState]) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        stale = GaugeMetricFamily(
+            "handoff_trace_trust_source_stale",
+            "1 when a trust source's key set is not what it says now (never fetched, or the "
+            "latest fetch failed or was refused: the last good set is in use).",
+            labels=["source"],
+        )
+        success = GaugeMetricFamily(
+            "handoff_trace_trust_source_last_success_timestamp_seconds",
+            "When a trust source last answered with a key set that was accepted (0: never).",
+            labels=["source"],
+        )
+        failures = GaugeMetricFamily(
+            "handoff_trace_trust_source_failures",
+            "Fetches of a trust source that failed or were refused since its last good one.",
+            labels=["source"],
+        )
+        for s in self.sources:
+            stale.add_metric([s.name], 1 if s.stale else 0)
+            success.add_metric([s.name], s.last_success or 0)
+            failures.add_metric([s.name], s.failures)
+        yield stale
+        yield success
+        yield failures
+
+
 class _Forward(Collector):
     """This process's own registry, in a single-process service."""
 
@@ -122,9 +158,9 @@ class _Forward(Collector):
         yield from REGISTRY.collect()
 
 
-def exposition(counts: StoreCounts, *, workers: bool) -> bytes:
+def exposition(counts: StoreCounts, *, workers: bool, sources: Sequence[SourceState] = ()) -> bytes:
     """The scrape: counters (summed over the workers when ``workers``: prometheus_client's
-    multiprocess mode), process metrics and the database's gauges."""
+    multiprocess mode), process metrics, the database's gauges and the trust sources'."""
     registry = CollectorRegistry()
     if workers:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
@@ -132,6 +168,7 @@ def exposition(counts: StoreCounts, *, workers: bool) -> bytes:
     else:
         registry.register(_Forward())  # the default registry holds the process collector
     registry.register(_Store(counts))
+    registry.register(_Sources(sources))
     return generate_latest(registry)
 
 

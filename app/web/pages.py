@@ -26,7 +26,7 @@ from handoff_context import (
 from handoff_context.errors import MalformedError
 from starlette.exceptions import HTTPException
 
-from app.store import dashboard
+from app.store import dashboard, key_history
 from app.store.cases import list_cases
 from app.store.queries import (
     get_element,
@@ -309,15 +309,26 @@ def agents(request: Request, user: Viewer, service: ServiceDep) -> Response:
 def trust(request: Request, user: Viewer, service: ServiceDep) -> Response:
     with service.reading() as session:
         seen = {a.agent for a in list_agents(session)}
-    issuers = sorted(service.trust.issuers.items())
+        events = key_history.recent_events(session, limit=50)
+    trust = service.trust
+    sources = service.sources
+    # Listed keys (the trust file's issuers) here; the sources' keys below, with their
+    # windows, since one source key may speak for many identifiers.
+    issuers = sorted(
+        (ident, tuple(k for k in keys if k.source is None)) for ident, keys in trust.issuers.items()
+    )
     context = {
         "nav": "trust",
         "now": service.clock(),
-        "issuers": issuers,
+        "issuers": [(ident, keys) for ident, keys in issuers if keys],
         "seen": seen,
-        "unknown": sorted(seen - set(service.trust.issuers)),
-        "fingerprint": service.trust.fingerprint,
+        "unknown": sorted(a for a in seen if a not in trust),
+        "fingerprint": trust.fingerprint,
         "trust_file": service.settings.trust_file,
+        "sources": sources.status(),
+        "windows": sources.windows(),
+        "revocations": sources.revocations(),
+        "events": events,
     }
     return render(request, "trust.html", context)
 

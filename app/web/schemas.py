@@ -19,7 +19,7 @@ from handoff_context import (
     Variant,
     digest_text,
 )
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from sqlmodel import SQLModel
 
 from app.envelope.flags import FlagKind
@@ -528,3 +528,33 @@ class Readiness(SQLModel):
     database: Literal["ok"]
     trust: Literal["loaded"]
     trust_fingerprint: str  # SHA-256 of the trusted identifiers and keys, as /trust shows
+
+
+class RevocationCreate(BaseModel):
+    """Revoke a key (issue 21): the key with ``thumbprint`` (RFC 7638, as the trust page
+    shows it), or every key with ``kid``, signs nothing issued after ``at`` (default: now).
+    New elements under it are ``untrusted-key``; stored elements issued after ``at`` are
+    flagged when the store is judged again."""
+
+    thumbprint: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{43}$")
+    kid: str | None = Field(default=None, pattern=r"^[\x21-\x7e]{1,128}$")
+    at: StrictInt | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
+    reason: str = Field(default="", max_length=500)
+
+    model_config = ConfigDict(extra="forbid")
+
+    _storable = field_validator("reason")(storable)
+
+    @model_validator(mode="after")
+    def _names_a_key(self) -> RevocationCreate:
+        if self.thumbprint is None and self.kid is None:
+            raise ValueError("name the key by thumbprint or kid")
+        return self
+
+
+class RevocationPublic(BaseModel):
+    thumbprint: str | None
+    kid: str | None
+    at: int
+    reason: str
+    by: str

@@ -1,6 +1,6 @@
 """What the running service holds: the settings, one engine, the trust store (reloaded when
-its file changes, ``check_trust``),
-the clock and the sweep. Built in the app's lifespan
+its file changes, refreshed from its sources and synced with the shared key history,
+``check_trust``), the clock and the sweep. Built in the app's lifespan
 (``Service.start``) and reached by routes through ``ServiceDep``.
 """
 
@@ -18,7 +18,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from handoff_context import ObjectIndex, TrustStore
-from handoff_context.errors import TrustConfigError
+from handoff_context.sources import Revocation, TrustConfig, TrustSources
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
@@ -30,6 +30,7 @@ from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inp
 from app.settings import Settings
 from app.store import db
 from app.store.derive import anything_due, sweep
+from app.trust import TrustFileError, load_config, open_trust
 from app.web.errors import ApiError
 
 log = logging.getLogger("handoff_trace.web")
@@ -46,18 +47,19 @@ class ServiceConfigError(HandoffTraceError):
     reason = "service-config"
 
 
-def load_trust(settings: Settings) -> TrustStore:
-    """The trust store the service verifies against. Fails closed: no file, an unreadable
-    or unsafe one (``TrustStore.load``'s checks) is a ServiceConfigError, never an empty
-    store that would reject, or worse accept, everything."""
+def load_trust(settings: Settings) -> TrustConfig:
+    """The trust configuration the service verifies with (a trust file, with or without
+    sources). Fails closed: no file, an unreadable or unsafe one (``TrustStore.load``'s
+    checks) is a ServiceConfigError, never an empty store that would reject, or worse
+    accept, everything. Fetches nothing."""
     if settings.trust_file is None:
         raise ServiceConfigError(
             "no trust file: set HANDOFF_TRACE_TRUST_FILE or pass --trust FILE "
             "(the service refuses to verify against nothing)"
         )
     try:
-        return TrustStore.load(settings.trust_file)
-    except TrustConfigError as exc:
+        return load_config(settings.trust_file)
+    except TrustFileError as exc:
         raise ServiceConfigError(str(exc)) from exc
 
 
@@ -78,7 +80,10 @@ def load_objects_dir(settings: Settings) -> ObjectIndex:
 class Service:
     settings: Settings
     engine: Engine
+    # The keys requests are judged with: an immutable snapshot of ``sources``, swapped when
+    # a refresh, another instance or a revocation changes them.
     trust: TrustStore
+    sources: TrustSources
     clock: Clock = wall_clock
     objects: ObjectIndex = field(default_factory=ObjectIndex)
     _last_sweep: int | None = None
@@ -105,7 +110,7 @@ class Service:
         """Load the trust store, connect and bring the schema to head.
 
         Raises ServiceConfigError with one clear line for anything that stops it."""
-        trust = load_trust(settings)
+        config = load_trust(settings)
         objects = load_objects_dir(settings)
         url = settings.store_url()
         try:
@@ -119,16 +124,31 @@ class Service:
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
             shown = db.shown_url(url)
             raise ServiceConfigError(f"cannot use the database {shown}: {first}") from exc
-        service = cls(settings=settings, engine=engine, trust=trust, clock=clock, objects=objects)
-        service._trust_stat = _stat(settings.trust_file)
+        stat = _stat(settings.trust_file)
+        try:
+            sources = open_trust(config, engine=engine, clock=clock)
+        except SQLAlchemyError as exc:
+            engine.dispose()
+            raise ServiceConfigError(f"cannot read the key history: {exc}") from exc
+        service = cls(
+            settings=settings,
+            engine=engine,
+            trust=sources.snapshot,
+            sources=sources,
+            clock=clock,
+            objects=objects,
+        )
+        service._trust_stat = stat
         return service
 
     def check_trust(self, *, force: bool = False) -> Rejudged | None:
-        """Read the trust file again when it changed (or when ``force``d, on SIGHUP). A new
-        trust store is used from the next request on, and the store is judged again under
-        it (``app.ingest.rejudge``: by this instance, unless another one claimed it). A file
-        that no longer loads is logged and the current store kept: refusing everything, or
-        accepting with a half-written file, would be worse than the old keys."""
+        """Read the trust file again when it changed (or when ``force``d, on SIGHUP); else
+        fetch the sources that are due and take in what other instances recorded in the
+        key history. New keys are used from the next request on, and the store is judged
+        again under them (``app.ingest.rejudge``: by this instance, unless another one
+        claimed it). A file that no longer loads is logged and the current store kept:
+        refusing everything, or accepting with a half-written file, would be worse than the
+        old keys; a source that fails keeps its last good keys the same way."""
         with self._in_use() as open_, self._reloading:
             return self._check_trust(force=force) if open_ else None
 
@@ -143,27 +163,56 @@ class Service:
 
     def _check_trust(self, *, force: bool) -> Rejudged | None:
         stat = _stat(self.settings.trust_file)
-        if not force and stat == self._trust_stat:
-            if self._pending is not None and self._pending[1] is self.trust:
-                return self._rejudge(*self._pending)
-            return None
-        try:
-            trust = load_trust(self.settings)
-        except ServiceConfigError as exc:
-            log.error("the trust file changed but cannot be used (%s); keeping the old one", exc)
-            return None
-        self._trust_stat = stat
-        old = self.trust
-        if trust.fingerprint == old.fingerprint:
-            return None
-        self.trust = trust
-        log.info(
-            "trust file reloaded: fingerprint %s -> %s",
-            old.fingerprint[:12],
-            trust.fingerprint[:12],
-            extra={"trust": trust.fingerprint, "previous": old.fingerprint},
-        )
-        return self._rejudge(old.fingerprint, trust)
+        if force or stat != self._trust_stat:
+            try:
+                config = load_trust(self.settings)
+            except ServiceConfigError as exc:
+                log.error(
+                    "the trust file changed but cannot be used (%s); keeping the old one", exc
+                )
+                return None
+            self._trust_stat = stat
+            self.sources = open_trust(config, engine=self.engine, clock=self.clock)
+            why = "trust file reloaded"
+        else:
+            self.sources.refresh()
+            self.sources.sync()
+            why = "trust keys changed"
+        if self.sources.fingerprint != self.trust.fingerprint:
+            old, self.trust = self.trust, self.sources.snapshot
+            log.info(
+                "%s: fingerprint %s -> %s",
+                why,
+                old.fingerprint[:12],
+                self.trust.fingerprint[:12],
+                extra={"trust": self.trust.fingerprint, "previous": old.fingerprint},
+            )
+            return self._rejudge(old.fingerprint, self.trust)
+        if self._pending is not None and self._pending[1] is self.trust:
+            return self._rejudge(*self._pending)
+        return None
+
+    def revoke(
+        self,
+        *,
+        at: int,
+        thumbprint: str | None,
+        kid: str | None,
+        reason: str,
+        actor: str,
+    ) -> Revocation:
+        """Revoke a key from ``at`` on, for every instance (the revocation is stored with the
+        key history). New elements under it are ``untrusted-key`` at once; the store is
+        judged again by the next trust check, which flags stored elements signed after
+        ``at``. Raises ValueError when no key is named."""
+        with self._reloading:
+            revocation = self.sources.revoke(
+                at=at, thumbprint=thumbprint, kid=kid, reason=reason, by=actor
+            )
+            if self.sources.fingerprint != self.trust.fingerprint:
+                old, self.trust = self.trust, self.sources.snapshot
+                self._pending = (old.fingerprint, self.trust)
+        return revocation
 
     def _rejudge(self, old: str, trust: TrustStore) -> Rejudged | None:
         try:

@@ -40,6 +40,7 @@ READ = frozenset({"read", "operator", "admin"})
 VERIFY = frozenset({"ingest", "operator", "admin"})
 INGEST = frozenset({"ingest", "admin"})
 TRIAGE = frozenset({"operator", "admin"})
+ADMIN = frozenset({"admin"})
 # On pages: every account (each person's role includes looking).
 LOGGED_IN = frozenset(ACCOUNTS)
 
@@ -58,6 +59,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /api/v1/flags": READ,
     "GET /api/v1/flags/{flag_id}": READ,
     "PATCH /api/v1/flags/{flag_id}": TRIAGE,
+    "POST /api/v1/trust/revocations": ADMIN,
     "GET /api/v1/cases": READ,
     "GET /api/v1/cases/{case_id}": READ,
     "GET /api/v1/metrics": READ,

@@ -11,7 +11,16 @@ import textwrap
 
 import handoff_context
 
-PUBLIC_MODULES = {"carry", "conformance", "errors", "vectors", "reporter", "taps", "otel"}
+PUBLIC_MODULES = {
+    "carry",
+    "conformance",
+    "errors",
+    "vectors",
+    "reporter",
+    "sources",
+    "taps",
+    "otel",
+}
 # Modules of an optional extra: they import their extra's packages (``[otel]``).
 EXTRA_MODULES = {"handoff_context.otel"}
 

@@ -56,15 +56,18 @@ def sign_raw(alg: str, private_key: Any, signing_input: bytes) -> bytes:
     return bytes(_MODELS[alg].sign(signing_input, private_key))
 
 
-def verify_element(element: Element, trust: TrustStore) -> TrustedKey:
+def verify_element(element: Element, trust: TrustStore, *, skew: int = 0) -> TrustedKey:
     """Check the element's signature with the keys configured for its ``iss`` (profile §4, §6.1).
 
-    Returns the key that verified. Raises CheckFailed with ``untrusted-key`` when the issuer
-    has no configured key, or ``bad-signature`` when it has keys but none fits and verifies.
+    Only keys valid at the element's ``iat`` (within ``skew``: a key gone from its source, or
+    revoked) may speak for it, so a rotation never turns old evidence into ``untrusted-key``
+    and a revoked key signs nothing new. Returns the key that verified. Raises CheckFailed
+    with ``untrusted-key`` when the issuer has no configured key or the key that verifies was
+    not valid at ``iat``, or ``bad-signature`` when it has keys but none fits and verifies.
     """
     iss = element.payload.iss
     keys = trust.keys_for(iss)
-    if keys is None:
+    if not keys:
         raise CheckFailed(Reason.UNTRUSTED_KEY, f"no key is configured for issuer {iss!r}")
     alg = element.header.alg
     kid = element.header.kid
@@ -82,9 +85,17 @@ def verify_element(element: Element, trust: TrustStore) -> TrustedKey:
         chosen = [k for k in keys if k.kty == KTY_FOR_ALG[alg]]
         if not chosen:
             raise CheckFailed(Reason.BAD_SIGNATURE, f"{iss!r} has no key that fits alg {alg}")
-    for key in chosen:
+    iat = element.payload.iat
+    valid = [k for k in chosen if k.invalid_at(iat, skew) is None]
+    for key in valid:
         if verify_raw(alg, key.key, element.signing_input, element.signature):
             return key
+    # A key that verifies but was not valid at iat says more than "bad signature": the
+    # signer holds a withdrawn or revoked key (one more verify, on the failure path only).
+    for key in chosen:
+        why = key.invalid_at(iat, skew)
+        if why is not None and verify_raw(alg, key.key, element.signing_input, element.signature):
+            raise CheckFailed(Reason.UNTRUSTED_KEY, f"{why}; {iss!r} no longer speaks with it")
     which = f"key {kid!r}" if kid is not None else f"any of the {len(chosen)} keys"
     raise CheckFailed(
         Reason.BAD_SIGNATURE, f"the {alg} signature does not verify with {which} of {iss!r}"

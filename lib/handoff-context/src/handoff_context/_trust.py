@@ -12,7 +12,7 @@ import json
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,28 @@ class TrustedKey:
     kty: str  # "EC" (P-256, for ES256) or "OKP" (Ed25519, for Ed25519/EdDSA)
     key: Any  # joserfc ECKey or OKPKey, public only
     thumbprint: str
+    # Key history (trust sources, explicit revocations). None: no end. ``not_after``: the
+    # time the key was last seen at its source before it went away; ``revoked_at``: an
+    # explicit revocation. Elements are judged against the keys valid at their ``iat``.
+    not_after: int | None = None
+    revoked_at: int | None = None
+    source: str | None = None  # the trust source it came from; None for a listed key
+
+    def invalid_at(self, iat: int, skew: int) -> str | None:
+        """Why this key cannot speak for an element issued at ``iat``; None when it can.
+
+        The end of a source's window gets the skew (``not_after`` is when this receiver
+        noticed the key was gone, a little after it was withdrawn); an explicit revocation
+        does not: it names the moment itself, and a key that may be in other hands earns
+        no leeway."""
+        if self.revoked_at is not None and iat > self.revoked_at:
+            return f"key {self.kid!r} was revoked at {self.revoked_at} (the element's iat is {iat})"
+        if self.not_after is not None and iat > self.not_after + skew:
+            return (
+                f"key {self.kid!r} stopped being valid at {self.not_after} "
+                f"(gone from its source; the element's iat is {iat})"
+            )
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,35 +68,39 @@ class TrustStore:
 
     issuers: Mapping[str, tuple[TrustedKey, ...]]
     fingerprint: str
+    # SPIFFE trust domains (``a.example``) mapped to the keys of their bundle: they speak for
+    # every ``spiffe://a.example/...`` identifier (trust sources, ``handoff_context.sources``).
+    domains: Mapping[str, tuple[TrustedKey, ...]] = field(default_factory=dict)
 
     def keys_for(self, identifier: str) -> tuple[TrustedKey, ...] | None:
-        return self.issuers.get(identifier)
+        """The keys that may speak for ``identifier``: listed for it, or for its SPIFFE trust
+        domain; None when there is none."""
+        listed = self.issuers.get(identifier)
+        domain = spiffe_trust_domain(identifier)
+        bundle = self.domains.get(domain) if domain is not None and self.domains else None
+        if bundle is None:
+            return listed
+        return bundle if listed is None else listed + bundle
 
     def __contains__(self, identifier: object) -> bool:
-        return identifier in self.issuers
+        return isinstance(identifier, str) and self.keys_for(identifier) is not None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TrustStore:
-        """Read and validate a trust file. Raises TrustConfigError."""
-        p = Path(path)
-        try:
-            info = p.stat()
-        except OSError as exc:
-            raise TrustConfigError(f"cannot read trust file {p}: {exc.strerror}") from exc
-        if not stat.S_ISREG(info.st_mode):
-            raise TrustConfigError(f"trust file {p} is not a regular file")
-        # Anyone who can write the trust file can make any forgery verify.
-        if info.st_mode & stat.S_IWOTH:
-            raise TrustConfigError(
-                f"trust file {p} is writable by every user; refusing it (chmod o-w {p})"
-            )
-        if info.st_size > _MAX_TRUST_FILE:
-            raise TrustConfigError(f"trust file {p} is larger than {_MAX_TRUST_FILE} octets")
-        try:
-            data = p.read_bytes()
-        except OSError as exc:
-            raise TrustConfigError(f"cannot read trust file {p}: {exc.strerror}") from exc
-        return cls.from_bytes(data, source=str(p))
+        """Read and validate a trust file. Raises TrustConfigError.
+
+        A trust configuration that lists ``sources`` (``handoff_context.sources``) gives a
+        ``TrustSources``: a store whose keys follow its sources, fetched once here (each
+        source's answer, or its failure, is in ``status()``); call its ``start()`` to keep
+        them fresh in the background, or ``refresh()`` on your own schedule."""
+        data = read_trust_file(path)
+        if _lists_sources(data):
+            from handoff_context.sources import TrustConfig, TrustSources
+
+            live = TrustSources(TrustConfig.from_bytes(data, source=str(path)))
+            live.refresh(force=True)
+            return live
+        return cls.from_bytes(data, source=str(path))
 
     @classmethod
     def from_bytes(cls, data: bytes, *, source: str = "trust configuration") -> TrustStore:
@@ -114,13 +140,72 @@ class TrustStore:
             issuers[ident] = imported
         if not issuers:
             raise TrustConfigError(f"{source} lists no issuer: refusing to verify against nothing")
-        return cls(issuers=issuers, fingerprint=_fingerprint(issuers))
+        return cls(issuers=issuers, fingerprint=fingerprint_of(issuers))
 
 
-def _fingerprint(issuers: Mapping[str, tuple[TrustedKey, ...]]) -> str:
-    canon = sorted(
-        (ident, sorted((k.kid, k.thumbprint) for k in keys)) for ident, keys in issuers.items()
-    )
+def read_trust_file(path: str | os.PathLike[str]) -> bytes:
+    """The octets of a trust file, refused when it is not a regular file, when every user
+    may write it (anyone who can write it can make any forgery verify) or when it is too
+    large. Raises TrustConfigError."""
+    p = Path(path)
+    try:
+        info = p.stat()
+    except OSError as exc:
+        raise TrustConfigError(f"cannot read trust file {p}: {exc.strerror}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise TrustConfigError(f"trust file {p} is not a regular file")
+    if info.st_mode & stat.S_IWOTH:
+        raise TrustConfigError(
+            f"trust file {p} is writable by every user; refusing it (chmod o-w {p})"
+        )
+    if info.st_size > _MAX_TRUST_FILE:
+        raise TrustConfigError(f"trust file {p} is larger than {_MAX_TRUST_FILE} octets")
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise TrustConfigError(f"cannot read trust file {p}: {exc.strerror}") from exc
+
+
+def _lists_sources(data: bytes) -> bool:
+    try:
+        doc = strict_json_loads(data, what="trust file")
+    except MalformedError:
+        return False  # from_bytes says what is wrong with it
+    return isinstance(doc, Mapping) and ("sources" in doc or "revoked" in doc)
+
+
+def spiffe_trust_domain(identifier: str) -> str | None:
+    """``a.example`` for ``spiffe://a.example/agent/planner``; None for any other identifier.
+    SPIFFE IDs are lower case in scheme and trust domain (SPIFFE-ID section 2.1), so an
+    identifier that spells them otherwise names no trust domain."""
+    if not identifier.startswith("spiffe://"):
+        return None
+    domain, slash, _path = identifier[len("spiffe://") :].partition("/")
+    if not domain or not slash:
+        return None
+    return domain
+
+
+def fingerprint_of(
+    issuers: Mapping[str, tuple[TrustedKey, ...]],
+    domains: Mapping[str, tuple[TrustedKey, ...]] | None = None,
+) -> str:
+    """A digest of every identifier, key and validity window: it changes whenever any of
+    them does (a rotation, a revocation), so caches of verification results keyed by it
+    never outlive the keys they were computed under."""
+
+    def keys(group: tuple[TrustedKey, ...]) -> list[tuple[Any, ...]]:
+        def end(at: int | None) -> int:
+            return -1 if at is None else at
+
+        windows = [(k.kid, k.thumbprint, end(k.not_after), end(k.revoked_at)) for k in group]
+        # A listed key with no history keeps the pair the fingerprint always had, so a
+        # trust file's fingerprint does not change with this version.
+        return sorted(w[:2] if w[2:] == (-1, -1) else w for w in windows)
+
+    canon: list[Any] = sorted((ident, keys(group)) for ident, group in issuers.items())
+    if domains:
+        canon.append(["domains", sorted((d, keys(group)) for d, group in domains.items())])
     return hashlib.sha256(json.dumps(canon, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -135,6 +220,11 @@ def _b64_member(jwk: Mapping[str, Any], name: str, *, where: str, size: int) -> 
     if len(raw) != size:
         raise TrustConfigError(f"{where}: member {name!r} must be {size} octets")
     return raw
+
+
+def import_key(jwk: object, *, issuer: str, where: str) -> TrustedKey:
+    """Validate and import one public JWK (profile §4). Raises TrustConfigError."""
+    return _import_key(jwk, issuer=issuer, where=where)
 
 
 def _import_key(jwk: object, *, issuer: str, where: str) -> TrustedKey:

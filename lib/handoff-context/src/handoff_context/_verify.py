@@ -162,7 +162,7 @@ class Verifier:
         cache, fingerprint = self.signature_cache, self.trust.fingerprint
         if cache is not None and cache.verified(element.digest, fingerprint):
             return
-        verify_element(element, self.trust)
+        verify_element(element, self.trust, skew=self.policy.skew)
         if cache is not None:
             cache.mark_verified(element.digest, fingerprint)
 
