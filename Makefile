@@ -89,6 +89,7 @@ bench: install system-deps
 	$(BIN)/python bench/query_scale.py
 	$(BIN)/python bench/detection.py
 	$(BIN)/python bench/otlp_export.py
+	$(BIN)/python bench/replay_memory.py
 
 # Soak (issue 6): 5 minutes of paced ingest and dashboard/API readers against a real
 # `handoff-trace serve` on loopback (SQLite; `bench/soak.py --db postgresql` for the other);

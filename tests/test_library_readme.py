@@ -29,4 +29,45 @@ def test_the_example_signs_carries_checks_and_accepts(capsys: pytest.CaptureFixt
     assert getattr(verdict, "outcome", None) is Outcome.ACCEPT
     assert getattr(check, "outcome", None) is Outcome.ACCEPT
     assert getattr(check, "element", None) == "status"
-    assert capsys.readouterr().out == "accept status\n"
+    assert capsys.readouterr().out == "accept accepted\n"
+
+
+def _block(heading: str) -> str:
+    text = README.read_text()
+    section = text[text.index(heading) :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, f"{heading} holds a python code block"
+    return match.group(1)
+
+
+def test_the_keys_and_memory_block_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from handoff_context import FileState, Signer
+
+    monkeypatch.chdir(tmp_path)
+    saved = Signer.generate("spiffe://a.example/agent/planner").save(tmp_path / "k.jwk")
+    monkeypatch.setenv("HANDOFF_SIGNING_KEY", str(saved))
+    namespace: dict[str, object] = {"__name__": "readme_keys"}
+    exec(compile(_block("## An agent's keys and memory"), str(README), "exec"), namespace)
+    state = namespace["state"]
+    assert isinstance(state, FileState)
+    state.close()
+    assert state.path.parent == Path(".handoff-state")
+    assert "spiffe://a.example/agent/planner" in capsys.readouterr().out
+
+
+def test_every_install_line_names_what_the_repository_builds() -> None:
+    """Nothing is published under ``handoff-context``: each ``pip install`` line in the two
+    READMEs installs a path of the checkout or a built wheel (issue 19 item 8)."""
+    root = README.parents[2] / "README.md"
+    lines = [
+        line
+        for path in (root, README)
+        for line in path.read_text().splitlines()
+        if re.match(r"\s*(\S*/)?pip install ", line)
+    ]
+    assert len(lines) >= 5
+    for line in lines:
+        target = line.split("pip install", 1)[1].split("#", 1)[0].strip().strip("'\"")
+        assert target.startswith(("./", "dist/", "/")) or ".whl" in target, line

@@ -328,6 +328,8 @@ def test_the_library_installs_alone_without_the_service_stack(
     installed = {re.sub(r"[-_.]+", "-", name).lower() for name in names}
     assert "handoff-context" in installed and "handoff-trace" not in installed
     assert not installed & set(SERVICE_STACK), sorted(installed)
+    # The SDK integrations are extras ([a2a], [mcp]): the core brings neither SDK.
+    assert not installed & {"a2a-sdk", "mcp", "protobuf", "pydantic"}, sorted(installed)
     done = run([library.bin("python"), "-c", IMPORT_EVERY_MODULE], cwd=elsewhere)
     report = json.loads(done.stdout)
     assert Path(report["file"]).is_relative_to(library.root)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -25,7 +24,6 @@ from handoff_context import (
     digest_text,
     handoff_digest,
     handoff_object,
-    import_private_key,
     make_offer,
     make_status,
     new_key,
@@ -35,7 +33,13 @@ from handoff_context import (
     status_object,
     strict_json_loads,
 )
-from handoff_context.errors import HandoffError, MalformedError, TrustConfigError
+from handoff_context.errors import (
+    ChainWindowError,
+    HandoffError,
+    KeyFileError,
+    MalformedError,
+    TrustConfigError,
+)
 
 
 def _usage_error(message: str) -> Exception:
@@ -119,11 +123,13 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("keys") / f"{_slug(ident)}.jwk"
     if out.exists():
         raise _usage_error(f"{out} exists; choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(key.as_dict(private=True), fh, indent=2)
-        fh.write("\n")
+    # One key file format for the CLI and the library (Signer.load reads it back).
+    try:
+        Signer(iss=ident, key=key, alg=alg_for_key(key)).save(out)
+    except FileExistsError as exc:
+        raise _usage_error(f"{out} exists; choose another --out") from exc
+    except OSError as exc:
+        raise _usage_error(f"cannot write {out}: {exc.strerror}") from exc
     trust_path.parent.mkdir(parents=True, exist_ok=True)
     trust_path.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote private key {out} (kid {kid}, {args.alg}); added public key to {trust_path}")
@@ -165,7 +171,8 @@ def add_sign(sub: Any) -> None:
     offer.add_argument(
         "--no-chain",
         action="store_true",
-        help="with --after: set prev but carry no chain (privacy; profile §7)",
+        help="with --after: set prev but carry no chain (privacy, or continuing past the "
+        "handoff's window: the next hop sees a partial chain; profile §7)",
     )
     offer.add_argument(
         "--ref",
@@ -211,11 +218,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _signer(args: argparse.Namespace) -> Signer:
     try:
-        jwk = strict_json_loads(Path(args.key).read_bytes(), what=args.key)
-        key = import_private_key(jwk)
-    except (OSError, MalformedError, ValueError) as exc:
-        raise _usage_error(f"cannot use key {args.key}: {exc}") from exc
-    return Signer(iss=args.iss, key=key, alg=alg_for_key(key))
+        return Signer.load(args.key, iss=args.iss)
+    except KeyFileError as exc:
+        raise _usage_error(str(exc)) from exc
 
 
 def _read_handoff(path: str) -> HandoffObject:
@@ -268,7 +273,9 @@ def cmd_sign_offer(args: argparse.Namespace) -> int:
                 before,
                 aud=args.aud,
                 iat=iat,
-                carry_chain=not args.no_chain,
+                # --no-chain is the library's partial continuation: prev without the chain,
+                # which may also continue past the received offer's window (profile §7).
+                partial=args.no_chain,
                 dialog=args.dialog,
                 refs=refs,
                 **fields,
@@ -279,6 +286,8 @@ def cmd_sign_offer(args: argparse.Namespace) -> int:
             )
             parse_element(octets, form)  # what we sign must be what we accept
             obj = handoff_object(octets, form=form)
+    except ChainWindowError as exc:
+        raise _usage_error(f"{exc.detail} (on the command line: --no-chain)") from exc
     except HandoffError as exc:
         raise _usage_error(exc.detail) from exc
     _write(args, obj, form)

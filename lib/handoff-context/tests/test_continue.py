@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 from handoff_context import (
+    ChainWindowError,
     Context,
     Form,
     HandoffObject,
     MalformedError,
     Offer,
     Outcome,
+    Reason,
+    Verdict,
     Verifier,
     continue_handoff,
     handoff_digest,
@@ -111,3 +114,74 @@ def test_the_form_must_be_the_received_handoffs(world: World) -> None:
         continue_handoff(
             world.coder, _first(world, Form.COSE), aud=world.tester.iss, iat=T0, form=Form.JWS
         )
+
+
+# --- the window (profile §7 timing, issue 19 item 4) ---------------------------------------
+
+
+def _judge_next_hop(world: World, value: dict[str, object], now: int) -> Verdict:
+    return Verifier(world.trust).verify_value(
+        value, Context(now=now, receiver=world.tester.iss, dialog=DIALOG), source="t"
+    )
+
+
+@pytest.mark.parametrize("form", [Form.JWS, Form.COSE])
+def test_a_late_continuation_fails_at_the_delegating_agent(world: World, form: Form) -> None:
+    """Ten minutes after a 120-second offer arrived, continuing it would give the next hop
+    a broken chain: the delegating agent gets ChainWindowError instead, naming both ways
+    out, and nothing is signed."""
+    received = _first(world, form)
+    late = T0 + 600
+    with pytest.raises(ChainWindowError) as caught:
+        continue_handoff(world.coder, received, aud=world.tester.iss, iat=late)
+    error = caught.value
+    assert error.reason is Reason.BROKEN_CHAIN
+    assert (error.received_exp, error.iat) == (T0 + 120, late)
+    assert "within the received offer's window" in error.detail
+    assert "partial=True" in error.detail
+    # Within the window the same call signs, and the next hop accepts the chain.
+    timely = continue_handoff(world.coder, received, aud=world.tester.iss, iat=T0 + 110)
+    assert _judge_next_hop(world, timely, T0 + 115).outcome is Outcome.ACCEPT
+
+
+def test_partial_carries_prev_without_the_chain_past_the_window(world: World) -> None:
+    received = _first(world, Form.JWS)
+    second = continue_handoff(
+        world.coder, received, aud=world.tester.iss, iat=T0 + 600, partial=True
+    )
+    assert "chain" not in second
+    assert _offer(second).prev == handoff_digest(_parsed(received).offer)
+    verdict = _judge_next_hop(world, second, T0 + 610)
+    assert verdict.outcome is Outcome.ACCEPT, verdict.detail
+    assert verdict.chain is not None and verdict.chain.partial
+
+
+def test_the_window_edges(world: World) -> None:
+    """The window is the received offer's life (``iat .. exp``), widened by ``skew``."""
+    received = _first(world, Form.JWS)
+    exp = T0 + 120
+    continue_handoff(world.coder, received, aud=world.tester.iss, iat=exp)
+    with pytest.raises(ChainWindowError, match="after it expired"):
+        continue_handoff(world.coder, received, aud=world.tester.iss, iat=exp + 1)
+    at_skew = continue_handoff(world.coder, received, aud=world.tester.iss, iat=exp + 60, skew=60)
+    # A receiver with the default 60-second skew accepts what skew=60 allowed.
+    assert _judge_next_hop(world, at_skew, exp + 60).outcome is Outcome.ACCEPT
+    with pytest.raises(ChainWindowError, match="after it expired"):
+        continue_handoff(world.coder, received, aud=world.tester.iss, iat=exp + 61, skew=60)
+    with pytest.raises(ChainWindowError, match="before it was issued"):
+        continue_handoff(world.coder, received, aud=world.tester.iss, iat=T0 - 1)
+
+
+def test_without_the_window_check_the_next_hop_sees_broken_chain(world: World) -> None:
+    """The rule the error applies is the next hop's own: a chain carried past the window is
+    broken-chain there (signed here by hand, as a delegator without this check would)."""
+    received = _parsed(_first(world, Form.JWS))
+    late = make_offer(
+        world.coder,
+        aud=world.tester.iss,
+        dialog=DIALOG,
+        iat=T0 + 600,
+        prev=handoff_digest(received.offer),
+    )
+    verdict = _judge_next_hop(world, handoff_object(late, [received.offer]), T0 + 610)
+    assert verdict.reason is Reason.BROKEN_CHAIN

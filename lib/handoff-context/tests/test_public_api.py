@@ -49,8 +49,34 @@ def test_exported_names_come_from_inside_the_library() -> None:
 
 def test_the_error_module_and_the_package_agree() -> None:
     errors = importlib.import_module("handoff_context.errors")
-    for name in ("HandoffError", "MalformedError", "CheckFailed", "TrustConfigError", "Reason"):
+    for name in (
+        "HandoffError",
+        "MalformedError",
+        "CheckFailed",
+        "TrustConfigError",
+        "Reason",
+        "ChainWindowError",
+        "ReplyError",
+        "KeyFileError",
+    ):
         assert getattr(handoff_context, name) is getattr(errors, name)
+
+
+def test_the_agent_surface_of_issue_19() -> None:
+    """The names the SDK integrations are built on (issue 19 items 3-6) are public."""
+    for name in ("FileState", "AnswerMemory", "ChainWindowError", "ReplyError", "KeyFileError"):
+        assert name in handoff_context.__all__
+    errors = importlib.import_module("handoff_context.errors")
+    assert issubclass(errors.ChainWindowError, errors.HandoffError)
+    assert issubclass(errors.ReplyError, errors.HandoffError)
+    for method in ("save", "load", "from_env", "from_key_file", "trust_entry"):
+        assert callable(getattr(handoff_context.Signer, method))
+    assert isinstance(handoff_context.Signer.public_jwk, property)
+    for method in ("remember", "get_offer", "add_offer", "has_status", "add_status"):
+        assert callable(getattr(handoff_context.FileState, method))
+    for cls in (handoff_context.FileState, handoff_context.InMemoryState):
+        assert callable(cls.record_answer) and callable(cls.last_answer)
+    assert "state" in handoff_context.Verdict.__dataclass_fields__
 
 
 def test_the_library_needs_only_its_three_dependencies() -> None:
@@ -74,3 +100,25 @@ def test_the_library_needs_only_its_three_dependencies() -> None:
     extra = set(done.stdout.split()) - {"handoff_context", "cryptography", "cbor2", "joserfc"}
     # What the three pull in themselves (cffi for cryptography's bindings).
     assert extra <= {"_cffi_backend", "cffi", "_openssl", "_cbor2"}, extra
+
+
+def test_reading_json_messages_never_imports_protobuf() -> None:
+    """Typed SDK messages are recognised by duck typing: an agent that hands the carry
+    helpers and the verifier plain JSON never loads protobuf (the core does not need it)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from handoff_context import carry, parse_object
+        carry.find({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {}})
+        carry.put_a2a({"messageId": "m"}, {"offer": "a.b.c"})
+        try:
+            parse_object({"offer": 1})
+        except Exception:
+            pass
+        print("google.protobuf" in sys.modules, "pydantic" in sys.modules)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "False"]

@@ -684,7 +684,12 @@ def test_status_canceled_by_the_delegator(world: World, verifier: Verifier) -> N
 def test_status_canceled_by_the_delegate_is_policy(world: World, verifier: Verifier) -> None:
     o = sent_offer(world, verifier)
     s = make_status(
-        world.coder, offer_octets=o, state="canceled", iat=T0 + 5, aud=world.planner.iss
+        world.coder,
+        offer_octets=o,
+        state="canceled",
+        iat=T0 + 5,
+        aud=world.planner.iss,
+        check=False,
     )
     v = judge(verifier, status_object(s), ctx(world))
     rejected(v, "policy")
@@ -700,6 +705,7 @@ def test_status_wrong_parties(world: World, verifier: Verifier) -> None:
         iat=T0 + 5,
         iss=world.planner.iss,
         aud=world.coder.iss,
+        check=False,
     )
     v = judge(verifier, status_object(s), ctx(world))
     rejected(v, "policy")
@@ -709,7 +715,12 @@ def test_status_wrong_parties(world: World, verifier: Verifier) -> None:
 def test_status_wrong_aud(world: World, verifier: Verifier) -> None:
     o = sent_offer(world, verifier)
     s = make_status(
-        world.coder, offer_octets=o, state="completed", iat=T0 + 5, aud=world.tester.iss
+        world.coder,
+        offer_octets=o,
+        state="completed",
+        iat=T0 + 5,
+        aud=world.tester.iss,
+        check=False,
     )
     rejected(judge(verifier, status_object(s), ctx(world)), "policy")
 
@@ -738,7 +749,7 @@ def test_status_bad_signature_runs_nothing_else(world: World, verifier: Verifier
 
 def test_status_from_untrusted_issuer(world: World, verifier: Verifier) -> None:
     o = sent_offer(world, verifier)
-    s = make_status(world.mallory, offer_octets=o, state="accepted", iat=T0 + 5)
+    s = make_status(world.mallory, offer_octets=o, state="accepted", iat=T0 + 5, check=False)
     rejected(judge(verifier, status_object(s), ctx(world)), "untrusted-key")
 
 
@@ -783,7 +794,7 @@ def test_session_resolves_pending_status_when_the_offer_arrives(world: World) ->
 def test_session_resolved_status_is_still_judged(world: World) -> None:
     session = Session(Verifier(world.trust))
     o = offer(world)
-    s = make_status(world.planner, offer_octets=o, state="accepted", iat=T0 + 5)
+    s = make_status(world.planner, offer_octets=o, state="accepted", iat=T0 + 5, check=False)
     session.add(status_object(s), ctx(world), source="1")
     session.add(handoff_object(o), ctx(world), source="2")
     rejected(session.verdicts[0], "policy")

@@ -20,6 +20,7 @@ from handoff_context._encoding import (
     parse_digest_text,
     strict_json_loads,
 )
+from handoff_context._filestate import FileState
 from handoff_context._handoff import HandoffObject, StatusObject, parse_object
 from handoff_context._lifecycle import (
     A2A_STATE,
@@ -38,6 +39,7 @@ from handoff_context._lifecycle import (
     hop_state_of_a2a,
 )
 from handoff_context._memory import (
+    AnswerMemory,
     InMemoryState,
     OfferIndex,
     Remembered,
@@ -98,11 +100,14 @@ from handoff_context._verdict import (
 from handoff_context._verify import Context, Policy, Session, Verifier, parse_element
 from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY, Carrier, Role
 from handoff_context.errors import (
+    ChainWindowError,
     CheckFailed,
     EmbeddedKeyError,
     HandoffError,
+    KeyFileError,
     MalformedError,
     Reason,
+    ReplyError,
     TrustConfigError,
 )
 
@@ -117,10 +122,12 @@ __all__ = [
     "OFFER_CHECKS",
     "SEVERITY",
     "STATUS_CHECKS",
+    "AnswerMemory",
     "AvailableObject",
     "Carrier",
     "ChainElementReport",
     "ChainReport",
+    "ChainWindowError",
     "CheckFailed",
     "CheckResult",
     "Context",
@@ -129,6 +136,7 @@ __all__ = [
     "ElementType",
     "EmbeddedKeyError",
     "Equivocation",
+    "FileState",
     "Flag",
     "FlagKind",
     "Form",
@@ -139,6 +147,7 @@ __all__ = [
     "HopView",
     "HostObservation",
     "InMemoryState",
+    "KeyFileError",
     "MalformedError",
     "ObjectIndex",
     "Offer",
@@ -154,6 +163,7 @@ __all__ = [
     "RefReport",
     "Remembered",
     "ReplayMemory",
+    "ReplyError",
     "Result",
     "Role",
     "SeenStatuses",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from handoff_context._encoding import MAX_ELEMENT_OCTETS
 from handoff_context._model import Form
+from handoff_context._typed import as_json
 from handoff_context.errors import MalformedError
 
 
@@ -61,6 +62,7 @@ def parse_object(
 
     Raises MalformedError when it is neither, both, or its members have the wrong types.
     """
+    value = as_json(value)  # a protobuf Struct from a2a-sdk metadata reads as its JSON
     if not isinstance(value, Mapping):
         raise MalformedError("a handoff or status object must be a map")
     has_offer = "offer" in value

@@ -1,8 +1,8 @@
 """What a receiver remembers between elements: replay memory, known offers, seen statuses.
 
 The protocol core depends only on these Protocols. ``verify`` uses the in-memory versions
-(each run starts empty, profile §11); the service backs them with its database so they survive
-a restart (profile §6.4).
+(each run starts empty, profile §11); the service backs them with its database and an agent
+with ``FileState`` (``_filestate.py``), so they survive a restart (profile §6.4).
 """
 
 from __future__ import annotations
@@ -53,6 +53,20 @@ class SeenStatuses(Protocol):
     def add_status(self, digest: bytes) -> None: ...
 
 
+class AnswerMemory(Protocol):
+    """The last status this agent signed for each offer it answered, as the exact octets it
+    sent: a retransmitted offer (a ``duplicate`` verdict) is answered with them again
+    (profile §6.4: "the receiver resends its last status"), never with a re-signed status."""
+
+    def record_answer(self, offer_digest: bytes, status: bytes) -> None:
+        """Remember ``status`` (element octets) as the last status for ``offer_digest``."""
+        ...
+
+    def last_answer(self, offer_digest: bytes) -> bytes | None:
+        """The octets last recorded for ``offer_digest``, or None."""
+        ...
+
+
 class SignatureCache(Protocol):
     """Remembers which elements verified under which trust configuration, so a chain
     element seen again is not verified again; a changed trust store (another
@@ -65,11 +79,13 @@ class SignatureCache(Protocol):
 
 @dataclass
 class InMemoryState:
-    """All three memories in process memory, for one ``verify`` run."""
+    """Every memory in process memory, for one ``verify`` run. It is never pruned and is
+    lost when the process ends: an agent uses ``FileState`` (profile §6.4)."""
 
     replay: dict[tuple[str, str], Remembered] = field(default_factory=dict)
     offers: dict[bytes, Element] = field(default_factory=dict)
     statuses: set[bytes] = field(default_factory=set)
+    answers: dict[bytes, bytes] = field(default_factory=dict)
 
     def remember(self, element: Element) -> tuple[Remembered, bool]:
         key = (element.payload.iss, element.payload.hop)
@@ -91,3 +107,9 @@ class InMemoryState:
 
     def add_status(self, digest: bytes) -> None:
         self.statuses.add(digest)
+
+    def record_answer(self, offer_digest: bytes, status: bytes) -> None:
+        self.answers[offer_digest] = bytes(status)
+
+    def last_answer(self, offer_digest: bytes) -> bytes | None:
+        return self.answers.get(offer_digest)

@@ -6,19 +6,38 @@ what it makes is exactly what the verifier expects (profile §1-§3).
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from joserfc.jwk import ECKey, OKPKey
 
 from handoff_context import _cose as cose
 from handoff_context import _jws as jws
-from handoff_context._encoding import b64url_encode, handoff_digest
+from handoff_context._encoding import b64url_encode, handoff_digest, strict_json_loads
 from handoff_context._handoff import HandoffObject, parse_object
-from handoff_context._model import Form, Offer, StatusState, form_of, status_parties
-from handoff_context.errors import MalformedError
+from handoff_context._memory import AnswerMemory
+from handoff_context._model import (
+    REASON_CODES,
+    Form,
+    Offer,
+    StatusState,
+    check_identifier,
+    form_of,
+    is_absolute_uri,
+    status_parties,
+)
+from handoff_context.errors import (
+    ChainWindowError,
+    KeyFileError,
+    MalformedError,
+    Reason,
+    ReplyError,
+)
 
 ALGS = ("ES256", "Ed25519")
 
@@ -58,6 +77,12 @@ def new_hop() -> str:
     return b64url_encode(secrets.token_bytes(16))
 
 
+# The member of a key file that names the agent the key signs for (``Signer.iss``). A key
+# file is a private JWK (what ``handoff-trace keys new`` writes) plus this member; files
+# written before it existed load with the identifier given by the caller.
+KEY_FILE_ISS = "iss"
+
+
 @dataclass(frozen=True)
 class Signer:
     """An agent that signs: its identifier, private key and algorithm."""
@@ -68,6 +93,7 @@ class Signer:
 
     @classmethod
     def generate(cls, iss: str, alg: str = "ES256", *, kid: str | None = None) -> Signer:
+        """A new key for ``iss`` (ES256: P-256; Ed25519). Raises ValueError for another alg."""
         return cls(
             iss=iss, key=new_key(alg, kid=kid or f"{alg.lower()}-{secrets.token_hex(4)}"), alg=alg
         )
@@ -77,8 +103,110 @@ class Signer:
         kid = self.key.kid
         return None if kid is None else str(kid)
 
+    @property
+    def public_jwk(self) -> dict[str, Any]:
+        """The public key as a JWK with its kid, for the trust configuration (profile §4)."""
+        return public_jwk(self.key)
+
     def trust_entry(self) -> dict[str, Any]:
-        return {"id": self.iss, "keys": [public_jwk(self.key)]}
+        """This agent's entry in a trust file: ``{"id": iss, "keys": [public JWK]}``."""
+        return {"id": self.iss, "keys": [self.public_jwk]}
+
+    def key_file(self) -> dict[str, Any]:
+        """The key file's content: the private JWK plus the agent identifier."""
+        content: dict[str, Any] = dict(self.key.as_dict(private=True))
+        content[KEY_FILE_ISS] = self.iss
+        return content
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the key file to ``path`` with mode 0600 (its folder is created if missing).
+
+        Raises FileExistsError when ``path`` exists and ``overwrite`` is not set (an
+        existing key is never replaced by accident), OSError when it cannot be written."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = (json.dumps(self.key_file(), indent=2) + "\n").encode("ascii")
+        if not overwrite:
+            _write_new(target, data)
+            return target
+        # Replace atomically: a reader never sees half a key, and the mode is 0600 from the
+        # first byte on.
+        temp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+        _write_new(temp, data)
+        try:
+            os.replace(temp, target)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, iss: str | None = None) -> Signer:
+        """Read a key file written by ``save`` or by ``handoff-trace keys new``.
+
+        ``iss`` is needed for a key file that does not name its agent; for one that does,
+        it must agree. Raises KeyFileError (never quoting the key)."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise KeyFileError(f"cannot read key file {path}: {exc.strerror}") from exc
+        return cls.from_key_file(data, iss=iss, source=str(path))
+
+    @classmethod
+    def from_env(cls, var: str = "HANDOFF_SIGNING_KEY", *, iss: str | None = None) -> Signer:
+        """The signer in environment variable ``var``: the key file's content (it starts with
+        ``{``) or the path of a key file. Raises KeyFileError when the variable is unset or
+        holds neither; the message never quotes the variable's value."""
+        value = os.environ.get(var)
+        if value is None or not value.strip():
+            raise KeyFileError(f"${var} is not set (a key file's content or its path)")
+        if value.lstrip().startswith("{"):
+            return cls.from_key_file(value.encode("utf-8"), iss=iss, source=f"${var}")
+        try:
+            data = Path(value.strip()).read_bytes()
+        except OSError as exc:
+            raise KeyFileError(
+                f"${var} holds no key file content and names no readable file ({exc.strerror})"
+            ) from exc
+        return cls.from_key_file(data, iss=iss, source=f"the file named by ${var}")
+
+    @classmethod
+    def from_key_file(cls, data: bytes, *, iss: str | None = None, source: str = "key") -> Signer:
+        """Parse a key file's content. Raises KeyFileError."""
+        try:
+            content = strict_json_loads(data, what=source)
+        except MalformedError:
+            # Not chained: a traceback must not carry the parser's view of key material.
+            raise KeyFileError(f"{source} is not a JSON key file") from None
+        if not isinstance(content, dict):
+            raise KeyFileError(f"{source} is not a JSON object (a private JWK)")
+        named = content.pop(KEY_FILE_ISS, None)
+        if named is not None and not isinstance(named, str):
+            raise KeyFileError(f"{source}: {KEY_FILE_ISS!r} must be a string")
+        if named is not None and iss is not None and named != iss:
+            raise KeyFileError(f"{source} is the key of {named!r}, not of {iss!r}")
+        ident = iss or named
+        if ident is None:
+            raise KeyFileError(f"{source} does not name its agent: pass iss=")
+        try:
+            check_identifier(ident, what="the agent identifier")
+        except MalformedError as exc:
+            raise KeyFileError(f"{source}: {exc.detail}") from exc
+        if "d" not in content:
+            raise KeyFileError(f"{source} holds no private key (no 'd' member)")
+        try:
+            key = import_private_key(content)
+        except Exception as exc:  # the JOSE library's own errors: not quoted, they may echo
+            raise KeyFileError(
+                f"{source} is not an EC P-256 or OKP Ed25519 private JWK ({type(exc).__name__})"
+            ) from None
+        return cls(iss=ident, key=key, alg=alg_for_key(key))
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def trust_document(signers: Sequence[Signer]) -> dict[str, Any]:
@@ -195,22 +323,100 @@ def make_status(
     state: StatusState | str,
     iat: int,
     form: Form | None = None,
+    answers: AnswerMemory | None = None,
+    check: bool = True,
     **fields: Any,
 ) -> bytes:
-    """Sign a status answering the offer ``offer_octets`` (in the offer's form by default)."""
+    """Sign a status answering the offer ``offer_octets`` (in the offer's form by default).
+
+    Only statuses this library's own verifier accepts are signed (profile §1.2, §6.8): the
+    offer's delegate answers and only its delegator cancels, a ``reason`` goes only on
+    ``rejected`` and ``failed`` and is never ``malformed`` (a local verdict) or
+    ``equivocation`` (the second offer gets no status, profile §6.4). ``answers``, when
+    given, records the signed octets as this offer's last answer, so a retransmitted offer
+    can be answered with them again (``AnswerMemory.last_answer``). ``check=False`` signs
+    whatever it is asked to, for test data that must hold what a careless or hostile agent
+    sends; an agent never needs it. ``fields`` go to
+    ``status_payload`` (``reason``, ``detail``, ``refs``; ``iss`` and ``aud`` only to
+    repeat what the profile requires).
+
+    Raises ReplyError when the status would be rejected or is forbidden (nothing is
+    signed), MalformedError when ``offer_octets`` is not a readable offer, ValueError for
+    an unknown ``state``.
+    """
     from handoff_context._verify import parse_element
 
+    state = StatusState(state)
     offer_form = form_of(offer_octets)
     element = parse_element(offer_octets, offer_form)
+    if not isinstance(element.payload, Offer):
+        raise MalformedError("make_status answers an offer, not a status")
+    offer = element.payload
+    iss = fields.pop("iss", None) or signer.iss
+    if check:
+        _check_reply(offer, state, iss=iss, aud=fields.get("aud"), reason=fields.get("reason"))
     payload = status_payload(
-        offer=_decoded(element.payload),
-        offer_octets=offer_octets,
-        state=state,
-        iat=iat,
-        iss=fields.pop("iss", signer.iss),
-        **fields,
+        offer=_decoded(offer), offer_octets=offer_octets, state=state, iat=iat, iss=iss, **fields
     )
-    return sign_payload(payload, signer, form or offer_form)
+    try:
+        octets = sign_payload(payload, signer, form or offer_form)
+        if check:
+            parse_element(octets, form or offer_form)  # what we sign must be what we accept
+    except MalformedError as exc:
+        raise ReplyError(Reason.MALFORMED, f"the status would be malformed: {exc.detail}") from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate in detail cannot be encoded
+        raise ReplyError(
+            Reason.MALFORMED, "the status would be malformed: detail is not valid Unicode text"
+        ) from exc
+    if answers is not None:
+        answers.record_answer(element.digest, octets)
+    return octets
+
+
+def _check_reply(
+    offer: Offer, state: StatusState, *, iss: str, aud: str | None, reason: str | None
+) -> None:
+    """Refuse a status the verifier's ``parties`` check (profile §6.8) or the profile's
+    rules on reasons (§1.2, §6) would reject."""
+    want_iss, want_aud = status_parties(state, delegator=offer.iss, delegate=offer.aud)
+    if iss != want_iss:
+        who = "its delegator" if state.from_delegator else "its delegate"
+        hint = (
+            ""
+            if state.from_delegator
+            else "; an offer for another audience is refused in the host protocol, "
+            "without a signed status (the verifier would flag one as policy)"
+        )
+        raise ReplyError(
+            Reason.POLICY,
+            f"a {state.value} status for hop {offer.hop} must come from {who} {want_iss!r}, "
+            f"not {iss!r}{hint}",
+        )
+    if aud is not None and aud != want_aud:
+        raise ReplyError(
+            Reason.POLICY,
+            f"a {state.value} status for hop {offer.hop} goes to {want_aud!r}, not {aud!r}",
+        )
+    if reason is None:
+        return
+    if state not in (StatusState.REJECTED, StatusState.FAILED):
+        raise ReplyError(Reason.POLICY, f"a reason goes only on rejected and failed, not {state}")
+    if reason == Reason.MALFORMED.value:
+        raise ReplyError(
+            Reason.POLICY,
+            "malformed is a local verdict, never a status reason: refuse the message in the "
+            "host protocol without a signed status",
+        )
+    if reason == Reason.EQUIVOCATION.value:
+        raise ReplyError(
+            Reason.POLICY,
+            "an equivocating offer gets no status (profile §6.4): refuse it in the host "
+            "protocol without a signed status",
+        )
+    if reason not in REASON_CODES and not is_absolute_uri(reason):
+        raise ReplyError(
+            Reason.POLICY, f"reason {reason!r} is neither a profile reason code nor an absolute URI"
+        )
 
 
 def _decoded(payload: Any) -> dict[str, Any]:
@@ -284,6 +490,8 @@ def continue_handoff(
     aud: str,
     iat: int,
     carry_chain: bool = True,
+    partial: bool = False,
+    skew: int = 0,
     dialog: str | None = None,
     form: Form | None = None,
     **fields: Any,
@@ -294,14 +502,24 @@ def continue_handoff(
     names its predecessor but no chain is carried (the privacy choice of profile §7: the next
     receiver then reports the chain ``not-checked``).
 
+    The received offer must still be live at ``iat`` (profile §7 timing: ``received.iat -
+    skew <= iat <= received.exp + skew``), or the next hop rejects the new offer as
+    ``broken-chain``; this function then raises ``ChainWindowError`` instead of signing.
+    ``skew`` defaults to 0, the window every receiver accepts whatever its own skew; pass
+    the receivers' skew (60 by default) to use their whole window. With ``partial=True``
+    the offer names its predecessor in ``prev`` but carries no chain and the window is not
+    checked: the next hop sees a partial chain (``not-checked``), while a party holding
+    the earlier offer (a handoff-trace service) still judges the late link ``broken-chain``.
+
     ``received`` is the handoff object as found in the carrier (a map) or as parsed. Check it
     first (``Verifier``): this function links to it, it does not judge it. ``dialog``
     defaults to the received offer's; ``form`` must be the received handoff's (one chain, one
     form). ``fields`` go to ``offer_payload`` (``lifetime``, ``task``, ``obo``, ``refs``...).
 
-    Raises MalformedError when ``received`` is not a handoff object or its offer cannot be
-    read, or when the new offer would not parse (what we sign must be what we accept);
-    ValueError when ``form`` is not the received handoff's.
+    Raises ChainWindowError when the received offer is not live at ``iat`` (and ``partial``
+    is not set); MalformedError when ``received`` is not a handoff object or its offer
+    cannot be read, or when the new offer would not parse (what we sign must be what we
+    accept); ValueError when ``form`` is not the received handoff's.
     """
     from handoff_context._verify import parse_element  # _verify imports this module
 
@@ -313,6 +531,8 @@ def continue_handoff(
     previous = parse_element(before.offer, before.form)
     if not isinstance(previous.payload, Offer):
         raise MalformedError("the received handoff's offer is a status")
+    if not partial:
+        _check_window(previous.payload, iat=iat, skew=skew)
     payload = offer_payload(
         iss=signer.iss,
         aud=aud,
@@ -323,5 +543,22 @@ def continue_handoff(
     )
     octets = sign_payload(payload, signer, before.form)
     parse_element(octets, before.form)
-    chain = [*before.chain, before.offer] if carry_chain else []
+    chain = [*before.chain, before.offer] if carry_chain and not partial else []
     return handoff_object(octets, chain, form=before.form)
+
+
+def _check_window(previous: Offer, *, iat: int, skew: int) -> None:
+    """Profile §7 timing, judged by the delegating agent before it signs: the offer it
+    continues must be live at the new offer's ``iat``."""
+    if previous.iat - skew <= iat <= previous.exp + skew:
+        return
+    when = "after it expired" if iat > previous.exp + skew else "before it was issued"
+    raise ChainWindowError(
+        f"the offer being continued (hop {previous.hop}, live {previous.iat}..{previous.exp}, "
+        f"skew {skew} s) is not live at {iat}, {when}; the next hop would reject the new "
+        "offer as broken-chain. Either delegate within the received offer's window, or "
+        "continue with partial=True: prev without the chain, which the next hop sees as a "
+        "partial chain (a party holding the earlier offer still finds the late link)",
+        received_exp=previous.exp,
+        iat=iat,
+    )

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from handoff_context._encoding import digest_text
+from handoff_context._model import StatusState
 from handoff_context.errors import Reason
 
 
@@ -147,6 +148,8 @@ class Verdict:
     # Not part of profile §11's shape, kept for the store and the table output.
     dialog: str | None = None
     offer: bytes | None = None  # a status's offer digest
+    # A status verdict's state, once the status could be read (None for offers).
+    state: StatusState | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import cast
 
 from handoff_context import _cose as cose
 from handoff_context import _jws as jws
@@ -102,6 +103,10 @@ class _VerifiedCache:
             self._pairs.popitem(last=False)
 
 
+def _serves(state: object, *methods: str) -> bool:
+    return all(callable(getattr(state, m, None)) for m in methods)
+
+
 class _Stop(Exception):
     """Ends the pipeline after the failing check has been recorded."""
 
@@ -146,14 +151,14 @@ class Verifier:
     signature_cache: SignatureCache | None = None
 
     def __post_init__(self) -> None:
-        # One in-memory state can serve all three roles; fall back to the replay object
-        # when it does, otherwise to fresh in-memory stores.
+        # One state object (InMemoryState, FileState) can serve every role; fall back to
+        # the replay object when it does, otherwise to fresh in-memory stores.
         if self.offers is None:
-            self.offers = self.replay if isinstance(self.replay, InMemoryState) else InMemoryState()
+            serves = _serves(self.replay, "get_offer", "add_offer")
+            self.offers = cast(OfferIndex, self.replay) if serves else InMemoryState()
         if self.statuses is None:
-            self.statuses = (
-                self.replay if isinstance(self.replay, InMemoryState) else InMemoryState()
-            )
+            serves = _serves(self.replay, "has_status", "add_status")
+            self.statuses = cast(SeenStatuses, self.replay) if serves else InMemoryState()
         if self.signature_cache is None:
             self.signature_cache = _VerifiedCache()
 
@@ -228,7 +233,7 @@ class Verifier:
         if isinstance(payload, Offer):
             verdict.dialog = payload.dialog
         else:
-            verdict.offer = payload.offer
+            verdict.offer, verdict.state = payload.offer, payload.state
 
     def _parse_as(self, octets: bytes, form: Form, kind: type, run: _Run) -> Element:
         # The digest names the octets even when they do not parse, so a rejected element

@@ -1,8 +1,10 @@
 """Carrying handoffs in A2A 1.0, A2A 0.3 and MCP messages (profile §9): put them in, find them.
 
 Everything here works on messages as decoded JSON (maps and lists), the shape every SDK
-reads and writes on the wire (a2a-sdk's ``json_format.MessageToDict``, the mcp package's
-``model_dump(by_alias=True)``); nothing is fetched, decoded or verified. The values put and
+reads and writes on the wire; the SDKs' typed messages (a2a-sdk's protobuf messages, the mcp
+package's pydantic models) are accepted too and read as that JSON (``_typed.py``), and
+``put_*`` return a copy of the type they were given. Nothing is fetched, decoded or
+verified. The values put and
 found are profile §1.4 handoff and status objects (``handoff_object``, ``status_object``);
 JSON carriers take the JWS form. Judge what ``find`` returns with a ``Verifier``.
 
@@ -40,9 +42,13 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from handoff_context._handoff import is_handoff_like
+from handoff_context._typed import as_json, is_protobuf, is_pydantic
+
+# A typed SDK message (an a2a-sdk protobuf message, an mcp pydantic model).
+_Typed = TypeVar("_Typed")
 
 __all__ = [
     "A2A_EXTENSION_URI",
@@ -125,15 +131,34 @@ class Unreadable:
 # --- putting ------------------------------------------------------------------------------
 
 
-def put_a2a(host: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]:
+@overload
+def put_a2a(host: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+@overload
+def put_a2a(host: _Typed, obj: Mapping[str, Any]) -> _Typed: ...
+
+
+def put_a2a(host: object, obj: Mapping[str, Any]) -> object:
     """A copy of the A2A ``host`` carrying ``obj`` under ``metadata[A2A_EXTENSION_URI]``.
 
     ``host`` is a Message (a send request's, a reply, a Task's status message) or the params
-    of a cancel-task request, in 1.0 or 0.3 JSON. A handoff object (an offer) also lists the
-    URI in the message's ``extensions`` (profile §9); a status object does not need to."""
+    of a cancel-task request, in 1.0 or 0.3 JSON, or the a2a-sdk protobuf message itself
+    (a copy of the same type is returned). A handoff object (an offer) also lists the
+    URI in the message's ``extensions`` (profile §9); a status object does not need to.
+    Raises ValueError when a typed ``host`` has no ``metadata`` or ``obj`` is not JSON
+    (the COSE form does not fit an A2A ``Struct``)."""
+    value = _json_object(obj)
+    if is_protobuf(host):
+        return _put_a2a_protobuf(host, value)
+    if is_pydantic(host):
+        return type(host).model_validate(put_a2a(as_json(host), value))  # type: ignore[attr-defined]
+    if not isinstance(host, Mapping):
+        kind = type(host).__name__
+        raise ValueError(f"an A2A host message must be a map or an a2a-sdk message, not {kind}")
     out = dict(host)
-    out["metadata"] = {**dict(out.get("metadata") or {}), A2A_EXTENSION_URI: dict(obj)}
-    if "offer" in obj:
+    out["metadata"] = {**dict(out.get("metadata") or {}), A2A_EXTENSION_URI: value}
+    if "offer" in value:
         extensions = list(out.get("extensions") or [])
         if A2A_EXTENSION_URI not in extensions:
             extensions.append(A2A_EXTENSION_URI)
@@ -141,12 +166,55 @@ def put_a2a(host: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def put_mcp(host: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]:
+def _put_a2a_protobuf(host: Any, value: dict[str, Any]) -> Any:
+    out = type(host)()
+    out.CopyFrom(host)
+    fields = out.DESCRIPTOR.fields_by_name
+    if "metadata" not in fields:
+        raise ValueError(f"an a2a-sdk {type(host).__name__} has no metadata to carry a handoff")
+    out.metadata.update({A2A_EXTENSION_URI: value})
+    if "offer" in value and "extensions" in fields and A2A_EXTENSION_URI not in out.extensions:
+        out.extensions.append(A2A_EXTENSION_URI)
+    return out
+
+
+@overload
+def put_mcp(host: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+@overload
+def put_mcp(host: _Typed, obj: Mapping[str, Any]) -> _Typed: ...
+
+
+def put_mcp(host: object, obj: Mapping[str, Any]) -> object:
     """A copy of the MCP ``host`` carrying ``obj`` under ``_meta[MCP_META_KEY]``: the params
     of ``tools/call`` (an offer) or of ``notifications/cancelled`` (a ``canceled``), or a
-    CallToolResult (a status). Other ``_meta`` keys are kept."""
+    CallToolResult (a status), as JSON or as the mcp package's model (a copy of the same
+    type is returned). Other ``_meta`` keys are kept. Raises ValueError when ``obj`` is
+    not JSON (the COSE form)."""
+    value = _json_object(obj)
+    if is_pydantic(host):
+        return type(host).model_validate(put_mcp(as_json(host), value))  # type: ignore[attr-defined]
+    if not isinstance(host, Mapping):
+        kind = type(host).__name__
+        raise ValueError(f"an MCP host message must be a map or an mcp model, not {kind}")
     out = dict(host)
-    out["_meta"] = {**dict(out.get("_meta") or {}), MCP_META_KEY: dict(obj)}
+    out["_meta"] = {**dict(out.get("_meta") or {}), MCP_META_KEY: value}
+    return out
+
+
+def _json_object(obj: object) -> dict[str, Any]:
+    """A handoff or status object as plain JSON (a ``Struct`` found in typed metadata is
+    accepted too). JSON carriers take the JWS form: COSE byte strings are refused."""
+    value = as_json(obj)
+    if not isinstance(value, Mapping):
+        raise ValueError("a handoff or status object must be a map")
+    out = dict(value)
+    if "chain" in out and isinstance(out["chain"], tuple):
+        out["chain"] = list(out["chain"])
+    elements = [out.get("offer"), out.get("status"), *(out.get("chain") or [])]
+    if any(isinstance(e, bytes | bytearray) for e in elements):
+        raise ValueError("A2A and MCP carry the JWS form (strings), not COSE byte strings")
     return out
 
 
@@ -158,7 +226,8 @@ def find(message: object) -> list[Found | Unreadable]:
 
     ``message`` is a handoff or status object itself, an A2A JSON-RPC request or response
     (1.0 or 0.3), a bare A2A Message, Task or status update (or a 1.0 wrapper of one), or an
-    MCP JSON-RPC request, response or notification. Returns an empty list for a message
+    MCP JSON-RPC request, response or notification, as decoded JSON or as the typed
+    message of a2a-sdk (protobuf) or mcp (pydantic). Returns an empty list for a message
     that carries nothing, and ``Unreadable`` entries for malformed carrying places. Never
     raises on bad input.
     """
@@ -169,7 +238,8 @@ def find_all(message: object, *, path: str | None = None) -> list[Found | Unread
     """``find``, plus the host task states of Tasks and status updates that carry no
     handoff (``TaskState``), in message order. ``path``: the URL path the message was sent
     to, for the A2A HTTP+JSON binding, whose cancel (``POST .../tasks/{id}:cancel``) is
-    known only by it. Never raises on bad input."""
+    known only by it. Typed SDK messages are read as their JSON. Never raises on bad input."""
+    message = as_json(message)
     if not isinstance(message, Mapping):
         return [Unreadable(f"the payload is {_type_name(message)}, not an object")]
     if path is not None and not is_bare_object(message):

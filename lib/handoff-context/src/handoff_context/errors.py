@@ -72,5 +72,28 @@ class EmbeddedKeyError(CheckFailed):
         self.payload = payload
 
 
+class ChainWindowError(HandoffError):
+    """``continue_handoff`` was asked to continue an offer that is no longer live at signing
+    time (profile §7 timing): the next hop would reject the new offer as ``broken-chain``.
+    ``received_exp`` is the continued offer's ``exp``; ``iat`` the refused signing time."""
+
+    def __init__(self, detail: str, *, received_exp: int, iat: int) -> None:
+        super().__init__(Reason.BROKEN_CHAIN, detail)
+        self.received_exp = received_exp
+        self.iat = iat
+
+
+class ReplyError(HandoffError):
+    """A reply helper (``make_status``) refused to sign a status that this library's own
+    verifier would reject, or that the profile forbids (a ``rejected`` from a party that is
+    not the offer's delegate, a reason on an ``accepted``, a status for ``equivocation``).
+    Nothing was signed."""
+
+
 class TrustConfigError(Exception):
     """The trust configuration is unusable (profile §4). A configuration error, not a verdict."""
+
+
+class KeyFileError(ValueError):
+    """A signing key file (or the environment variable holding one) cannot be used. The
+    message names the file or variable, never the key."""
