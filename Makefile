@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install system-deps browser-deps phoenix-deps lint typecheck vectors conformance bench soak fuzz clean
+.PHONY: run test install system-deps browser-deps phoenix-deps go-deps lint typecheck vectors conformance bench soak fuzz clean
 
 $(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,18 @@ phoenix-deps:
 	  $(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix && touch $(PHOENIX_STAMP); \
 	fi
 
+# Go and golang.org/x/mod for the evidence log's outside referee (tests/log/test_referee.py
+# builds a Go program offline, in GOPATH mode, with only sumdb/note and sumdb/tlog).
+# Installed with apt-get when missing (CI runs as root on Debian); elsewhere the referee
+# test says what is missing.
+go-deps:
+	@if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/golang.org/x/mod/sumdb/tlog ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Go and golang.org/x/mod (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go golang-golang-x-mod-dev >/dev/null; \
+	  else echo "Go or golang.org/x/mod not found; set HANDOFF_TRACE_NO_GO=1 to skip the referee test"; fi; \
+	fi
+
 # The dashboard on the embedded SQLite file, filled with a demo run on first start; prints
 # the URL (http://127.0.0.1:8000/) and a one-time login.
 run: install
@@ -61,7 +73,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: system-deps browser-deps phoenix-deps lint typecheck
+test: system-deps browser-deps phoenix-deps go-deps lint typecheck
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py --check
 	$(BIN)/pytest -q
 
@@ -89,6 +101,7 @@ bench: install system-deps
 	$(BIN)/python bench/query_scale.py
 	$(BIN)/python bench/detection.py
 	$(BIN)/python bench/otlp_export.py
+	$(BIN)/python bench/tlog_sequencer.py
 	$(BIN)/python bench/replay_memory.py
 
 # Soak (issue 6): 5 minutes of paced ingest and dashboard/API readers against a real

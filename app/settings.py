@@ -113,6 +113,12 @@ class Settings:
     otlp_headers: tuple[tuple[str, str], ...] = ()
     otlp_seconds: int = 2
     trace_url: str | None = None
+    # The evidence log (docs/evidence-log.md): the Ed25519 key file its checkpoints are
+    # signed with (none: no log), how often the sequencer appends and publishes a
+    # checkpoint, and how often the store checks itself against the log.
+    log_key_file: Path | None = None
+    log_seconds: int = 2
+    log_check_seconds: int = 3600
 
     def __post_init__(self) -> None:
         if self.database_url is not None:
@@ -178,6 +184,9 @@ class Settings:
         _at_least("WEBHOOK_SECONDS", self.webhook_seconds, 1)
         _at_most("WEBHOOK_SECONDS", self.webhook_seconds, 3600)
         check_otlp(self)
+        _at_least("LOG_SECONDS", self.log_seconds, 1)
+        _at_most("LOG_SECONDS", self.log_seconds, 60)
+        _at_least("LOG_CHECK_SECONDS", self.log_check_seconds, 60)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -207,6 +216,9 @@ class Settings:
                 raise SettingsError(
                     f"{PREFIX}REF_POLICY must be one of {choices}, not {policy!r}"
                 ) from None
+        log_key = get(PREFIX + "LOG_KEY_FILE")
+        if log_key is not None:
+            values["log_key_file"] = Path(log_key)
         webhooks = get(PREFIX + "WEBHOOKS_FILE")
         if webhooks is not None:
             values["webhooks_file"] = Path(webhooks)

@@ -42,6 +42,10 @@ NOT_LIMITS = {
     "accept_window",
     "transcript_bytes",
     "objects_dir",
+    # The evidence log (docs/evidence-log.md): its key and its schedule, not a client limit.
+    "log_key_file",
+    "log_seconds",
+    "log_check_seconds",
     # Where and how the service runs, and what it says about itself.
     "host",
     "port",

@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("transfer", "load an export into an empty database and re-derive it"),
     "export-otlp": ("otlp", "export hops as OTLP spans to an OpenTelemetry receiver"),
     "tap": ("tap", "a reverse proxy that reports the handoffs passing to and from an agent"),
+    "log": ("log", "the evidence log: its key, an auditor's check, a self-check"),
 }
 Adder = Callable[[Any], None]
 
@@ -111,6 +112,12 @@ def _tap() -> Adder:
     return add_tap_command
 
 
+def _log() -> Adder:
+    from app.cli.log import add_log_commands
+
+    return add_log_commands
+
+
 _GROUPS: dict[str, Callable[[], Adder]] = {
     "verify": _verify,
     "keys": _keys,
@@ -123,6 +130,7 @@ _GROUPS: dict[str, Callable[[], Adder]] = {
     "transfer": _transfer,
     "otlp": _otlp,
     "tap": _tap,
+    "log": _log,
 }
 
 

@@ -84,6 +84,21 @@ def _load(settings: Settings, url: str, directory: Path, dialogs: int, seed: int
     return paths.trust
 
 
+def _demo_log_key(settings: Settings, directory: Path) -> None:
+    """The evidence log's key for the demo (docs/evidence-log.md): the configured one, else
+    ``DIR/log.key``, made on first start. Only its verifier key is printed."""
+    import os
+
+    from app.log.keys import demo_key
+
+    if settings.log_key_file is not None:
+        return
+    path = directory / "log.key"
+    signer = demo_key(path)
+    os.environ["HANDOFF_TRACE_LOG_KEY_FILE"] = str(path)  # read again by `serve`
+    print(f"run-demo: evidence log verifier key {signer.verifier.text()}", file=sys.stderr)
+
+
 def cmd_run_demo(args: argparse.Namespace) -> int:
     from app.cli.serve import cmd_serve
 
@@ -113,5 +128,6 @@ def cmd_run_demo(args: argparse.Namespace) -> int:
         "`handoff-trace users create`)\n",
         flush=True,
     )
+    _demo_log_key(settings, Path(args.dir))
     serve = argparse.Namespace(host=args.host, port=args.port, workers=1, db=url, trust=str(trust))
     return cmd_serve(serve)

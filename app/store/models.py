@@ -19,6 +19,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    SmallInteger,
     String,
     Text,
 )
@@ -577,6 +578,59 @@ class TrustRejudgeRow(SQLModel, table=True):
     started_at: int = _time()
     judged: int = Field(default=0, sa_type=BigInteger)
     closed: int = Field(default=0, sa_type=BigInteger)
+
+
+# --- the evidence log (app/log, docs/evidence-log.md; alembic 0013) ---------------------------
+
+
+class LogLeafRow(SQLModel, table=True):
+    """One leaf of the evidence log: the 44-octet leaf (``app.log.leaf``) of one stored
+    element (``source`` 1) or of refused octets (``source`` 2), at its index. Append-only,
+    written by the sequencer; each stored row has at most one leaf."""
+
+    __tablename__ = "tlog_leaf"
+    __table_args__ = (Index("ix_tlog_leaf_source_digest", "source", "digest", unique=True),)
+
+    idx: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    source: int = Field(sa_type=SmallInteger)
+    digest: bytes = _digest()
+    leaf: bytes = Field(sa_type=Octets)
+    sequenced_at: int = _time()
+
+
+class LogNodeRow(SQLModel, table=True):
+    """The hash of one complete subtree of the log's Merkle tree: ``level`` 0 are the leaf
+    hashes; node (level, idx) covers leaves idx * 2**level up to (idx + 1) * 2**level. The
+    tiles are read from these."""
+
+    __tablename__ = "tlog_node"
+
+    level: int = Field(sa_column=Column(SmallInteger, primary_key=True, autoincrement=False))
+    idx: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    hash: bytes = _digest()
+
+
+class LogStateRow(SQLModel, table=True):
+    """The log's size and root: the one row every sequencer compares and swaps, so that one
+    of several instances appends at a time and the others find they lost."""
+
+    __tablename__ = "tlog_state"
+
+    name: str = Field(sa_type=String(16), primary_key=True)
+    size: int = Field(sa_type=BigInteger)
+    root: bytes = _digest()
+    updated_at: int = _time()
+
+
+class LogCheckpointRow(SQLModel, table=True):
+    """Every checkpoint the log published (a signed note, C2SP tlog-checkpoint), by size."""
+
+    __tablename__ = "tlog_checkpoint"
+
+    size: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    root: bytes = _digest()
+    note: str = Field(sa_type=Text)
+    published_at: int = _time()
 
 
 class TrustKeyWindowRow(SQLModel, table=True):

@@ -21,11 +21,12 @@ from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
+from app.log.runner import log_forever
 from app.notify.targets import TargetError, load_targets
 from app.notify.worker import Notifier
 from app.otlp.export import Exporter, Sender
 from app.settings import Settings
-from app.web import api, errors, metrics, otlp, pages
+from app.web import api, errors, metrics, otlp, pages, tlog
 from app.web.guard import Guard
 from app.web.observe import Observe
 from app.web.service import Clock, Service, ServiceConfigError, wall_clock
@@ -62,6 +63,8 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
             asyncio.create_task(_sweep_forever(service)),
             asyncio.create_task(_watch_trust(service, hangup)),
         ]
+        if service.evidence is not None:
+            tasks.append(asyncio.create_task(log_forever(service.evidence)))
         notifier = Notifier(service.engine, targets) if targets else None
         app.state.notifier = notifier
         if notifier is not None:
@@ -105,6 +108,8 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
     errors.install(app)
     app.include_router(api.router)
     app.include_router(otlp.router)  # POST /v1/traces (app/web/otlp.py)
+    app.include_router(tlog.router)  # the evidence log (docs/evidence-log.md)
+    app.include_router(tlog.pages)  # its evidence bundle download, for the dashboard
     pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)
     app.add_middleware(Guard, max_body=settings.max_request_bytes)
     app.add_middleware(Observe)  # outside the guard: its 400s, 413s and 500s are counted too

@@ -27,6 +27,9 @@ from app.errors import HandoffTraceError
 from app.ingest.pipeline import Pipeline
 from app.ingest.rejudge import Rejudged, RejudgeFailed, judged_under_other_trust, rejudge
 from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
+from app.log.errors import LogKeyError
+from app.log.keys import load_signer
+from app.log.runner import EvidenceLog
 from app.settings import Settings
 from app.store import db
 from app.store.derive import anything_due, sweep
@@ -86,6 +89,8 @@ class Service:
     sources: TrustSources
     clock: Clock = wall_clock
     objects: ObjectIndex = field(default_factory=ObjectIndex)
+    # The evidence log (app/log), when HANDOFF_TRACE_LOG_KEY_FILE names its key.
+    evidence: EvidenceLog | None = None
     _last_sweep: int | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # Held while a sweep writes: one sweep at a time per process.
@@ -112,6 +117,10 @@ class Service:
         Raises ServiceConfigError with one clear line for anything that stops it."""
         config = load_trust(settings)
         objects = load_objects_dir(settings)
+        try:
+            signer = None if settings.log_key_file is None else load_signer(settings.log_key_file)
+        except LogKeyError as exc:
+            raise ServiceConfigError(str(exc)) from exc
         url = settings.store_url()
         try:
             engine = db.make_engine(url, pool_size=settings.db_pool_size)
@@ -139,6 +148,14 @@ class Service:
             objects=objects,
         )
         service._trust_stat = stat
+        if signer is not None:
+            service.evidence = EvidenceLog(
+                engine,
+                signer,
+                seconds=settings.log_seconds,
+                check_seconds=settings.log_check_seconds,
+                clock=clock,
+            )
         return service
 
     def check_trust(self, *, force: bool = False) -> Rejudged | None:

@@ -56,6 +56,10 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /api/v1/dialogs/{dialog}": READ,
     "GET /api/v1/agents": READ,
     "GET /api/v1/elements/{digest}": READ,
+    # The evidence log (docs/evidence-log.md).
+    "GET /api/v1/elements/{digest}/proof": READ,
+    "GET /api/v1/log/checkpoint": READ,
+    "GET /api/v1/log/tile/{tile}": READ,
     "GET /api/v1/flags": READ,
     "GET /api/v1/flags/{flag_id}": READ,
     "PATCH /api/v1/flags/{flag_id}": TRIAGE,
@@ -76,6 +80,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /hops": READ,
     "GET /hops/{offer_digest}": READ,
     "GET /elements/{digest}": READ,
+    "GET /elements/{digest}/evidence": READ,
     "GET /agents": READ,
     "GET /trust": READ,
     "GET /search": READ,
@@ -104,6 +109,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
 }
 
 SAMPLES = {
+    "tile": "0/000",
     "offer_digest": "A" * 43,
     "digest": "A" * 43,
     "dialog": "ctx-1",

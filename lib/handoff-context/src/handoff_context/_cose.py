@@ -204,8 +204,12 @@ def _decode_one(data: bytes, *, what: str, tags: bool, text_keys: bool) -> Any:
     return value
 
 
-def decode_sign1(octets: bytes) -> Sign1:
+def decode_sign1(octets: bytes, *, detached: bool = False) -> Sign1:
     """Decode the envelope of a tagged COSE_Sign1: structure only, no profile rules.
+
+    ``detached``: the payload must be nil (RFC 9052 s4.1: a detached payload, as in an
+    RFC 9942 receipt, whose payload is the Merkle root the verifier computes); it is
+    returned as ``b""``. Elements never have one.
 
     Raises MalformedError when the octets are over 64 KiB (checked first), not CBOR tag 18
     around an array of exactly [protected bstr, unprotected map, payload bstr, signature
@@ -232,7 +236,11 @@ def decode_sign1(octets: bytes) -> Sign1:
         raise MalformedError("COSE_Sign1: the protected header must be a byte string")
     if not isinstance(unprotected, dict):
         raise MalformedError("COSE_Sign1: the unprotected header must be a map")
-    if payload is None:
+    if detached:
+        if payload is not None:
+            raise MalformedError("COSE_Sign1: the payload must be detached (nil)")
+        payload = b""
+    elif payload is None:
         raise MalformedError("COSE_Sign1: a detached payload (nil) is not allowed")
     if not isinstance(payload, bytes):
         raise MalformedError("COSE_Sign1: the payload must be a byte string")
