@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install system-deps browser-deps phoenix-deps go-deps lint typecheck vectors conformance bench soak fuzz clean
+.PHONY: run example test install system-deps browser-deps phoenix-deps go-deps lint typecheck vectors conformance bench soak fuzz clean
 
 $(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,11 @@ go-deps:
 # the URL (http://127.0.0.1:8000/) and a one-time login.
 run: install
 	$(BIN)/handoff-trace run-demo
+
+# The example multi-agent system (examples/agents/): three jobs through a planner, a coder
+# and an MCP tool, reported to the dashboard `make run` serves (start that first).
+example: install
+	$(BIN)/python examples/agents/run.py
 
 lint: install
 	$(BIN)/ruff check app tests bench fuzz lib

@@ -71,3 +71,66 @@ def test_every_install_line_names_what_the_repository_builds() -> None:
     for line in lines:
         target = line.split("pip install", 1)[1].split("#", 1)[0].strip().strip("'\"")
         assert target.startswith(("./", "dist/", "/")) or ".whl" in target, line
+
+
+def _blocks(heading: str) -> list[str]:
+    text = README.read_text()
+    section = text[text.index(heading) :]
+    section = section[: section.index("\n## ", 1)]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_the_three_line_integrations_run_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README opens with three lines per SDK (issue 19): they build the real wrappers."""
+    import json
+
+    from a2a.client import ClientConfig, ClientFactory
+    from a2a.server.tasks import InMemoryTaskStore
+    from handoff_context import Agent, Signer, TrustStore, trust_document
+    from handoff_context.a2a import HandoffClient, HandoffRequestHandler
+    from handoff_context.mcp import HandoffMcpClient, HandoffMiddleware
+    from mcp.client.client import Client as McpClient
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.server.mcpserver import MCPServer
+
+    from tests.live.agents import Worker, card
+
+    monkeypatch.chdir(tmp_path)
+    signers = [Signer.generate(f"spiffe://x.example/agent/{n}") for n in ("coder", "tool")]
+    for signer in signers:
+        signer.save(tmp_path / "keys" / f"{signer.iss.rsplit('/', 1)[-1]}.jwk")
+    (tmp_path / "trust.json").write_text(json.dumps(trust_document(signers)))
+    a2a_block, mcp_block = _blocks("## Agents in three lines")
+    assert len(a2a_block.strip().splitlines()) == len(mcp_block.strip().splitlines()) == 3
+    common = {"Agent": Agent, "Signer": Signer, "TrustStore": TrustStore, "reporter": None}
+    a2a_names = {
+        **common,
+        "HandoffRequestHandler": HandoffRequestHandler,
+        "HandoffClient": HandoffClient,
+        "CoderExecutor": Worker,
+        "InMemoryTaskStore": InMemoryTaskStore,
+        "card": card("http://coder/"),
+        "ClientFactory": ClientFactory,
+        "config": ClientConfig(),
+        "PLANNER_ID": "spiffe://x.example/agent/planner",
+    }
+    exec(compile(a2a_block, str(README), "exec"), a2a_names)
+    assert isinstance(a2a_names["handler"], HandoffRequestHandler)
+    assert isinstance(a2a_names["planner"], HandoffClient)
+    a2a_names["agent"].state.close()  # type: ignore[attr-defined]
+    mcp_names = {
+        **common,
+        "MCPServer": MCPServer,
+        "HandoffMiddleware": HandoffMiddleware,
+        "HandoffMcpClient": HandoffMcpClient,
+        "McpClient": McpClient,
+        "transport": streamable_http_client("http://127.0.0.1:9/mcp"),
+        "TOOL_ID": "spiffe://x.example/tool/builder",
+    }
+    exec(compile(mcp_block, str(README), "exec"), mcp_names)
+    server = mcp_names["server"]
+    assert any(isinstance(m, HandoffMiddleware) for m in server.middleware)  # type: ignore[attr-defined]
+    assert isinstance(mcp_names["tool"], HandoffMcpClient)
+    mcp_names["agent"].state.close()  # type: ignore[attr-defined]

@@ -22,6 +22,8 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
 from handoff_context import Form, Signer, make_status, parse_element, status_object
+from handoff_context.a2a import HandoffRequestHandler
+from handoff_context.agent import Agent
 from starlette.applications import Starlette
 
 from app.capture.carriers import A2A_EXTENSION_URI
@@ -46,9 +48,14 @@ def card(url: str, *, version: str = "1.0") -> AgentCard:
     )
 
 
-def a2a_app(executor: AgentExecutor, agent_card: AgentCard) -> Starlette:
-    handler = DefaultRequestHandler(
-        agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=agent_card
+def a2a_app(
+    executor: AgentExecutor, agent_card: AgentCard, agent: Agent | None = None
+) -> Starlette:
+    """The agent's Starlette app; with an ``Agent``, guarded by the handoff integration."""
+    handler = (
+        DefaultRequestHandler(executor, InMemoryTaskStore(), agent_card)
+        if agent is None
+        else HandoffRequestHandler(agent, executor, InMemoryTaskStore(), agent_card)
     )
     return Starlette(
         routes=[
@@ -68,11 +75,49 @@ def offer_of(message: pb.Message | None) -> bytes | None:
     return offer.encode("ascii") if isinstance(offer, str) else None
 
 
+class Worker(AgentExecutor):
+    """A delegate with no handoff code: the integration around it checks the offer and
+    signs the statuses from its task's state changes. Acts as the first word of the text
+    says: ``complete``, ``fail``, ``lost`` (working, then input-required: never a final
+    word), ``wait`` (working until canceled) or ``crash`` (working, then raises). ``runs``
+    counts the executions: a test proves with it that refused work never ran."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.cancels: dict[str, asyncio.Event] = {}
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None and context.task_id and context.context_id
+        self.runs.append(context.get_user_input())
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        await event_queue.enqueue_event(
+            context.current_task or new_task_from_user_message(context.message)
+        )
+        script = context.get_user_input().split()[0]
+        await updater.start_work()
+        if script == "complete":
+            await updater.complete()
+        elif script == "fail":
+            await updater.failed()
+        elif script == "wait":
+            await self.cancels.setdefault(context.task_id, asyncio.Event()).wait()
+        elif script == "lost":
+            await updater.requires_input()
+        elif script == "crash":
+            raise RuntimeError("the work crashed")
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+        self.cancels.setdefault(context.task_id, asyncio.Event()).set()
+
+
 class Delegate(AgentExecutor):
-    """Answers an offer as the first word of the message's text says: ``complete``,
-    ``fail``, ``lost`` (accepted, then never a final word) or ``wait`` (accepted, then
-    waits for a cancel; the cancel is reported as the host state CANCELED without echoing a
-    signed status)."""
+    """Signs by hand, for the capture tests, which need no checking delegate.
+    Answers an offer as the first word of the message's text says: ``complete``, ``fail``,
+    ``lost`` (accepted, then never a final word) or ``wait`` (accepted, then waits for a
+    cancel; the cancel is reported as the host state CANCELED without echoing a signed
+    status)."""
 
     def __init__(self, signer: Signer, clock: Clock = lambda: int(time.time())) -> None:
         self.signer = signer

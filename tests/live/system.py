@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,30 +27,23 @@ from typing import Any
 import httpx
 import httpx2
 from a2a.client import ClientConfig, ClientFactory
+from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as pb
-from handoff_context import (
-    Signer,
-    handoff_digest,
-    handoff_object,
-    make_offer,
-    make_status,
-    status_object,
-    trust_document,
-)
+from handoff_context import FileState, Signer, TrustStore, trust_document
+from handoff_context.a2a import HandoffClient
+from handoff_context.agent import Agent, Delegation
+from handoff_context.mcp import HandoffMcpClient, HandoffMiddleware
 from handoff_context.reporter import Reporter
 from handoff_context.taps.asgi import HandoffTap
 from handoff_context.taps.httpx import async_hooks
-from mcp import types as mcp_types
 from mcp.client.client import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 
-from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
-
-from .agents import Delegate, HarRecorder, a2a_app, card, offer_of
+from .agents import HarRecorder, Worker, a2a_app, card
 from .servers import serving, wait_until
 from .service import Service, tap
 
@@ -59,6 +52,7 @@ PLANNER = Signer.generate("spiffe://b.example/agent/planner", "ES256", kid="b1")
 CODER = Signer.generate("spiffe://c.example/agent/coder", "ES256", kid="c1")
 TOOL = Signer.generate("spiffe://d.example/tool/builder", "Ed25519", kid="d1")
 TRUST = trust_document([CLIENT, PLANNER, CODER, TOOL])
+TRUST_STORE = TrustStore.from_mapping(TRUST)
 SCRIPTS = ("complete", "fail", "wait", "lost")
 
 
@@ -75,6 +69,7 @@ class Wiring:
     work: Path
     reporters: dict[str, Reporter] = field(default_factory=dict)
     recorder: HarRecorder = field(default_factory=HarRecorder)
+    states: list[FileState] = field(default_factory=list)
 
     def reporter(self, who: Signer) -> Reporter | None:
         if self.mode != "middleware":
@@ -108,23 +103,30 @@ class Wiring:
     def close(self) -> None:
         for reporter in self.reporters.values():
             reporter.close(30)
+        for state in self.states:
+            state.close()
+
+
+# --- the agents' handoff side: the integrations (enforce) --------------------------------
+
+
+def make_agent(who: Signer, wiring: Wiring, **options: Any) -> Agent:
+    """``who``'s handoff side: its signer, the trust configuration and a replay memory that
+    survives a restart (a file in the run's folder)."""
+    state = FileState(wiring.work / f"{who.iss.rsplit('/', 1)[-1]}.state")
+    wiring.states.append(state)
+    return Agent(who, TRUST_STORE, state=state, clock=now, **options)
 
 
 # --- the tool (MCP) -------------------------------------------------------------------------
 
 
-def tool_app() -> Any:
-    server = MCPServer("builder")
+def tool_app(agent: Agent) -> Any:
+    server = MCPServer("builder", middleware=[HandoffMiddleware(agent)])
 
     @server.tool()
-    def build(target: str, ctx: Context) -> mcp_types.CallToolResult:
-        carried = (ctx.request_context.meta or {}).get(MCP_META_KEY) or {}
-        offer = carried["offer"].encode("ascii")
-        done = make_status(TOOL, offer_octets=offer, state="completed", iat=now())
-        return mcp_types.CallToolResult(
-            content=[mcp_types.TextContent(type="text", text=f"built {target}")],
-            _meta={MCP_META_KEY: status_object(done)},
-        )
+    def build(target: str) -> str:
+        return f"built {target}"
 
     return server.streamable_http_app()
 
@@ -132,101 +134,74 @@ def tool_app() -> Any:
 # --- the planner (A2A server and client) ----------------------------------------------------
 
 
-def a2a_message(text: str, context: str, carried: dict[str, Any] | None) -> pb.Message:
-    message = pb.Message(
+def a2a_message(text: str, context: str) -> pb.Message:
+    return pb.Message(
         message_id=f"m-{text}-{time.monotonic_ns()}",
         context_id=context,
         role=pb.Role.ROLE_USER,
         parts=[pb.Part(text=text)],
     )
-    if carried is not None:
-        message.extensions.append(A2A_EXTENSION_URI)
-        message.metadata.update({A2A_EXTENSION_URI: carried})
-    return message
 
 
 class Planner(AgentExecutor):
-    """Accepts the client's offer and acts on the script (see the module docstring)."""
+    """Acts on the script (see the module docstring). No handoff code: the integration
+    checks the client's offer, signs its statuses, continues the handoff in its
+    delegations and propagates a cancel."""
 
-    def __init__(self, wiring: Wiring) -> None:
+    def __init__(self, agent: Agent, wiring: Wiring) -> None:
+        self.agent = agent
         self.wiring = wiring
         self.coder_url = ""
         self.tool_url = ""
-        self.waiting: dict[str, tuple[str, bytes]] = {}  # task -> (coder task, offer to it)
         self.cancels: dict[str, asyncio.Event] = {}
 
-    def _status(self, updater: TaskUpdater, offer: bytes, state: str) -> pb.Message:
-        status = make_status(PLANNER, offer_octets=offer, state=state, iat=now())
-        metadata = {A2A_EXTENSION_URI: status_object(status)}
-        return updater.new_agent_message(parts=[pb.Part(text=state)], metadata=metadata)
-
-    def _delegation(self, upstream: bytes, to: Signer, dialog: str) -> tuple[bytes, dict[str, Any]]:
-        offer = make_offer(
-            PLANNER, aud=to.iss, dialog=dialog, iat=now(), prev=handoff_digest(upstream)
-        )
-        return offer, handoff_object(offer, [upstream])
-
-    async def _ask_coder(self, upstream: bytes, script: str, dialog: str) -> tuple[str, bytes]:
-        offer, carried = self._delegation(upstream, CODER, dialog)
+    @contextlib.asynccontextmanager
+    async def _coder(self, *, streaming: bool) -> AsyncIterator[HandoffClient]:
         hooks = self.wiring.hooks(PLANNER, CODER)
         async with httpx.AsyncClient(event_hooks=hooks, timeout=30) as http:
-            streaming = script == "complete"
             config = ClientConfig(httpx_client=http, streaming=streaming)
             client = ClientFactory(config).create(card(self.coder_url + "/"))
-            request = pb.SendMessageRequest(message=a2a_message(script, dialog, carried))
-            if not streaming:
-                request.configuration.return_immediately = True
-            task_id = ""
-            async for event in client.send_message(request):
-                task_id = event.task.id or event.status_update.task_id or task_id
-            return task_id, offer
+            yield HandoffClient(self.agent, client, to=CODER.iss)
 
-    async def _call_tool(self, upstream: bytes) -> None:
-        _, carried = self._delegation(upstream, TOOL, "tool-dialog")
+    async def _call_tool(self) -> None:
         hooks = self.wiring.hooks(PLANNER, TOOL)
         async with httpx2.AsyncClient(event_hooks=hooks, timeout=30) as http:
             transport = streamable_http_client(self.tool_url + "/mcp", http_client=http)
-            async with McpClient(transport, mode="legacy") as client:
-                await client.call_tool("build", {"target": "x"}, meta={MCP_META_KEY: carried})
+            async with HandoffMcpClient(
+                self.agent, McpClient(transport, mode="legacy"), to=TOOL.iss
+            ) as tool:
+                await tool.call_tool("build", {"target": "x"})
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.message is not None and context.task_id and context.context_id
-        from a2a.helpers.proto_helpers import new_task_from_user_message
-
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         await event_queue.enqueue_event(
             context.current_task or new_task_from_user_message(context.message)
         )
-        offer = offer_of(context.message)
-        assert offer is not None
         script = context.get_user_input().split()[0]
         if script == "wait":  # delegate first, so that a cancel finds what to propagate to
-            self.waiting[context.task_id] = await self._ask_coder(offer, "wait", context.context_id)
-        await updater.start_work(self._status(updater, offer, "accepted"))
+            async with self._coder(streaming=False) as coder:
+                request = pb.SendMessageRequest(message=a2a_message("wait", context.context_id))
+                request.configuration.return_immediately = True
+                await coder.delegate(request)
+                await updater.start_work()
+                await self.cancels.setdefault(context.task_id, asyncio.Event()).wait()
+            return
+        await updater.start_work()
         if script == "complete":
-            await self._ask_coder(offer, "complete", context.context_id)
-            await self._call_tool(offer)
-            await updater.complete(self._status(updater, offer, "completed"))
+            async with self._coder(streaming=True) as coder:
+                await coder.delegate(
+                    pb.SendMessageRequest(message=a2a_message("complete", context.context_id))
+                )
+            await self._call_tool()
+            await updater.complete()
         elif script == "fail":
-            await updater.failed(self._status(updater, offer, "failed"))
-        elif script == "wait":
-            await self.cancels.setdefault(context.task_id, asyncio.Event()).wait()
+            await updater.failed()
         elif script == "lost":
             await updater.requires_input()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id
-        coder_task, offer = self.waiting[context.task_id]
-        # Profile §8: a delegate that receives a valid canceled cancels what it issued below.
-        canceled = make_status(PLANNER, offer_octets=offer, state="canceled", iat=now())
-        hooks = self.wiring.hooks(PLANNER, CODER)
-        async with httpx.AsyncClient(event_hooks=hooks, timeout=30) as http:
-            client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(
-                card(self.coder_url + "/")
-            )
-            request = pb.CancelTaskRequest(id=coder_task)
-            request.metadata.update({A2A_EXTENSION_URI: status_object(canceled)})
-            await client.cancel_task(request)
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
         self.cancels.setdefault(context.task_id, asyncio.Event()).set()
 
@@ -234,63 +209,61 @@ class Planner(AgentExecutor):
 # --- the client and the run -----------------------------------------------------------------
 
 
-async def _client_run(wiring: Wiring, planner_url: str) -> dict[str, bytes]:
-    offers: dict[str, bytes] = {}
+async def _client_run(wiring: Wiring, planner_url: str) -> dict[str, Delegation]:
+    agent = make_agent(CLIENT, wiring)
+    delegations: dict[str, Delegation] = {}
     hooks = wiring.hooks(CLIENT, PLANNER)
     async with httpx.AsyncClient(event_hooks=hooks, timeout=60) as http:
         for script in SCRIPTS:
-            dialog = f"dialog-{script}"
-            offer = make_offer(CLIENT, aud=PLANNER.iss, dialog=dialog, iat=now())
-            offers[script] = offer
             # Streamed where the accepted status would otherwise ride only in the final
             # task's history (which is not a carrying place): a task that ends working.
             streaming = script in ("complete", "lost")
-            client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(
-                card(planner_url + "/")
+            client = HandoffClient(
+                agent,
+                ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(
+                    card(planner_url + "/")
+                ),
+                to=PLANNER.iss,
             )
-            request = pb.SendMessageRequest(
-                message=a2a_message(script, dialog, handoff_object(offer))
-            )
+            request = pb.SendMessageRequest(message=a2a_message(script, f"dialog-{script}"))
             if script == "wait":
                 request.configuration.return_immediately = True
-            task_id = ""
-            async for event in client.send_message(request):
-                task_id = event.task.id or event.status_update.task_id or task_id
+            delegations[script] = await client.delegate(request)
             if script == "wait":
-                await _cancel_when_working(client, task_id, offer)
-    return offers
+                await _cancel_when_working(client)
+    return delegations
 
 
-async def _cancel_when_working(client: Any, task_id: str, offer: bytes) -> None:
+async def _cancel_when_working(client: HandoffClient) -> None:
     # The planner answers at once; it accepts once it has delegated. Poll the task (the
     # protocol's own way to ask) until it is working, then cancel with a signed canceled.
+    assert client.last is not None and client.last.task_id
     for _ in range(600):
-        task = await client.get_task(pb.GetTaskRequest(id=task_id))
+        task = await client.get_task(pb.GetTaskRequest(id=client.last.task_id))
         if task.status.state == pb.TaskState.TASK_STATE_WORKING:
             break
         await asyncio.sleep(0.05)
-    canceled = make_status(CLIENT, offer_octets=offer, state="canceled", iat=now())
-    request = pb.CancelTaskRequest(id=task_id)
-    request.metadata.update({A2A_EXTENSION_URI: status_object(canceled)})
-    await client.cancel_task(request)
+    await client.cancel()
 
 
-def run_system(wiring: Wiring) -> dict[str, bytes]:
-    """Run the four scripts once through real servers; returns the client's offers."""
-    planner = Planner(wiring)
-    coder = Delegate(CODER, now)
+def run_system(wiring: Wiring) -> dict[str, Delegation]:
+    """Run the four scripts once through real servers; returns the client's delegations."""
+    planner = Planner(make_agent(PLANNER, wiring), wiring)
+    coder = a2a_app(Worker(), card("http://coder/"), make_agent(CODER, wiring))
     with (
-        serving(wiring.server_app(tool_app(), TOOL), lifespan="on") as tool_url,
-        wiring.front(tool_url, TOOL) as tool_front,
-        serving(wiring.server_app(a2a_app(coder, card("http://coder/")), CODER)) as coder_url,
+        serving(wiring.server_app(tool_app(make_agent(TOOL, wiring)), TOOL), lifespan="on") as t,
+        wiring.front(t, TOOL) as tool_front,
+        serving(wiring.server_app(coder, CODER)) as coder_url,
         wiring.front(coder_url, CODER) as coder_front,
-        serving(wiring.server_app(a2a_app(planner, card("http://planner/")), PLANNER)) as p_url,
+        serving(
+            wiring.server_app(a2a_app(planner, card("http://planner/"), planner.agent), PLANNER)
+        ) as p_url,
         wiring.front(p_url, PLANNER) as planner_front,
     ):
         planner.tool_url, planner.coder_url = tool_front, coder_front
-        offers = asyncio.run(_client_run(wiring, planner_front))
+        delegations = asyncio.run(_client_run(wiring, planner_front))
     wiring.close()
-    return offers
+    return delegations
 
 
 def settled(service: Service, expected: int) -> list[dict[str, Any]]:

@@ -12,17 +12,18 @@ import textwrap
 import handoff_context
 
 PUBLIC_MODULES = {
+    "agent",
+    "a2a",
     "carry",
     "conformance",
     "errors",
+    "mcp",
     "vectors",
     "reporter",
     "sources",
     "taps",
     "otel",
 }
-# Modules of an optional extra: they import their extra's packages (``[otel]``).
-EXTRA_MODULES = {"handoff_context.otel"}
 
 
 def test_every_exported_name_exists() -> None:
@@ -80,20 +81,23 @@ def test_the_agent_surface_of_issue_19() -> None:
 
 
 def test_the_library_needs_only_its_three_dependencies() -> None:
-    """Every module of the package imports nothing beyond the standard library,
-    cryptography, cbor2 and joserfc (and what they import), but those of an extra."""
+    """Every module of the package but the SDK integrations and the OpenTelemetry helper
+    (extras) imports nothing beyond the standard library, cryptography, cbor2 and joserfc
+    (and what they import)."""
     code = textwrap.dedent(
         """
         import sys, importlib, pkgutil
         before = set(sys.modules)
         import handoff_context
+        # the [a2a], [mcp] and [otel] extras
+        extras = {"handoff_context.a2a", "handoff_context.mcp", "handoff_context.otel"}
         for m in pkgutil.walk_packages(handoff_context.__path__, "handoff_context."):
-            if m.name not in __EXTRA__:
+            if m.name not in extras:
                 importlib.import_module(m.name)
         tops = {name.split(".")[0] for name in set(sys.modules) - before}
         print(" ".join(sorted(tops - set(sys.stdlib_module_names))))
         """
-    ).replace("__EXTRA__", repr(sorted(EXTRA_MODULES)))
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
@@ -122,3 +126,15 @@ def test_reading_json_messages_never_imports_protobuf() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_the_integrations_are_public_and_import_their_sdk_only_there() -> None:
+    """``handoff_context.a2a`` and ``handoff_context.mcp`` (issue 19 items 1, 2) export the
+    wrappers; ``Agent`` (no SDK) is in the package itself."""
+    a2a = importlib.import_module("handoff_context.a2a")
+    mcp = importlib.import_module("handoff_context.mcp")
+    assert {"HandoffClient", "HandoffRequestHandler", "took_effect"} <= set(a2a.__all__)
+    assert {"HandoffMcpClient", "HandoffMiddleware"} <= set(mcp.__all__)
+    for module in (a2a, mcp):
+        assert all(hasattr(module, name) for name in module.__all__)
+    assert {"Agent", "Mode", "Delegation"} <= set(handoff_context.__all__)

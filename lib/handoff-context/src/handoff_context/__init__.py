@@ -5,8 +5,10 @@ API (README.md lists them by task). Modules whose names start with an underscore
 private: they may change in any release. ``handoff_context.errors`` (the error hierarchy),
 ``handoff_context.conformance`` (the conformance kit), ``handoff_context.vectors`` (the
 published vectors), ``handoff_context.reporter`` (reporting live to a handoff-trace service)
-and ``handoff_context.taps`` (zero-code ASGI and httpx taps feeding a reporter) are public
-modules too.
+``handoff_context.taps`` (zero-code ASGI and httpx taps feeding a reporter),
+``handoff_context.agent`` (an agent's handoff side, whatever SDK carries it) and the SDK
+integrations ``handoff_context.a2a`` and ``handoff_context.mcp`` (extras ``[a2a]`` and
+``[mcp]``; the core never imports them) are public modules too.
 """
 
 from handoff_context import carry
@@ -98,6 +100,7 @@ from handoff_context._verdict import (
     Verdict,
 )
 from handoff_context._verify import Context, Policy, Session, Verifier, parse_element
+from handoff_context.agent import Agent, Delegation, Mode
 from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY, Carrier, Role
 from handoff_context.errors import (
     ChainWindowError,
@@ -122,6 +125,7 @@ __all__ = [
     "OFFER_CHECKS",
     "SEVERITY",
     "STATUS_CHECKS",
+    "Agent",
     "AnswerMemory",
     "AvailableObject",
     "Carrier",
@@ -131,6 +135,7 @@ __all__ = [
     "CheckFailed",
     "CheckResult",
     "Context",
+    "Delegation",
     "DownstreamFact",
     "Element",
     "ElementType",
@@ -149,6 +154,7 @@ __all__ = [
     "InMemoryState",
     "KeyFileError",
     "MalformedError",
+    "Mode",
     "ObjectIndex",
     "Offer",
     "OfferFact",
