@@ -97,6 +97,14 @@ class Settings:
     # notifier looks for them and sends what is due.
     webhooks_file: Path | None = None
     webhook_seconds: int = 5
+    # Whether a webhook target may be on a loopback, link-local, private or unspecified
+    # address (a target inside the deployment's own network). Off: nobody who can edit the
+    # targets file turns the notifier into a probe of the internal network or the cloud's
+    # metadata service (issue #25).
+    webhook_allow_private: bool = False
+    # Seconds a client has to send a request's line and headers, from its first octet (or
+    # the connection's opening); then the connection is closed (``app.cli.serve``).
+    header_seconds: int = 10
     # Login through an OpenID Connect provider (app/web/oidc.py), beside local accounts:
     # the issuer, this service's client, the claim holding roles and how its values map.
     oidc_issuer: str | None = None
@@ -182,6 +190,8 @@ class Settings:
         if self.oidc_issuer is not None:
             _check_oidc(self)
         _at_least("WEBHOOK_SECONDS", self.webhook_seconds, 1)
+        _at_least("HEADER_SECONDS", self.header_seconds, 1)
+        _at_most("HEADER_SECONDS", self.header_seconds, 300)
         _at_most("WEBHOOK_SECONDS", self.webhook_seconds, 3600)
         check_otlp(self)
         _at_least("LOG_SECONDS", self.log_seconds, 1)
@@ -254,6 +264,11 @@ class Settings:
         if proxies is not None:
             values["forwarded_allow_ips"] = tuple(
                 p.strip() for p in proxies.split(",") if p.strip()
+            )
+        allow_private = get(PREFIX + "WEBHOOK_ALLOW_PRIVATE")
+        if allow_private is not None:
+            values["webhook_allow_private"] = _parse_bool(
+                PREFIX + "WEBHOOK_ALLOW_PRIVATE", allow_private
             )
         needs_token = get(PREFIX + "METRICS_REQUIRE_TOKEN")
         if needs_token is not None:

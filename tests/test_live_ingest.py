@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from handoff_context import trust_document
+from handoff_context import new_key, public_jwk, trust_document
 from sqlalchemy import Engine, select
 
 from app.cli import main
@@ -157,9 +157,14 @@ def test_host_states_without_an_element_survive_export_and_import(
     source = str(engine.url.render_as_string(hide_password=False))
     export, trust = tmp_path / "store.jsonl", tmp_path / "trust.json"
     trust.write_text(json.dumps(trust_document([world.planner, world.coder])))
-    assert main(["export", "--db", source, "--out", str(export)]) == 0
+    key = new_key("Ed25519", kid="export-1")
+    (tmp_path / "k.jwk").write_text(json.dumps(key.as_dict(private=True)))
+    (tmp_path / "k.pub.jwk").write_text(json.dumps(public_jwk(key)))
+    signing = ["--sign-key", str(tmp_path / "k.jwk")]
+    assert main(["export", "--db", source, "--out", str(export), *signing]) == 0
     target = f"sqlite:///{tmp_path / 'moved.db'}"
-    assert main(["import", "--db", target, "--trust", str(trust), str(export)]) == 0
+    trusting = ["--trust", str(trust), "--trust-key", str(tmp_path / "k.pub.jwk")]
+    assert main(["import", "--db", target, *trusting, str(export)]) == 0
     moved = make_engine(target)
     try:
         with transaction(moved) as session:

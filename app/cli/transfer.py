@@ -4,13 +4,20 @@ octets and receipts, and move a store between databases (SQLite <-> PostgreSQL).
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import IO, Any
 
+from handoff_context import import_private_key
+from joserfc.errors import JoseError
+from joserfc.jwk import ECKey, OKPKey
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -27,18 +34,24 @@ from app.cli.common import (
     store_trust,
 )
 from app.ingest.pipeline import Pipeline
-from app.ingest.rederive import Rederived, Replayed, rederive, replay
+from app.ingest.rederive import Rederived, Replayed, rederive, replay, replay_trust
 from app.ingest.verifying import load_objects
 from app.settings import Settings
 from app.store import db
 from app.store.derive import sweep
 from app.store.transfer import (
+    RecordsDigest,
     TransferError,
+    check_records,
+    copy_store,
     export_records,
     header,
-    holds_elements,
-    read_jsonl,
-    write_jsonl,
+    header_line,
+    read_header,
+    read_records,
+    sign_header,
+    verify_header,
+    write_records,
 )
 
 _TRUST_HELP = "trust configuration to judge the receipts under (default: HANDOFF_TRACE_TRUST_FILE)"
@@ -65,9 +78,10 @@ def add_transfer_commands(sub: Any) -> None:
     p = sub.add_parser(
         "export",
         help="write the element store to a file (JSON Lines)",
-        description="Stream the element store to JSON Lines: a header line naming the "
-        "format and its version, then the signed octets (elements and refused octets), the "
-        "receipts as ingested, and operators' state (flag workflow and audit log). Derived "
+        description="Write the element store as JSON Lines: a signed header line (format, "
+        "version, record counts and the digest of the records), then the signed octets "
+        "(elements, refused octets, envelope items), the receipts as ingested, and "
+        "operators' state (flag workflow, audit log, comments, webhook log). Derived "
         "tables are left out: `import` re-derives them. API tokens and dashboard users "
         "(their hashes are credentials) only with --include-secrets.",
     )
@@ -78,19 +92,35 @@ def add_transfer_commands(sub: Any) -> None:
         action="store_true",
         help="also export API token hashes and dashboard users' password hashes",
     )
+    p.add_argument(
+        "--sign-key",
+        required=True,
+        metavar="KEY.jwk",
+        help="private JWK (`keys new`) that signs the export's header; `import` is given "
+        "its public half with --trust-key",
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
         "import",
         help="load an export into an empty database and re-derive it",
         description="Load a file written by `export` into an empty database (any "
-        "supported one: SQLite or PostgreSQL): the octets as they are, every receipt "
-        "through the ingest pipeline in its original order and at its original ingest "
-        "clock, then operators' state onto the flags by condition.",
+        "supported one: SQLite or PostgreSQL), once its signature, record counts and "
+        "digest check out: the octets as they are, every receipt through the ingest "
+        "pipeline in its original order and at its original ingest clock, then operators' "
+        "state onto the flags by condition; all in one transaction, so a failed import "
+        "leaves the database as it was.",
     )
     add_db_option(p)
     add_now_option(p)
     _add_judging(p)
+    p.add_argument(
+        "--trust-key",
+        required=True,
+        metavar="KEY.jwk",
+        help="public JWK of the key the export must be signed with (an unsigned, "
+        "truncated, reordered or edited export is refused, and nothing is imported)",
+    )
     p.add_argument("file", metavar="FILE", help="the export ('-': stdin)")
     p.set_defaults(func=cmd_import)
 
@@ -171,52 +201,109 @@ def _print_replayed(r: Replayed) -> None:
         print(f"  {error}", file=sys.stderr)
 
 
+def _load_key(path: str, *, private: bool) -> Any:
+    """A JWK file: the private key ``keys new`` wrote (to sign), or its public half (to
+    trust). Raises UsageError."""
+    try:
+        jwk = json.loads(Path(path).read_bytes())
+        if private:
+            return import_private_key(jwk)
+        if not isinstance(jwk, dict):
+            raise ValueError("not a JWK object")
+        public = {k: v for k, v in jwk.items() if k != "d"}  # a private JWK's public half
+        if public.get("kty") == "EC" and public.get("crv") == "P-256":
+            return ECKey.import_key(public)
+        if public.get("kty") == "OKP" and public.get("crv") == "Ed25519":
+            return OKPKey.import_key(public)
+        raise ValueError("unsupported key: EC P-256 or OKP Ed25519 only")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+    except (ValueError, JoseError) as exc:
+        # Not chained, and the JOSE library's message left out: a traceback or a message
+        # never carries key material.
+        why = type(exc).__name__ if isinstance(exc, JoseError) else str(exc)
+        raise UsageError(f"{path} is not a usable JWK: {why}") from None
+
+
 @contextmanager
-def _output(name: str) -> Iterator[IO[str]]:
+def _output(name: str) -> Iterator[IO[bytes]]:
     if name == "-":
-        yield sys.stdout
+        yield sys.stdout.buffer
         return
-    with open(name, "w", encoding="utf-8") as out:
+    with open(name, "wb") as out:
         yield out
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    key = _load_key(args.sign_key, private=True)
     engine = open_engine(args, load_settings())
     try:
-        first = header(
-            schema=db.current_revision(engine), now=int(time.time()), secrets=args.include_secrets
-        )
-        with db.transaction(db.read_only(engine)) as session, _output(args.out) as out:
-            n = write_jsonl(first, export_records(session, secrets=args.include_secrets), out)
+        schema = db.current_revision(engine)
+        # The records first, to a temporary file: the header, which goes first, holds
+        # their counts and digest.
+        with tempfile.TemporaryFile() as spool:
+            with db.transaction(db.read_only(engine)) as session:
+                digest = write_records(export_records(session, secrets=args.include_secrets), spool)
+            first = header(
+                schema=schema, now=int(time.time()), secrets=args.include_secrets,
+                counts=digest.counts, records=digest.value,
+            )  # fmt: skip
+            spool.seek(0)
+            with _output(args.out) as out:
+                out.write(header_line(sign_header(first, key)))
+                shutil.copyfileobj(spool, out)
     except OSError as exc:
         raise UsageError(f"cannot write {args.out}: {exc.strerror}") from exc
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
     finally:
         engine.dispose()
-    print(f"exported {n} records", file=sys.stderr)
+    print(f"exported {sum(digest.counts.values())} records, signed", file=sys.stderr)
     return EXIT_OK
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     settings = load_settings()
+    key = _load_key(args.trust_key, private=False)
     engine = open_engine(args, settings)
+    now = _now(args)
     try:
-        pipeline_for = _pipeline_for(args, settings, engine)
-        with db.transaction(engine) as session:
-            if holds_elements(session):
-                raise UsageError("the database already holds elements: import into an empty one")
-        with _input(args.file) as lines:
-            _first, records = read_jsonl(lines)
-            done = replay(pipeline_for(engine), records)
-        now = _now(args)
-        db.run(engine, lambda session: sweep(session, now=now, timing=settings.timing))
+        with _input(args.file) as source, tempfile.TemporaryDirectory(prefix="import-") as tmp:
+            # 1. The whole file checked before anything is written: signature, counts,
+            # digest, record kinds and their order.
+            first = read_header(source.readline())
+            verify_header(first, key)
+            check_records(first, _drain(source))
+            # 2. Replayed into a scratch store, the digest checked again as it is read.
+            source.seek(0)
+            source.readline()
+            scratch = db.make_engine(f"sqlite:///{Path(tmp) / 'scratch.db'}")
+            try:
+                db.ensure_schema(scratch)
+                digest = RecordsDigest()
+                records = read_records(source, digest)
+                # The key history and revocations first: the receipts are judged with them.
+                history = replay_trust(scratch, records)
+                pipeline_for = _pipeline_for(args, settings, scratch)
+                done = replay(
+                    pipeline_for(scratch),
+                    chain([history.next_record], records)
+                    if history.next_record is not None
+                    else records,
+                )
+                done.rows.update(history.rows)
+                check_records(first, digest)
+                db.run(scratch, lambda session: sweep(session, now=now, timing=settings.timing))
+                # 3. Into the database in one transaction: all of it or nothing.
+                db.run(engine, lambda session: copy_store(scratch, session), attempts=1)
+            finally:
+                scratch.dispose()
     except TransferError as exc:
-        raise UsageError(f"{args.file}: {exc}") from exc
+        raise UsageError(f"{args.file}: {exc}; nothing was imported") from exc
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
     except SQLAlchemyError as exc:
-        raise UsageError(f"database error: {first_line(exc)}") from exc
+        raise UsageError(f"database error: {first_line(exc)}; nothing was imported") from exc
     finally:
         engine.dispose()
     rows = ", ".join(f"{n} {kind}" for kind, n in sorted(done.rows.items())) or "no rows"
@@ -225,10 +312,23 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_REJECT if done.errors else EXIT_OK
 
 
+def _drain(source: IO[bytes]) -> RecordsDigest:
+    """Read every record (checking each), for their digest and counts."""
+    digest = RecordsDigest()
+    for _ in read_records(source, digest):
+        pass
+    return digest
+
+
 @contextmanager
-def _input(name: str) -> Iterator[IO[str]]:
+def _input(name: str) -> Iterator[IO[bytes]]:
+    """The export as a seekable binary file (standard input spooled to a temporary one:
+    it is read twice)."""
     if name == "-":
-        yield sys.stdin
+        with tempfile.TemporaryFile() as spool:
+            shutil.copyfileobj(sys.stdin.buffer, spool)
+            spool.seek(0)
+            yield spool
         return
-    with open(name, encoding="utf-8") as lines:
-        yield lines
+    with open(name, "rb") as source:
+        yield source

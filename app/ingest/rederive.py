@@ -33,8 +33,10 @@ from sqlmodel import Session
 from app.capture.carriers import Carried, Carrier, Role
 from app.ingest.pipeline import Pipeline, ingest_carried
 from app.store import db
+from app.store.db import Locks
 from app.store.derive import sweep
 from app.store.derived import TableDiff, compare, replace, snapshot, swept_snapshot
+from app.store.envelopes import UNKNOWN_CASE, derive_cases
 from app.store.models import RejectedOctetsRow
 from app.store.rejected import get_refused
 from app.store.transfer import (
@@ -42,6 +44,7 @@ from app.store.transfer import (
     TransferError,
     export_records,
     insert_rows,
+    latest_item_time,
     restore_workflow,
     stored_elements,
 )
@@ -66,8 +69,14 @@ def replay(pipeline: Pipeline, records: Iterable[Mapping[str, Any]]) -> Replayed
     they are, receipts through the pipeline, then operators' state onto the flags.
     Raises TransferError for an unknown record kind."""
     done = Replayed()
-    workflow: dict[str, list[Mapping[str, Any]]] = {"flag": [], "action": []}
+    workflow: dict[str, list[Mapping[str, Any]]] = {
+        "flag": [], "action": [], "comment": [], "delivery": []
+    }  # fmt: skip
+    cases: set[str] = set()
     for kind, group in groupby(records, key=lambda r: r.get("t")):
+        if kind == "envelope_item":
+            group = list(group)
+            cases |= {str(r.get("case_id") or UNKNOWN_CASE) for r in group}
         if kind in PLAIN:
             for batch in _batches(group):
                 db.run(pipeline.engine, functools.partial(_insert, kind=str(kind), batch=batch))
@@ -80,10 +89,58 @@ def replay(pipeline: Pipeline, records: Iterable[Mapping[str, Any]]) -> Replayed
             workflow[str(kind)].extend(group)
         else:
             raise TransferError(f"unknown record kind {kind!r}")
-    done.flags_restored = db.run(
-        pipeline.engine, lambda s: restore_workflow(s, workflow["flag"], workflow["action"])
-    )
+    if cases:
+        # The envelope items' cases, derived as ingest derives them (before operators'
+        # state goes back on their flags), at the last item's ingest clock; the sweep
+        # after an import moves them to its now.
+        rules = pipeline.envelope.rules
+
+        def derive(session: Session) -> None:
+            at = latest_item_time(session)
+            derive_cases(session, sorted(cases), now=at, rules=rules, locks=Locks(session))
+
+        db.run(pipeline.engine, derive)
+    done.flags_restored = db.run(pipeline.engine, lambda s: restore_workflow(s, workflow))
     return done
+
+
+TRUST_KINDS = ("trust_key_window", "trust_revocation", "trust_event")
+
+
+@dataclass
+class TrustHistory:
+    """What ``replay_trust`` inserted, and the first record after the trust records."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    next_record: Mapping[str, Any] | None = None
+
+
+def replay_trust(engine: Engine, records: Iterator[Mapping[str, Any]]) -> TrustHistory:
+    """Insert an export's leading key history, revocations and trust audit log into
+    ``engine``, before a pipeline is made that judges with them; stops at the first other
+    record, which it hands back."""
+    done = TrustHistory()
+    batch: list[Mapping[str, Any]] = []
+    for record in records:
+        kind = record.get("t")
+        if kind not in TRUST_KINDS:
+            done.next_record = record
+            break
+        if batch and batch[-1].get("t") != kind:
+            _flush(engine, batch, done.rows)
+        batch.append(record)
+        if len(batch) >= _BATCH:
+            _flush(engine, batch, done.rows)
+    if batch:
+        _flush(engine, batch, done.rows)
+    return done
+
+
+def _flush(engine: Engine, batch: list[Mapping[str, Any]], rows: dict[str, int]) -> None:
+    kind = str(batch[0]["t"])
+    db.run(engine, functools.partial(_insert, kind=kind, batch=list(batch)))
+    rows[kind] = rows.get(kind, 0) + len(batch)
+    batch.clear()
 
 
 def _insert(session: Session, *, kind: str, batch: list[Mapping[str, Any]]) -> None:

@@ -468,6 +468,10 @@ class UserRow(SQLModel, table=True):
     stays, so the audit log's ``user:NAME`` actors keep a name to point at."""
 
     __tablename__ = "operator_user"
+    # An account made by a login through an identity provider is that provider's person:
+    # (``sso_issuer``, ``sso_subject``) is the OIDC ``iss`` and ``sub`` (alembic 0014), and
+    # ``username`` is only a label for it. Local accounts have neither.
+    __table_args__ = (Index("ix_operator_user_sso", "sso_issuer", "sso_subject", unique=True),)
 
     id: int | None = _id()
     username: str = Field(sa_type=String(64), unique=True)
@@ -475,6 +479,8 @@ class UserRow(SQLModel, table=True):
     password_hash: str = Field(sa_type=Text)
     created_at: int = _time()
     disabled_at: int | None = _time(default=None)
+    sso_issuer: str | None = Field(default=None, sa_type=Text)
+    sso_subject: str | None = Field(default=None, sa_type=Text)
 
 
 class WebSessionRow(SQLModel, table=True):
@@ -541,17 +547,21 @@ class RejectedObservationRow(SQLModel, table=True):
     ingested_at: int = _time()
 
 
-class LoginFailureRow(SQLModel, table=True):
-    """One failed dashboard login, counted against a user name and a client address
-    (``app.store.limits``). In the database, so every instance and every restart counts the
-    same failures. ``key`` is the SHA-256 of the scope and the name or address, never the
-    text itself: people type passwords into the name field."""
+class LoginLimitRow(SQLModel, table=True):
+    """One login limit's state (alembic 0014, ``app.store.limits``): for a client address,
+    the attempts ``count`` of the window that began at ``started_at``; for a user name from
+    an address, the failures in a row (``count``) and when the next try may come
+    (``next_at``). ``key`` is the SHA-256 of the scope and the name or address, never the
+    text itself: people type passwords into the name field. One row per key, read and
+    written under its lock before the password is checked, so concurrent attempts on any
+    instance are counted one after the other."""
 
-    __tablename__ = "login_failure"
+    __tablename__ = "login_limit"
 
-    id: int | None = _id()
-    key: str = Field(sa_type=String(64), index=True)
-    at: int = _time(index=True)
+    key: str = Field(sa_type=String(64), primary_key=True)
+    count: int = 0
+    started_at: int = _time()
+    next_at: int = _time(index=True)
 
 
 class UploadReportRow(SQLModel, table=True):

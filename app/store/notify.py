@@ -90,20 +90,30 @@ def enqueue(
     )
 
 
-def due(session: Session, *, now: int, limit: int = 50) -> list[DeliveryRow]:
-    """Pending deliveries whose time has come, oldest first."""
-    query = (
-        select(DeliveryRow)
-        .where(DeliveryRow.status == "pending", DeliveryRow.next_at <= now)
-        .order_by(DeliveryRow.next_at, DeliveryRow.id)
-        .limit(limit)
-    )
+def due(
+    session: Session,
+    *,
+    now: int,
+    target: str | None = None,
+    exclude: list[str] | None = None,
+    limit: int = 50,
+) -> list[DeliveryRow]:
+    """Pending deliveries whose time has come, oldest first: of one ``target``, or of every
+    target but those ``exclude`` names."""
+    query = select(DeliveryRow).where(DeliveryRow.status == "pending", DeliveryRow.next_at <= now)
+    if target is not None:
+        query = query.where(DeliveryRow.target == target)
+    if exclude:
+        query = query.where(DeliveryRow.target.not_in(exclude))  # type: ignore[attr-defined]
+    query = query.order_by(DeliveryRow.next_at, DeliveryRow.id).limit(limit)
     return list(session.execute(query).scalars())
 
 
 def claim(session: Session, *, delivery_id: int, now: int, lease: int) -> bool:
-    """Take a due delivery for one sender: it is not due again for ``lease`` seconds, so
-    another worker does not send it meanwhile. False when someone else took it first."""
+    """Take a due delivery for one sender: it is not due again for ``lease`` seconds (longer
+    than a call may take, ``app.notify.worker``), so no other worker or instance sends it
+    meanwhile. One UPDATE whose condition only one of them can meet: False when someone
+    else took it first."""
     taken = session.execute(
         update(DeliveryRow)
         .where(

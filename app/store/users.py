@@ -97,42 +97,74 @@ def list_users(session: Session) -> list[UserRow]:
 SSO_HASH = "!sso"
 
 
-def sso_user(session: Session, *, username: str, role: Role, now: int) -> UserRow | None:
-    """The account of a person the identity provider vouched for, made on first login and
-    given ``role`` at every login; None when the account is disabled. Raises UserError for
-    a name a local account already holds (one with a password)."""
-    check_name(username)
-    row = session.execute(select(UserRow).where(UserRow.username == username)).scalar_one_or_none()
+def sso_user(
+    session: Session, *, issuer: str, subject: str, label: str, role: Role, now: int
+) -> UserRow | None:
+    """The account of the person the identity provider ``issuer`` knows as ``subject``
+    (the ID token's ``iss`` and ``sub``), made on their first login and given ``role`` at
+    every login; None when the account is disabled. The account's name is ``label`` (a
+    valid name, ``sso-...``) when it is free, else ``label`` and a digest of the pair: a
+    name is only a label, and two people are never one account because their names look
+    alike. Raises UserError when ``label`` belongs to a local account (one with a
+    password): the provider must not log anyone in under a name people know as local."""
+    try:
+        check_name(label)
+    except TokenError as exc:
+        raise UserError(str(exc).replace("token name", "user name")) from exc
+    row = session.execute(
+        select(UserRow).where(UserRow.sso_issuer == issuer, UserRow.sso_subject == subject)
+    ).scalar_one_or_none()
     if row is None:
-        row = UserRow(username=username, role=role.value, password_hash=SSO_HASH, created_at=now)
-        session.add(row)
-        session.flush()
-        return row
-    if row.password_hash != SSO_HASH:
-        raise UserError(f"the user name {username} belongs to a local account")
+        holder = session.execute(
+            select(UserRow.password_hash).where(UserRow.username == label)
+        ).scalar_one_or_none()
+        if holder is not None and holder != SSO_HASH:
+            raise UserError(f"the user name {label} belongs to a local account")
+        name = label if holder is None else _distinct(label, issuer, subject)
+        values = {
+            "username": name, "role": role.value, "password_hash": SSO_HASH,
+            "created_at": now, "disabled_at": None, "sso_issuer": issuer, "sso_subject": subject,
+        }  # fmt: skip
+        # Two first logins of one person at once: the unique (issuer, subject) index keeps
+        # one row, and both find it below.
+        insert_ignore(session, UserRow, values, ["sso_issuer", "sso_subject"])
+        row = session.execute(
+            select(UserRow).where(UserRow.sso_issuer == issuer, UserRow.sso_subject == subject)
+        ).scalar_one()
     if row.disabled_at is not None:
         return None
-    row.role = role.value
-    session.flush()
+    if row.role != role.value:
+        row.role = role.value
+        session.flush()
     return row
 
 
+def _distinct(label: str, issuer: str, subject: str) -> str:
+    """``label`` made this person's own: a digest of (issuer, subject) appended."""
+    digest = hashlib.sha256(f"{issuer}\0{subject}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{label[: 64 - 13]}-{digest[:12]}"
+
+
 def check_password(session: Session, *, username: str, password: str) -> UserRow | None:
-    """The active account with this name and password, else None. Takes one argon2 verify
-    whether or not the name exists (no user-name enumeration by timing)."""
+    """The active local account with this name and password, else None. Takes one argon2
+    verify, against a hash made with the same parameters, whether the name is unknown, a
+    local account's, or an account that logs in only through the identity provider (no
+    user-name enumeration by timing)."""
     row = None
     # No account name holds NUL, and PostgreSQL fails on one in a query: not looked up.
     if len(username) <= 64 and "\x00" not in username and len(password) <= MAX_PASSWORD:
         row = session.execute(
             select(UserRow).where(UserRow.username == username, UserRow.disabled_at.is_(None))
         ).scalar_one_or_none()
+    local = row is not None and row.password_hash != SSO_HASH
     try:
         _hasher.verify(
-            row.password_hash if row is not None else _DUMMY_HASH, password[:MAX_PASSWORD]
+            row.password_hash if local and row is not None else _DUMMY_HASH,
+            password[:MAX_PASSWORD],
         )
     except (VerificationError, InvalidHashError):
         return None
-    return row
+    return row if local else None
 
 
 def _hash(token: str) -> str:

@@ -523,7 +523,7 @@ def get_metrics(request: Request, service: ServiceDep, credentials: Credentials)
     metrics, and gauges read from the database (the same on every instance). Needs a token
     of any role unless HANDOFF_TRACE_METRICS_REQUIRE_TOKEN is false."""
     if service.settings.metrics_require_token:
-        requires(Permission.READ)(request, service, credentials)
+        requires(Permission.METRICS)(request, service, credentials)
     with service.reading() as session:
         counts = store_counts(session, now=service.clock())
     body = metrics.exposition(

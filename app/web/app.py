@@ -53,7 +53,9 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
         start = functools.partial(Service.start, settings, clock=clock)
         service = await anyio.to_thread.run_sync(start)
         try:
-            targets = load_targets(settings.webhooks_file)
+            targets = load_targets(
+                settings.webhooks_file, allow_private=settings.webhook_allow_private
+            )
         except TargetError as exc:
             service.close()
             raise ServiceConfigError(str(exc)) from exc
@@ -65,7 +67,11 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
         ]
         if service.evidence is not None:
             tasks.append(asyncio.create_task(log_forever(service.evidence)))
-        notifier = Notifier(service.engine, targets) if targets else None
+        notifier = (
+            Notifier(service.engine, targets, allow_private=settings.webhook_allow_private)
+            if targets
+            else None
+        )
         app.state.notifier = notifier
         if notifier is not None:
             # Before the first request: the notifier's cursors start here, so every flag
@@ -171,7 +177,7 @@ async def _notify_forever(notifier: Notifier, seconds: int) -> None:
     tried again (a delivery's own failure is its retry schedule, not an error here)."""
     while True:
         try:
-            queued, sent = await anyio.to_thread.run_sync(notifier.run_once)
+            queued, sent = await anyio.to_thread.run_sync(notifier.run_round)
             if queued or sent:
                 log.info("webhooks: %d queued, %d delivered", queued, sent)
         except Exception:

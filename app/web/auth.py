@@ -6,6 +6,7 @@
 | verify     | POST /verify                   | ingest, operator, admin |
 | read       | every GET except the probes    | read, operator, admin   |
 | triage     | PATCH /flags/{id}              | operator, admin         |
+| metrics    | GET /metrics                   | every role              |
 
 ``/healthz`` and ``/readyz`` are anonymous (they say up or down and nothing else), and so is
 the OpenAPI document (it describes the API, which is public, not the data). A missing or
@@ -36,6 +37,7 @@ class Permission(StrEnum):
     VERIFY = "verify"
     READ = "read"
     TRIAGE = "triage"
+    METRICS = "metrics"
     TRUST = "trust"
 
 
@@ -44,6 +46,8 @@ GRANTS: dict[Permission, frozenset[Role]] = {
     Permission.VERIFY: frozenset({Role.INGEST, Role.OPERATOR, Role.ADMIN}),
     Permission.READ: frozenset({Role.READ, Role.OPERATOR, Role.ADMIN}),
     Permission.TRIAGE: frozenset({Role.OPERATOR, Role.ADMIN}),
+    # Counters and gauges, no stored data: any token may scrape them (README, SECURITY.md).
+    Permission.METRICS: frozenset(Role),
     # Revoking a key changes what every verdict rests on: administrators only.
     Permission.TRUST: frozenset({Role.ADMIN}),
 }

@@ -84,5 +84,9 @@ def log_config(log_level: str, log_format: str) -> dict[str, Any]:
             "uvicorn": {"handlers": ["default"], "level": level, "propagate": False},
             "uvicorn.error": {"level": level},
             "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
+            # httpx logs each request's URL at INFO: a webhook target's URL may hold its
+            # credential (app.notify.worker), so never below WARNING, whatever the level.
+            "httpx": {"level": "WARNING"},
+            "httpcore": {"level": "WARNING"},
         },
     }

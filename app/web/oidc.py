@@ -10,9 +10,12 @@
   provider's JWKS, ``iss``, ``aud`` (and ``azp``), ``exp``/``iat`` with the skew, ``nonce``.
 - The role comes from one claim (``HANDOFF_TRACE_OIDC_ROLE_CLAIM``, a string or a list of
   strings) through ``HANDOFF_TRACE_OIDC_ROLES`` (``group=role,...``); the highest role
-  mapped wins, and a person with no mapped value is refused. The account is ``sso-NAME``
-  (``preferred_username``, else ``email``, else ``sub``), its role refreshed at every login;
-  it has no password, so it can log in only through the provider.
+  mapped wins, and a person with no mapped value is refused. The account is the provider's
+  person, keyed on the ID token's (``iss``, ``sub``); its name ``sso-NAME``
+  (``preferred_username``, else ``email``, else ``sub``) is only a label, made distinct
+  with a digest when another person's account has it already, and refused (a page, 403)
+  when a local account has it. Its role is refreshed at every login; it has no password,
+  so it can log in only through the provider.
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ from fastapi.responses import RedirectResponse, Response
 from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
+from sqlalchemy.exc import IntegrityError
 
 from app.errors import HandoffTraceError
 from app.settings import Settings
 from app.store import db
 from app.store.tokens import Role
-from app.store.users import open_session, sso_user
+from app.store.users import UserError, open_session, sso_user
 from app.web.render import render, secure
 from app.web.service import ServiceDep
 from app.web.sessions import COOKIE, is_tls, safe_next
@@ -276,15 +280,27 @@ def oidc_callback(
 
     def login(session: Any) -> str:
         try:
-            user = sso_user(session, username=account_name(claims), role=role, now=now)
-        except ValueError as exc:  # a local account holds the name
+            user = sso_user(
+                session,
+                issuer=claims["iss"],
+                subject=claims["sub"],
+                label=account_name(claims),
+                role=role,
+                now=now,
+            )
+        except UserError as exc:  # a local account holds the name
             raise OidcError(f"You cannot log in through the provider: {exc}.") from exc
         if user is None:
             raise OidcError("This account is disabled; ask an admin.")
         return open_session(session, user=user, now=now, lifetime=lifetime)
 
     try:
-        token = db.run(service.engine, login)
+        try:
+            token = db.run(service.engine, login)
+        except IntegrityError:
+            # Another person's first login took this label in the same instant: once more,
+            # and the label is made this person's own (app.store.users.sso_user).
+            token = db.run(service.engine, login)
     except OidcError as exc:
         return _refused(request, str(exc), 403)
     response = RedirectResponse(flow["next"], status_code=303)

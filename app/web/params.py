@@ -132,7 +132,13 @@ VerifyQuery = Annotated[VerifyParams, Query()]
 DigestPath = Annotated[str, Path(pattern=DIGEST_PATTERN, description="43-char base64url")]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="items per page")]
 Cursor = Annotated[
-    str | None, Query(max_length=4096, description="the `next` of the previous page")
+    str | None,
+    Query(
+        max_length=4096,
+        description="Opaque (base64url text): the `next` of the previous page of the same "
+        "listing, passed back as it came. Any other value is refused with 400 "
+        "`bad-cursor`.",
+    ),
 ]
 Text = Annotated[str | None, Query(min_length=1, max_length=2048)]
 
@@ -164,15 +170,27 @@ def decode_cursor(cursor: str | None, shape: tuple[type, ...]) -> list[Any] | No
         return None
     try:
         position = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):  # deep nesting: RecursionError
         position = None
     if (
         not isinstance(position, list)
         or len(position) != len(shape)
         or not all(type(p) is t for p, t in zip(position, shape, strict=True))
+        or not all(_storable_part(p) for p in position)
     ):
         raise ApiError(400, "the cursor is not one this API gave out", code="bad-cursor")
     return position
+
+
+def _storable_part(value: Any) -> bool:
+    """A cursor's part the database can take: an integer that fits a signed 64-bit column,
+    text without NUL or a lone surrogate (a crafted cursor carries any JSON value, and
+    either would fail deep in the driver, not as the 400 a bad cursor is)."""
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    if isinstance(value, str):
+        return not any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in value)
+    return True
 
 
 def paginate(items: list[Any], limit: int, position: Any) -> tuple[list[Any], str | None]:

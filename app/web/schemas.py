@@ -394,9 +394,29 @@ class FlagUpdate(BaseModel):
     action: FlagAction
     note: str | None = Field(default=None, min_length=1, max_length=4000)
     assignee: str | None = Field(default=None, min_length=1, max_length=200)
-    snoozed_until: int | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
+    # Strict: JSON's false is not the time 0 (Schemathesis sent it; pydantic's lax mode
+    # took it as 0).
+    snoozed_until: StrictInt | None = Field(default=None, ge=0, le=MAX_SAFE_INT)
 
-    model_config = ConfigDict(extra="forbid")
+    # The conditions of ``_needs``, said in the document too (JSON Schema 2020-12 if/then,
+    # which OpenAPI 3.1 takes), so a client or a schema-driven tester knows them.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                {
+                    "if": {"properties": {"action": {"enum": ["resolve", "note"]}},
+                           "required": ["action"]},
+                    "then": {"required": ["note"], "properties": {"note": {"type": "string"}}},
+                },
+                {
+                    "if": {"properties": {"action": {"const": "snooze"}}, "required": ["action"]},
+                    "then": {"required": ["snoozed_until"],
+                             "properties": {"snoozed_until": {"type": "integer"}}},
+                },
+            ]
+        },
+    )  # fmt: skip
 
     _storable = field_validator("note", "assignee")(storable)
 

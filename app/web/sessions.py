@@ -12,12 +12,13 @@
 - Roles are the API's (``app.web.auth.GRANTS``): read looks, operator also triages and
   verifies uploads, admin also stores them. Pages take only the session cookie and the API
   only a bearer token, so neither credential works where the other is expected.
-- Logins are rate-limited per user name and per client address
-  (``HANDOFF_TRACE_LOGIN_FAILURES_PER_NAME`` / ``_PER_ADDRESS`` in
-  ``HANDOFF_TRACE_LOGIN_WINDOW_SECONDS``), counted in the database so that every instance
-  and every restart sees the same failures (``app.store.limits``); a refused attempt gets
-  429 with ``Retry-After``. A wrong name and a wrong password get the same answer after the
-  same work (no user-name enumeration).
+- Logins are limited per client address (``HANDOFF_TRACE_LOGIN_FAILURES_PER_ADDRESS`` in
+  ``HANDOFF_TRACE_LOGIN_WINDOW_SECONDS``) and slowed per user name from that address
+  (after ``HANDOFF_TRACE_LOGIN_FAILURES_PER_NAME`` failures in a row, doubling delays up
+  to the window), counted in the database before the password is checked, so that every
+  instance and every restart sees the same attempts (``app.store.limits``); a refused
+  attempt gets 429 with ``Retry-After``. A wrong name and a wrong password get the same
+  answer after the same work (no user-name enumeration).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.errors import HandoffTraceError
+from app.settings import Settings
 from app.store import db
-from app.store.limits import failure_key, forget_failures, record_failure, retry_after
+from app.store.limits import Limits, failure_key, forgive, take_attempt
 from app.store.users import WebUser, check_password, close_session, open_session, session_user
 from app.web.auth import GRANTS, Permission
 from app.web.errors import http_code
 from app.web.render import render, secure
-from app.web.service import Service, ServiceDep
+from app.web.service import ServiceDep
 
 COOKIE = "ht_session"
 CSRF_HEADER = "x-csrf-token"
@@ -68,28 +70,19 @@ class PageError(HandoffTraceError):
         return self.detail
 
 
-def login_wait(service: Service, *, name_key: str, address_key: str, now: int) -> int:
-    """Seconds until this name from this address may try again (0: now), counted over every
-    instance's failures (``app.store.limits``)."""
-    settings = service.settings
-    window = settings.login_window_seconds
-    with service.reading() as session:
-        return max(
-            retry_after(
-                session,
-                key=name_key,
-                limit=settings.login_failures_per_name,
-                window=window,
-                now=now,
-            ),
-            retry_after(
-                session,
-                key=address_key,
-                limit=settings.login_failures_per_address,
-                window=window,
-                now=now,
-            ),
-        )
+def login_limits(settings: Settings) -> Limits:
+    return Limits(
+        address_limit=settings.login_failures_per_address,
+        window=settings.login_window_seconds,
+        free=settings.login_failures_per_name,
+        cap=settings.login_window_seconds,
+    )
+
+
+def wall_clock() -> int:
+    """The login limits' clock: real time, like a token's lifetime (the store's clock may be
+    pinned to a capture's time). A module function, so a test can hold it still."""
+    return int(time.time())
 
 
 def is_tls(request: Request) -> bool:
@@ -199,11 +192,20 @@ def login(
 
     if not _same_origin(request):
         return again("This form came from another site.", 403)
-    now = int(time.time())
+    now = wall_clock()
     address = request.client.host if request.client else "-"
-    name_key = failure_key("name", username.strip().lower())
     address_key = failure_key("address", address)
-    wait = login_wait(service, name_key=name_key, address_key=address_key, now=now)
+    # The name's delays are per address: failing on purpose elsewhere never delays a person.
+    name_key = failure_key("name", f"{username.strip().lower()}\0{address}")
+    limits = login_limits(service.settings)
+    # Counted before the password is checked, under the rows' lock: concurrent guesses on
+    # every instance are counted one after the other (app.store.limits).
+    wait = db.run(
+        service.engine,
+        lambda s: take_attempt(
+            s, address_key=address_key, name_key=name_key, limits=limits, now=now
+        ),
+    )
     if wait:
         refused = again(f"Too many failed logins. Try again in {wait} s.", 429)
         refused.headers["Retry-After"] = str(wait)
@@ -211,13 +213,11 @@ def login(
     with service.reading() as session:
         account = check_password(session, username=username, password=password)
     if account is None:
-        window = service.settings.login_window_seconds
-        db.run(
-            service.engine,
-            lambda s: record_failure(s, keys=[name_key, address_key], now=now, window=window),
-        )
         return again("Wrong user name or password.", 401)
-    db.run(service.engine, lambda s: forget_failures(s, key=name_key))
+    db.run(
+        service.engine,
+        lambda s: forgive(s, address_key=address_key, name_key=name_key, now=now, limits=limits),
+    )
     lifetime = service.settings.session_seconds
     token = db.run(
         service.engine,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from handoff_context import new_key, public_jwk
 from sqlalchemy import select, update
 
 from app.cli import main
@@ -106,12 +107,23 @@ def demo(tmp_path_factory: pytest.TempPathFactory, databases: Databases) -> dict
         engine.dispose()
     assert flag is not None
     env = {"DATABASE_URL": url, "HANDOFF_TRACE_REF_POLICY": "check-available"}
+    key = new_key("Ed25519", kid="export-1")
+    (root / "export.jwk").write_text(json.dumps(key.as_dict(private=True)))
+    (root / "export.pub.jwk").write_text(json.dumps(public_jwk(key)))
     return {"root": root, "url": url, "now": now.group(1), "env": env, "flag": flag}
+
+
+def _signing(demo: dict[str, Any]) -> list[str]:
+    return ["--sign-key", str(demo["root"] / "export.jwk")]
 
 
 def _judging(demo: dict[str, Any]) -> list[str]:
     root = demo["root"]
     return ["--trust", str(root / "c.trust.json"), "--objects", str(root / "c.objects")]
+
+
+def _importing(demo: dict[str, Any]) -> list[str]:
+    return [*_judging(demo), "--trust-key", str(demo["root"] / "export.pub.jwk")]
 
 
 def test_a_round_trip_sqlite_postgresql_sqlite_loses_nothing(
@@ -120,15 +132,15 @@ def test_a_round_trip_sqlite_postgresql_sqlite_loses_nothing(
     env = {"HANDOFF_TRACE_REF_POLICY": "check-available"}
     now = ["--now", demo["now"]]
     hops = tmp_path / "a.jsonl"
-    code, _, err = _cli(["export", "--db", demo["url"], "--out", str(hops)], **env)
+    code, _, err = _cli(["export", "--db", demo["url"], "--out", str(hops), *_signing(demo)], **env)
     assert code == 0, err
     assert json.loads(hops.read_text().splitlines()[0])["format"] == "handoff-trace-export"
     pg, back = databases.new("postgresql"), databases.new("sqlite")
-    code, out, err = _cli(["import", "--db", pg, *_judging(demo), *now, str(hops)], **env)
+    code, out, err = _cli(["import", "--db", pg, *_importing(demo), *now, str(hops)], **env)
     assert code == 0, out + err
     again = tmp_path / "b.jsonl"
-    assert _cli(["export", "--db", pg, "--out", str(again)], **env)[0] == 0
-    code, out, err = _cli(["import", "--db", back, *_judging(demo), *now, str(again)], **env)
+    assert _cli(["export", "--db", pg, "--out", str(again), *_signing(demo)], **env)[0] == 0
+    code, out, err = _cli(["import", "--db", back, *_importing(demo), *now, str(again)], **env)
     assert code == 0, out + err
 
     # The three stores are compared at one clock.
@@ -150,9 +162,9 @@ def test_rederive_finds_nothing_to_change_then_repairs_tampering(
 ) -> None:
     env = {"HANDOFF_TRACE_REF_POLICY": "check-available"}
     export, url = tmp_path / "x.jsonl", databases.new("sqlite")
-    assert _cli(["export", "--db", demo["url"], "--out", str(export)])[0] == 0
+    assert _cli(["export", "--db", demo["url"], "--out", str(export), *_signing(demo)])[0] == 0
     now = ["--now", demo["now"]]
-    code, out, err = _cli(["import", "--db", url, *_judging(demo), *now, str(export)], **env)
+    code, out, err = _cli(["import", "--db", url, *_importing(demo), *now, str(export)], **env)
     assert code == 0, out + err
     rederive = ["rederive", "--db", url, *_judging(demo), "--now", demo["now"]]
     code, out, err = _cli(rederive, **env)

@@ -66,7 +66,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "POST /api/v1/trust/revocations": ADMIN,
     "GET /api/v1/cases": READ,
     "GET /api/v1/cases/{case_id}": READ,
-    "GET /api/v1/metrics": READ,
+    "GET /api/v1/metrics": EVERYONE - {None},  # any token, the ingest role's too
     "GET /api/v1/healthz": EVERYONE,
     "GET /api/v1/readyz": EVERYONE,
     "GET /api/v1/openapi.json": EVERYONE,

@@ -39,7 +39,8 @@ def served(
     finally:
         engine.dispose()
     trust = write_trust(world, tmp / "trust.json")
-    with serving(url, trust, tmp, env={"HANDOFF_TRACE_MAX_REQUEST_BYTES": str(LIMIT)}) as base:
+    env = {"HANDOFF_TRACE_MAX_REQUEST_BYTES": str(LIMIT), "HANDOFF_TRACE_HEADER_SECONDS": "2"}
+    with serving(url, trust, tmp, env=env) as base:
         yield base, token
 
 
@@ -158,3 +159,30 @@ def test_slow_clients_do_not_stop_the_others(served: tuple[str, str], world: Wor
         stop.set()
         for t in threads:
             t.join()
+
+
+@pytest.mark.parametrize("second_request", [False, True], ids=["first", "after-keep-alive"])
+def test_a_client_trickling_its_headers_is_cut_off(
+    served: tuple[str, str], second_request: bool
+) -> None:
+    """A header-read timeout (HANDOFF_TRACE_HEADER_SECONDS, 2 s here): the server closes a
+    connection whose request line and headers are not all in, however steadily its octets
+    come; on a kept-alive connection too, for its next request."""
+    base, _ = served
+    with _connect(base) as sock:
+        if second_request:
+            sock.sendall(b"GET /api/v1/healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _status_line(sock) == "HTTP/1.1 200 OK"
+        sock.settimeout(0.25)  # the trickle's pace: an octet when nothing came back
+        closed = False
+        for byte in b"GET /api/v1/healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 400:
+            try:
+                sock.sendall(bytes([byte]))
+                closed = sock.recv(65536) == b""
+            except TimeoutError:
+                continue  # the server is still waiting for the headers
+            except OSError:
+                closed = True
+            if closed:
+                break
+        assert closed, "the server kept a connection that trickled its headers for 100 s"

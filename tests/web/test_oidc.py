@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from joserfc import jwt
 from joserfc.jwk import ECKey, KeySet
 
 from app.settings import Settings, SettingsError
 from app.store.tokens import Role
+from app.web.app import create_app
 from app.web.oidc import OidcError, Provider, _claims, account_name, role_for
 from tests.web.oidc_provider import CLIENT_ID
 from tests.web.oidc_provider import Provider as Idp
@@ -114,3 +116,105 @@ def test_the_provider_refuses_a_wrong_verifier(idp: Idp) -> None:
     form = {"code": code, "code_verifier": "wrong", "redirect_uri": "http://127.0.0.1/cb"}
     assert httpx.post(idp.issuer + "/token", data=form).status_code == 400
     assert idp.refusals == ["token: PKCE verifier or redirect URI"]
+
+
+# --- identities: the provider's (iss, sub), never the name (issue #25) --------------------
+
+
+@pytest.fixture
+def sso_app(idp: Idp, databases: Any, world: Any, tmp_path: Any) -> Iterator[TestClient]:
+    from tests.web.conftest import Clock, write_trust
+
+    settings = Settings(
+        database_url=databases.new("sqlite"),
+        trust_file=write_trust(world, tmp_path / "trust.json"),
+        oidc_issuer=idp.issuer,
+        oidc_client_id=CLIENT_ID,
+        oidc_role_claim="groups",
+        oidc_roles=(("readers", "read"), ("admins", "admin")),
+    )
+    with TestClient(create_app(settings, clock=Clock())) as client:
+        yield client
+
+
+def _sso_login(client: TestClient, idp: Idp, claims: dict[str, Any]) -> Any:
+    """One login through the provider as the person ``claims`` describe: the callback's
+    answer (its cookie, if any, taken out of the client's jar)."""
+    import httpx
+
+    idp.claims = claims
+    start = client.get("/oidc/start", follow_redirects=False)
+    approved = httpx.get(start.headers["location"], follow_redirects=False)
+    try:
+        return client.get(approved.headers["location"], follow_redirects=False)
+    finally:
+        client.cookies.clear()
+
+
+def _who(client: TestClient, cookie: str) -> tuple[str, Role]:
+    from app.store.users import session_user
+
+    with client.app.state.service.reading() as session:  # type: ignore[attr-defined]
+        user = session_user(session, token=cookie, now=int(time.time()))
+    assert user is not None
+    return user.username, user.role
+
+
+def test_two_people_whose_names_look_alike_are_two_accounts(sso_app: TestClient, idp: Idp) -> None:
+    john = {"sub": "p-1", "preferred_username": "jöhn", "groups": ["readers"]}
+    jahn = {"sub": "p-2", "preferred_username": "jähn", "groups": ["admins"]}
+    first = _sso_login(sso_app, idp, john)
+    assert first.status_code == 303, first.text
+    john_cookie = first.cookies["ht_session"]
+    second = _sso_login(sso_app, idp, jahn)
+    assert second.status_code == 303, second.text
+    jahn_cookie = second.cookies["ht_session"]
+    john_name, john_role = _who(sso_app, john_cookie)
+    jahn_name, jahn_role = _who(sso_app, jahn_cookie)
+    # jähn's login neither took jöhn's account nor changed its role.
+    assert john_name != jahn_name
+    assert (john_role, jahn_role) == (Role.READ, Role.ADMIN)
+    assert john_name == "sso-j_hn" and jahn_name.startswith("sso-j_hn-")
+    # And a role change at the provider is that person's only.
+    again = _sso_login(sso_app, idp, {**john, "groups": ["admins"]})
+    assert _who(sso_app, again.cookies["ht_session"]) == (john_name, Role.ADMIN)
+    assert _who(sso_app, jahn_cookie)[1] is Role.ADMIN
+    third = _sso_login(sso_app, idp, {**jahn, "groups": ["readers"]})
+    assert _who(sso_app, third.cookies["ht_session"]) == (jahn_name, Role.READ)
+    assert _who(sso_app, john_cookie) == (john_name, Role.ADMIN)
+
+
+def test_a_provider_name_that_a_local_account_holds_is_refused_with_a_page(
+    sso_app: TestClient, idp: Idp
+) -> None:
+    from app.store.db import transaction
+    from app.store.users import create_user
+
+    engine = sso_app.app.state.service.engine  # type: ignore[attr-defined]
+    with transaction(engine) as session:
+        create_user(session, username="sso-otto", role=Role.READ, password="x" * 16, now=1)
+    answer = _sso_login(sso_app, idp, {"sub": "p-3", "preferred_username": "otto",
+                                       "groups": ["admins"]})  # fmt: skip
+    assert answer.status_code == 403
+    assert "text/html" in answer.headers["content-type"]
+    assert "belongs to a local account" in answer.text
+    assert "ht_session" not in answer.cookies
+
+
+def test_an_account_made_before_subjects_were_kept_is_never_claimed(
+    sso_app: TestClient, idp: Idp
+) -> None:
+    # An SSO account from before migration 0014 has no (iss, sub): nobody can tell whose it
+    # was, so a login under its name gets an account of its own.
+    from app.store.db import transaction
+    from app.store.models import UserRow
+    from app.store.users import SSO_HASH
+
+    engine = sso_app.app.state.service.engine  # type: ignore[attr-defined]
+    with transaction(engine) as session:
+        session.add(UserRow(username="sso-alice", role="admin", password_hash=SSO_HASH,
+                            created_at=1))  # fmt: skip
+    answer = _sso_login(sso_app, idp, {"sub": "p-9", "preferred_username": "alice",
+                                       "groups": ["readers"]})  # fmt: skip
+    name, role = _who(sso_app, answer.cookies["ht_session"])
+    assert name.startswith("sso-alice-") and role is Role.READ

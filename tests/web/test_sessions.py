@@ -21,14 +21,16 @@ from sqlalchemy import delete, func, select
 from app.settings import Settings
 from app.store import users
 from app.store.db import transaction
-from app.store.limits import failure_key, forget_failures, record_failure, retry_after
-from app.store.models import LoginFailureRow
+from app.store.limits import Limits, failure_key, forgive, take_attempt
+from app.store.models import LoginLimitRow
 from app.store.users import disable_user
+from app.web import sessions
 from app.web.app import create_app
 from tests.conftest import World
 from tests.web.accounts import ACCOUNTS, PASSWORD, Login, create_accounts, log_in
 from tests.web.conftest import Clock, write_trust
 
+HELD = 1_800_000_000  # the login limits' clock in these tests
 OWN = "http://testserver"  # the TestClient's origin
 EVIL = "https://evil.example"
 
@@ -81,9 +83,12 @@ def module_served(
 
 
 @pytest.fixture
-def served(module_served: Served) -> Served:
+def served(module_served: Served, monkeypatch: pytest.MonkeyPatch) -> Served:
     with transaction(module_served.engine) as session:  # each test starts with no failures
-        session.execute(delete(LoginFailureRow))
+        session.execute(delete(LoginLimitRow))
+    # The limits' clock held still: a delay never runs out while argon2 works on a busy
+    # machine, and the waits it answers are exact.
+    monkeypatch.setattr(sessions, "wall_clock", lambda: HELD)
     return module_served
 
 
@@ -125,14 +130,20 @@ class CountingHasher:
 def test_an_unknown_name_costs_the_same_argon2_work(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    with transaction(served.engine) as session:  # an account that logs in only by SSO
+        users.sso_user(
+            session, issuer="https://idp.example", subject="s-1", label="sso-sam",
+            role=users.Role.READ, now=1,
+        )  # fmt: skip
     counting = CountingHasher(users._hasher)
     monkeypatch.setattr(users, "_hasher", counting)
     served.login("nobody", "whatever it is here")
     served.login("x" * 100, "a name too long to look up")
+    served.login("sso-sam", "an SSO account has no password")
     served.login("otto", "not the password!!")
-    dummy, too_long, real = counting.verified
-    # One verification each, the unknown names' against the dummy hash...
-    assert dummy == too_long == users._DUMMY_HASH != real
+    dummy, too_long, sso, real = counting.verified
+    # One verification each, the unknown and SSO-only names' against the dummy hash...
+    assert dummy == too_long == sso == users._DUMMY_HASH != real
     # ...made with the same argon2id parameters as a real one, so it takes as long.
     assert dummy.rsplit("$", 2)[0] == real.rsplit("$", 2)[0]
     assert real.startswith("$argon2id$")
@@ -175,20 +186,35 @@ def test_guessing_across_names_is_stopped_per_address(served: Served) -> None:
     assert served.login("rita", PASSWORD).status_code == 429
 
 
-def test_failures_leave_the_window(engine: Any) -> None:
-    otto, rita = failure_key("name", "otto"), failure_key("name", "rita")
+LIMITS = Limits(address_limit=3, window=300, free=2, cap=300)
+
+
+def test_delays_double_and_attempts_leave_the_window(engine: Any) -> None:
+    address, otto = failure_key("address", "a"), failure_key("name", "otto\0a")
+
+    def take(now: int, name: str = otto) -> int:
+        with transaction(engine) as session:
+            return take_attempt(session, address_key=address, name_key=name, limits=LIMITS, now=now)
+
+    assert take(1000) == 0
+    assert take(1000) == 0  # the second failure in a row starts the delays: 15 s
+    assert take(1001) == 14
+    assert take(1015) == 0  # the address's third attempt: its window is now full
+    assert take(1016, failure_key("name", "rita\0a")) == 284  # until 1300
+    assert take(1300, failure_key("name", "rita\0a")) == 0  # a new window
+    assert take(1300) == 0  # otto's delay had doubled to 30 s, from 1015: over
+    assert take(1300) == 60
     with transaction(engine) as session:
-        record_failure(session, keys=[otto], now=1000, window=300)
-        record_failure(session, keys=[otto], now=1100, window=300)
-        # Until the first failure is 300 s old.
-        assert retry_after(session, key=otto, limit=2, window=300, now=1200) == 100
-        assert retry_after(session, key=otto, limit=2, window=300, now=1300) == 0
-        assert retry_after(session, key=rita, limit=2, window=300, now=1200) == 0
-        # A failure after the window drops the old ones from the store.
-        record_failure(session, keys=[otto], now=1500, window=300)
-        assert session.execute(select(func.count()).select_from(LoginFailureRow)).scalar() == 1
-        forget_failures(session, key=otto)
-        assert session.execute(select(func.count()).select_from(LoginFailureRow)).scalar() == 0
+        forgive(session, address_key=address, name_key=otto, now=1300, limits=LIMITS)
+        assert (
+            session.execute(
+                select(LoginLimitRow.count).where(LoginLimitRow.key == address)
+            ).scalar()
+            == 1
+        )
+        assert session.get(LoginLimitRow, otto) is None
+        forgive(session, address_key=address, name_key=otto, now=2000, limits=LIMITS)
+        assert session.execute(select(func.count()).select_from(LoginLimitRow)).scalar() == 0
 
 
 # --- sessions end ------------------------------------------------------------------------
