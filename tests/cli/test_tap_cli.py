@@ -1,14 +1,32 @@
 """``handoff-trace tap``: its options are checked before anything starts (the proxy itself
-is exercised end to end by tests/live/test_system.py)."""
+is exercised end to end by tests/live/test_tap_proxy.py and tests/live/test_system.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+from pathlib import Path
 
 import pytest
 
 from app.cli import main
+
+GOOD = {
+    "--listen": "127.0.0.1:9001",
+    "--upstream": "http://127.0.0.1:9000",
+    "--receiver": "spiffe://b/agent/coder",
+    "--service": "http://127.0.0.1:8000",
+}
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exited:
+            code = int(exited.code or 0)
+    return code, err.getvalue()
 
 
 @pytest.mark.parametrize(
@@ -18,20 +36,49 @@ from app.cli import main
         (["--listen", "127.0.0.1:99999"], "is not HOST:PORT"),
         (["--upstream", "ftp://x"], "is not an http(s) URL"),
         (["--service", "trace:8000"], "is not an http(s) URL"),
+        (["--idle-timeout", "0"], "is not between 0 and 86400 seconds"),
+        (["--shutdown-timeout", "soon"], "is not a whole number"),
     ],
 )
 def test_bad_options_are_usage_errors(args: list[str], complaint: str) -> None:
-    good = {
-        "--listen": "127.0.0.1:9001",
-        "--upstream": "http://127.0.0.1:9000",
-        "--receiver": "spiffe://b/agent/coder",
-        "--service": "http://127.0.0.1:8000",
-        "--token": "t",
-    }
-    good[args[0]] = args[1]
-    argv = ["tap", *(x for pair in good.items() for x in pair)]
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    assert complaint in err.getvalue()
+    options = {**GOOD, args[0]: args[1]}
+    code, err = run(["tap", *(x for pair in options.items() for x in pair)])
+    assert code == 2
+    assert complaint in err
+
+
+def test_the_token_is_never_taken_on_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HANDOFF_TRACE_TOKEN", "from-the-environment")
+    code, err = run(["tap", *(x for pair in GOOD.items() for x in pair), "--token", "t"])
+    assert code == 2
+    assert "--token is not taken" in err and "--token-file" in err
+    assert "from-the-environment" not in err
+
+
+@pytest.mark.parametrize(
+    ("file_text", "env", "complaint"),
+    [
+        (None, "", "no ingest token: pass --token-file FILE or set HANDOFF_TRACE_TOKEN"),
+        ("", "ignored", "no ingest token"),
+        ("two words\n", "", "does not hold one token"),
+        ("missing", "", "cannot read the token file"),
+    ],
+)
+def test_a_missing_or_bad_token_is_a_usage_error(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    file_text: str | None,
+    env: str,
+    complaint: str,
+) -> None:
+    monkeypatch.setenv("HANDOFF_TRACE_TOKEN", env)
+    argv = ["tap", *(x for pair in GOOD.items() for x in pair)]
+    if file_text is not None:
+        token_file = tmp_path / "token"
+        if file_text != "missing":
+            token_file.write_text(file_text)
+        argv += ["--token-file", str(token_file)]
+    code, err = run(argv)
+    assert code == 2
+    assert complaint in err
+    assert err.count("\n") == 1  # one line, no traceback

@@ -115,8 +115,9 @@ def tap(upstream: str, *, receiver: str, svc: Service, log: Path) -> Iterator[st
         proc = subprocess.Popen(
             [
                 *(CLI, "tap", "--listen", f"127.0.0.1:{port}", "--upstream", upstream),
-                *("--receiver", receiver, "--service", svc.url, "--token", svc.token),
+                *("--receiver", receiver, "--service", svc.url),
             ],
+            env={**os.environ, "HANDOFF_TRACE_TOKEN": svc.token},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -84,7 +84,9 @@ def test_observations_become_capture_records_in_batches(service: Service) -> Non
     try:
         reporter.observe_received(a2a_send(1))
         reporter.observe_sent({"jsonrpc": "2.0", "id": 2, "result": {"_meta": {MCP_META_KEY: {}}}})
-        task = {"statusUpdate": {"taskId": "t", "contextId": "ctx-2", "status": {"state": "X"}}}
+        task = {
+            "statusUpdate": {"taskId": "t", "contextId": "ctx-2", "status": {"state": "working"}}
+        }
         reporter.observe_received(json.dumps(task))  # JSON text is read too
         reporter.observe_received({"jsonrpc": "2.0", "method": "ping"})  # nothing to report
         assert reporter.flush(5)
@@ -185,7 +187,8 @@ def test_it_never_raises_into_the_agent(service: Service) -> None:
     try:
         reporter.observe_received(object())
         reporter.observe_received(b"\xff not json")
-        reporter.observe_sent({"metadata": {A2A_EXTENSION_URI: {"offer": float("nan")}}})
+        nan = {"messageId": "m", "metadata": {A2A_EXTENSION_URI: {"offer": float("nan")}}}
+        reporter.observe_sent(nan)
     finally:
         reporter.close()
     # A NaN is not JSON (the service parses strictly): refused here, not sent.

@@ -32,10 +32,12 @@ service's ``POST /api/v1/ingest``. What it promises the agent:
   graceful shutdown on SIGTERM, raises SIGTERM again. Call ``close()`` in the server's
   shutdown (an ASGI lifespan handler), or make SIGTERM an exit (``handoff-trace tap`` does).
 
-It finds the handoff elements itself: a message is queued when it carries our A2A extension
-key or MCP ``_meta`` key, or is an A2A Task or status update (the host keeps its own task
-state beside the hop's, profile §8, even when no element rides in it). Everything else is
-counted as ``ignored`` and not sent. The service does the real reading and every check.
+It finds the handoff elements itself, with the same reading the service does
+(``handoff_context.carry.find_all``): a message is queued when it carries our A2A extension
+key or MCP ``_meta`` key where profile §9 puts them, or is an A2A Task or status update (the
+host keeps its own task state beside the hop's, profile §8, even when no element rides in
+it). Everything else (an A2A ``ListTasks`` answer among them) is counted as ``ignored`` and
+not sent. The service does the real reading and every check.
 
 Only the standard library is used for HTTP (``urllib``), so the library keeps its three
 dependencies. Sync and asyncio agents are served alike: ``observe_*`` is a cheap call from
@@ -59,13 +61,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# The carrying keys, named here too for the agents that know them from here.
+from handoff_context.carry import A2A_EXTENSION_URI as A2A_EXTENSION_URI
+from handoff_context.carry import MCP_META_KEY as MCP_META_KEY
+from handoff_context.carry import Unreadable, find_all, is_bare_object
+
 __all__ = ["Reporter", "ReporterStats", "to_plain"]
 
 log = logging.getLogger("handoff_context.reporter")
 
-# Profile §9: the carrying keys (labels; nothing is fetched from them).
-A2A_EXTENSION_URI = "https://quantumlearningmachines.com/a2a/ext/agent-handoff/v1"
-MCP_META_KEY = "quantumlearningmachines.com/agent-handoff"
 INGEST_PATH = "/api/v1/ingest"
 _RETRY_STATUS = frozenset({408, 425, 429})
 
@@ -403,26 +407,23 @@ def to_plain(message: object) -> Any:
     raise TypeError(f"cannot report a {type(message).__name__}")
 
 
-def worth_reporting(payload: Any, depth: int = 0) -> bool:
-    """Whether a payload carries a handoff (our A2A or MCP key) or an A2A task state."""
-    if depth > 8:
+def worth_reporting(payload: Any) -> bool:
+    """Whether the service would store anything of a payload: a handoff or status object
+    (even a malformed one, kept as evidence) or an A2A host task state. The service reads
+    payloads with ``carry.find_all`` (an array as a JSON-RPC batch, one level); so does
+    this, so that nothing is shipped that the service then skips: an A2A ``ListTasks``
+    answer, a Task's history, an unknown task state, a carrying place that holds no object
+    (the service only counts it as an error)."""
+    items = payload if isinstance(payload, list) else [payload]
+    return any(_stored(item) for item in items)
+
+
+def _stored(item: Any) -> bool:
+    if not isinstance(item, Mapping):
         return False
-    if isinstance(payload, list):
-        return any(worth_reporting(p, depth + 1) for p in payload)
-    if not isinstance(payload, Mapping):
-        return False
-    for carrier in ("metadata", "_meta"):
-        found = payload.get(carrier)
-        if isinstance(found, Mapping) and (A2A_EXTENSION_URI in found or MCP_META_KEY in found):
-            return True
-    status = payload.get("status")
-    if isinstance(status, Mapping) and isinstance(status.get("state"), str):
-        return True  # an A2A Task or status update: the host's own task state
-    return any(
-        worth_reporting(value, depth + 1)
-        for value in payload.values()
-        if isinstance(value, Mapping | list)
-    )
+    if "payload" in item and not is_bare_object(item):
+        return False  # a capture record inside the record this would be sent in: an error
+    return any(not isinstance(found, Unreadable) for found in find_all(item))
 
 
 def dialog_of(payload: Any) -> str | None:

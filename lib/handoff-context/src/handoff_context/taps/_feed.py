@@ -11,6 +11,7 @@ import codecs
 import json
 import re
 import urllib.parse
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -32,9 +33,15 @@ def _json(octets: bytes | str) -> Any:
         return None
 
 
-def request_message(path: str, body: bytes) -> Any:
-    """A request body as a message to report, or None. An A2A HTTP+JSON cancel is reported
-    as the equivalent ``CancelTask`` request, because only its path names the task."""
+def request_message(path: str, body: bytes, content_encoding: str | None = None) -> Any:
+    """A request body as a message to report, or None. A compressed body
+    (``content_encoding``) is read decompressed. An A2A HTTP+JSON cancel is reported as
+    the equivalent ``CancelTask`` request, because only its path names the task."""
+    if content_encoding:
+        inflater = Inflater(content_encoding)
+        body = inflater.feed(body)
+        if inflater.failed:
+            return None
     if not body or len(body) > MAX_BODY:
         return None
     payload = _json(body)
@@ -45,12 +52,56 @@ def request_message(path: str, body: bytes) -> Any:
     return payload
 
 
+# zlib's window bits: a gzip member, or a zlib stream (HTTP's "deflate", RFC 9110 section 8.4.1.2).
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_STEP = 1 << 16  # decompressed octets produced per step (a small chunk cannot balloon)
+
+
+class Inflater:
+    """Undoes a body's ``Content-Encoding`` (gzip or deflate, in the order applied),
+    chunk by chunk, for reading only: the body itself passes on compressed. An encoding
+    it does not know (br, zstd) or a broken stream makes it ``failed``: that body is not
+    reported."""
+
+    def __init__(self, content_encoding: str | None) -> None:
+        names = [n.strip().lower() for n in (content_encoding or "").split(",")]
+        names = [n for n in names if n and n != "identity"]
+        self.failed = any(n not in _WBITS for n in names)
+        # Applied in the order listed, so undone from the last.
+        self._stages = (
+            [] if self.failed else [zlib.decompressobj(_WBITS[n]) for n in reversed(names)]
+        )
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self.failed:
+            return b""
+        try:
+            for stage in self._stages:
+                out = bytearray()
+                data = chunk
+                while data:
+                    out += stage.decompress(data, _STEP)
+                    data = stage.unconsumed_tail
+                    if len(out) > MAX_BODY:  # far beyond a carrier message: a bomb
+                        self.failed = True
+                        return b""
+                chunk = bytes(out)
+        except zlib.error:
+            self.failed = True
+            return b""
+        return chunk
+
+
 class ResponseReader:
     """Reads a response as it passes: ``feed`` each chunk, then ``close``. An event stream
-    is reported event by event, as each event completes; anything else once, whole."""
+    is reported event by event, as each event completes; anything else once, whole. A
+    compressed answer (``content_encoding``) is read decompressed."""
 
-    def __init__(self, content_type: str | None, report: Report) -> None:
+    def __init__(
+        self, content_type: str | None, report: Report, content_encoding: str | None = None
+    ) -> None:
         self._report = report
+        self._inflater = Inflater(content_encoding)
         self._stream = is_event_stream(content_type, "") if content_type else False
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._decoder = Decoder()
@@ -58,6 +109,10 @@ class ResponseReader:
         self._overflow = False
 
     def feed(self, chunk: bytes) -> None:
+        chunk = self._inflater.feed(chunk)
+        if self._inflater.failed:
+            self._overflow = True  # nothing of it will be reported
+            return
         if self._stream:
             for event in self._decoder.feed(self._text.decode(chunk)):
                 self._one(event.data)
@@ -67,6 +122,8 @@ class ResponseReader:
                 self._overflow, self._body = True, bytearray()
 
     def close(self) -> None:
+        if self._inflater.failed:
+            return
         if self._stream:
             for event in self._decoder.feed(self._text.decode(b"", final=True)):
                 self._one(event.data)

@@ -8,9 +8,10 @@ app = HandoffTap(a2a_or_mcp_asgi_app, reporter)
 
 Every HTTP request body is reported (``observe_received``) once it has arrived whole, and
 every response (``observe_sent``): a JSON body once complete, an event stream event by event
-as each event is sent. Messages go through unchanged and at once: the tap only looks at
-the ASGI messages as they pass, never holds one back, and a failure inside it is swallowed
-(the reporter never raises either).
+as each event is sent. A compressed body (``Content-Encoding: gzip`` or ``deflate``) is
+read decompressed; it passes on as it is. Messages go through unchanged and at once: the tap
+only looks at the ASGI messages as they pass, never holds one back, and a failure inside it
+is swallowed (the reporter never raises either).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class HandoffTap:
         # The raw path: a task id may hold an escaped "/" (the cancel's path names it).
         raw = scope.get("raw_path")
         path = raw.decode("latin-1") if isinstance(raw, bytes) else str(scope.get("path", ""))
-        exchange = _Exchange(self.reporter, path.split("?", 1)[0])
+        encoding = _header(scope.get("headers"), b"content-encoding")
+        exchange = _Exchange(self.reporter, path.split("?", 1)[0], encoding)
 
         async def tapped_receive() -> Message:
             message = await receive()
@@ -60,9 +62,10 @@ class HandoffTap:
 
 
 class _Exchange:
-    def __init__(self, reporter: Reporter, path: str) -> None:
+    def __init__(self, reporter: Reporter, path: str, encoding: str | None) -> None:
         self.reporter = reporter
         self.path = path
+        self.encoding = encoding
         self.body = bytearray()
         self.reader: ResponseReader | None = None
 
@@ -78,7 +81,7 @@ class _Exchange:
         if len(self.body) <= MAX_BODY:
             self.body += message.get("body", b"")
         if not message.get("more_body", False):
-            found = request_message(self.path, bytes(self.body))
+            found = request_message(self.path, bytes(self.body), self.encoding)
             self.body = bytearray()
             if found is not None:
                 self.reporter.observe_received(found)
@@ -86,11 +89,18 @@ class _Exchange:
     def response(self, message: Message) -> None:
         kind = message.get("type")
         if kind == "http.response.start":
-            headers = dict(message.get("headers") or [])
-            media = headers.get(b"content-type", b"").decode("latin-1")
-            self.reader = ResponseReader(media, self.reporter.observe_sent)
+            headers = message.get("headers")
+            media = _header(headers, b"content-type")
+            encoding = _header(headers, b"content-encoding")
+            self.reader = ResponseReader(media, self.reporter.observe_sent, encoding)
         elif kind == "http.response.body" and self.reader is not None:
             self.reader.feed(message.get("body", b""))
             if not message.get("more_body", False):
                 self.reader.close()
                 self.reader = None
+
+
+def _header(headers: Any, name: bytes) -> str | None:
+    """One header's value (several joined by commas), or None."""
+    values = [v for k, v in headers or () if bytes(k).lower() == name]
+    return b", ".join(values).decode("latin-1") if values else None

@@ -35,7 +35,8 @@ def _report_request(reporter: Reporter, request: Any, to: str | None) -> None:
     except Exception:
         return
     try:
-        found = request_message(request.url.path, body)
+        encoding = request.headers.get("content-encoding")
+        found = request_message(request.url.path, body, encoding)
         if found is not None:
             reporter.observe_sent(found, to=to)
     except Exception:  # the hook must never break the request it watches
@@ -43,7 +44,10 @@ def _report_request(reporter: Reporter, request: Any, to: str | None) -> None:
 
 
 def _reader(reporter: Reporter, response: Any) -> ResponseReader:
-    return ResponseReader(response.headers.get("content-type"), reporter.observe_received)
+    headers = response.headers
+    return ResponseReader(
+        headers.get("content-type"), reporter.observe_received, headers.get("content-encoding")
+    )
 
 
 def _safely(step: Callable[[], None]) -> None:
