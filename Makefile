@@ -9,7 +9,7 @@ RUN_STAMP := $(STAMP_DIR)/.run-stamp
 # `make run PORT=8123` (or PORT in the environment); unset: HANDOFF_TRACE_PORT, else 8000.
 PORT ?=
 
-.PHONY: run example test install system-deps browser-deps go-deps lint typecheck vectors conformance bench soak fuzz screenshots clean
+.PHONY: run example test install system-deps browser-deps phoenix-deps go-deps lint typecheck vectors conformance bench soak fuzz screenshots clean
 
 $(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,19 @@ browser-deps:
 	  else echo "Chromium not found at /usr/bin/chromium; set HANDOFF_TRACE_NO_BROWSER=1 to skip the browser tests"; fi; \
 	fi
 
+# Arize Phoenix, a real OTLP receiver for tests/otlp/test_phoenix.py, in a venv of its own
+# (it has many dependencies; a few minutes the first time, nothing after). Skipped, with the
+# test saying so, when HANDOFF_TRACE_NO_PHOENIX=1.
+PHOENIX_VENV  := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-stamp
+phoenix-deps:
+	@if [ "$$HANDOFF_TRACE_NO_PHOENIX" = 1 ]; then echo "HANDOFF_TRACE_NO_PHOENIX=1: not installing Phoenix"; \
+	elif [ ! -f $(PHOENIX_STAMP) ]; then \
+	  echo "installing arize-phoenix into $(PHOENIX_VENV) (once; a few minutes)"; \
+	  { test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV); } && \
+	  $(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix && touch $(PHOENIX_STAMP); \
+	fi
+
 # Go and golang.org/x/mod for the evidence log's outside referee (tests/log/test_referee.py
 # builds a Go program offline, in GOPATH mode, with only sumdb/note and sumdb/tlog).
 # Installed with apt-get when missing (CI runs as root on Debian); elsewhere the referee
@@ -82,7 +95,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: system-deps browser-deps go-deps lint typecheck
+test: system-deps browser-deps phoenix-deps go-deps lint typecheck
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py --check
 	$(BIN)/pytest -q
 
@@ -109,6 +122,7 @@ bench: install system-deps
 	$(BIN)/python bench/ingest_memory.py
 	$(BIN)/python bench/query_scale.py
 	$(BIN)/python bench/detection.py
+	$(BIN)/python bench/otlp_export.py
 	$(BIN)/python bench/tlog_sequencer.py
 	$(BIN)/python bench/replay_memory.py
 
@@ -135,4 +149,4 @@ fuzz: install
 	done; exit $$status
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
+	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

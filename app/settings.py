@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -112,6 +113,14 @@ class Settings:
     oidc_redirect_url: str | None = None
     oidc_role_claim: str = "roles"
     oidc_roles: tuple[tuple[str, str], ...] = ()
+    # OpenTelemetry (app/otlp, docs/otlp.md): the OTLP/HTTP receiver hops are exported to
+    # (base URL, as OTEL_EXPORTER_OTLP_ENDPOINT), its request headers (``k=v,k=v``, values
+    # percent-decoded; never logged), how often the exporter looks for changed hops, and
+    # the tracing tool's page of a trace (``{trace_id}``, ``{span_id}`` filled in).
+    otlp_endpoint: str | None = None
+    otlp_headers: tuple[tuple[str, str], ...] = ()
+    otlp_seconds: int = 2
+    trace_url: str | None = None
     # The evidence log (docs/evidence-log.md): the Ed25519 key file its checkpoints are
     # signed with (none: no log), how often the sequencer appends and publishes a
     # checkpoint, and how often the store checks itself against the log.
@@ -184,6 +193,7 @@ class Settings:
         _at_least("HEADER_SECONDS", self.header_seconds, 1)
         _at_most("HEADER_SECONDS", self.header_seconds, 300)
         _at_most("WEBHOOK_SECONDS", self.webhook_seconds, 3600)
+        check_otlp(self)
         _at_least("LOG_SECONDS", self.log_seconds, 1)
         _at_most("LOG_SECONDS", self.log_seconds, 60)
         _at_least("LOG_CHECK_SECONDS", self.log_check_seconds, 60)
@@ -232,6 +242,13 @@ class Settings:
         roles = get(PREFIX + "OIDC_ROLES")
         if roles is not None:
             values["oidc_roles"] = _role_map(roles)
+        for name in ("otlp_endpoint", "trace_url"):
+            text = get(PREFIX + name.upper())
+            if text is not None:
+                values[name] = text
+        otlp_headers = get(PREFIX + "OTLP_HEADERS")
+        if otlp_headers is not None:
+            values["otlp_headers"] = _header_pairs(otlp_headers)
         objects = get(PREFIX + "OBJECTS_DIR")
         if objects is not None:
             values["objects_dir"] = Path(objects)
@@ -345,6 +362,44 @@ def _check_oidc(s: Settings) -> None:
     for _, role in s.oidc_roles:
         if role not in _PERSON_ROLES:
             raise SettingsError(f"{PREFIX}OIDC_ROLES: {role!r} is not read, operator or admin")
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_pairs(text: str) -> tuple[tuple[str, str], ...]:
+    """``name=value,name=value`` (OTEL_EXPORTER_OTLP_HEADERS' format; values
+    percent-decoded) as pairs. Raises SettingsError without echoing a value (a token)."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), urllib.parse.unquote(value.strip())
+        if not sep or not _HEADER_NAME.fullmatch(name) or not value:
+            raise SettingsError(
+                f"{PREFIX}OTLP_HEADERS must be name=value pairs separated by commas "
+                f"(entry {len(pairs) + 1} is not)"
+            )
+        if any(c in value for c in "\r\n\x00"):
+            raise SettingsError(f"{PREFIX}OTLP_HEADERS: the value of {name} has a line break")
+        pairs.append((name, value))
+    return tuple(pairs)
+
+
+def check_otlp(s: Settings) -> None:
+    """The OTLP receiver and the trace page are http(s) URLs with no credentials inside
+    (headers carry those, and URLs end up in logs); the page names the trace."""
+    for name, url in (("OTLP_ENDPOINT", s.otlp_endpoint), ("TRACE_URL", s.trace_url)):
+        if url is None:
+            continue
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SettingsError(f"{PREFIX}{name} must be an http:// or https:// URL")
+        if parts.username or parts.password:
+            raise SettingsError(f"{PREFIX}{name} must not hold credentials; use headers")
+    if s.trace_url is not None and "{trace_id}" not in s.trace_url:
+        raise SettingsError(f"{PREFIX}TRACE_URL must contain {{trace_id}}")
+    _at_least("OTLP_SECONDS", s.otlp_seconds, 1)
+    _at_most("OTLP_SECONDS", s.otlp_seconds, 3600)
 
 
 def check_database_url(url: str) -> str:

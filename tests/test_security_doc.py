@@ -21,6 +21,11 @@ NOT_LIMITS = {
     "ref_policy",
     "sweep_seconds",
     # Notifications go out to operators' own targets; they limit nothing a client sends.
+    # Nor does the OTLP export (docs/otlp.md), nor the tracing tool's link.
+    "otlp_endpoint",
+    "otlp_headers",
+    "otlp_seconds",
+    "trace_url",
     "webhooks_file",
     "webhook_seconds",
     # Login through an identity provider: who vouches for people, not a client limit.

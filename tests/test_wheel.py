@@ -307,8 +307,9 @@ def test_run_demo_loads_a_run_and_serves_the_dashboard(service: Venv, elsewhere:
 IMPORT_EVERY_MODULE = """
 import json, pkgutil, importlib, sys
 import handoff_context
-# __main__ would run; a2a and mcp are the SDK integrations, whose SDKs are extras.
-extras = {"handoff_context.a2a", "handoff_context.mcp"}
+# __main__ would run; a2a and mcp are the SDK integrations, whose SDKs are extras, and
+# otel the OpenTelemetry helper (extra [otel]).
+extras = {"handoff_context.a2a", "handoff_context.mcp", "handoff_context.otel"}
 names = [m.name for m in pkgutil.walk_packages(handoff_context.__path__, "handoff_context.")
          if not m.name.endswith(".__main__") and m.name not in extras]
 for name in names:

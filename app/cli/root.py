@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rederive": ("transfer", "rebuild hops, links, verdicts and flags from the stored octets"),
     "export": ("transfer", "write the element store to a file (JSON Lines)"),
     "import": ("transfer", "load an export into an empty database and re-derive it"),
+    "export-otlp": ("otlp", "export hops as OTLP spans to an OpenTelemetry receiver"),
     "tap": ("tap", "a reverse proxy that reports the handoffs passing to and from an agent"),
     "log": ("log", "the evidence log: its key, an auditor's check, a self-check"),
 }
@@ -99,6 +100,12 @@ def _transfer() -> Adder:
     return add_transfer_commands
 
 
+def _otlp() -> Adder:
+    from app.cli.otlp import add_otlp_commands
+
+    return add_otlp_commands
+
+
 def _tap() -> Adder:
     from app.cli.tap import add_tap_command
 
@@ -121,6 +128,7 @@ _GROUPS: dict[str, Callable[[], Adder]] = {
     "users": _users,
     "run": _run,
     "transfer": _transfer,
+    "otlp": _otlp,
     "tap": _tap,
     "log": _log,
 }

@@ -24,8 +24,9 @@ from app import __version__
 from app.log.runner import log_forever
 from app.notify.targets import TargetError, load_targets
 from app.notify.worker import Notifier
+from app.otlp.export import Exporter, Sender
 from app.settings import Settings
-from app.web import api, errors, metrics, pages, tlog
+from app.web import api, errors, metrics, otlp, pages, tlog
 from app.web.guard import Guard
 from app.web.observe import Observe
 from app.web.service import Clock, Service, ServiceConfigError, wall_clock
@@ -77,6 +78,9 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
             # opened from now on is announced, and none from before.
             await anyio.to_thread.run_sync(notifier.collect)
             tasks.append(asyncio.create_task(_notify_forever(notifier, settings.webhook_seconds)))
+        exporter = otlp_exporter(settings, service)
+        if exporter is not None:
+            tasks.append(asyncio.create_task(_export_forever(exporter, settings.otlp_seconds)))
         try:
             yield
         finally:
@@ -86,6 +90,8 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
                     await task
             if notifier is not None:
                 notifier.close()
+            if exporter is not None:
+                exporter.close()
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             app.state.service = None
@@ -107,6 +113,7 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
     app.state.metrics_multiprocess = bool(os.environ.get(metrics.MULTIPROC_ENV))
     errors.install(app)
     app.include_router(api.router)
+    app.include_router(otlp.router)  # POST /v1/traces (app/web/otlp.py)
     app.include_router(tlog.router)  # the evidence log (docs/evidence-log.md)
     app.include_router(tlog.pages)  # its evidence bundle download, for the dashboard
     pages.install(app)  # the dashboard: pages, login, static files (app/web/pages.py)
@@ -175,4 +182,23 @@ async def _notify_forever(notifier: Notifier, seconds: int) -> None:
                 log.info("webhooks: %d queued, %d delivered", queued, sent)
         except Exception:
             log.exception("the notifier failed; trying again in %d s", seconds)
+        await asyncio.sleep(seconds)
+
+
+def otlp_exporter(settings: Settings, service: Service) -> Exporter | None:
+    """The background OTLP exporter (app/otlp/export.py), when an endpoint is set."""
+    if settings.otlp_endpoint is None:
+        return None
+    sender = Sender(settings.otlp_endpoint, dict(settings.otlp_headers))
+    return Exporter(service.engine, sender, clock=service.clock)
+
+
+async def _export_forever(exporter: Exporter, seconds: int) -> None:
+    """Export the hops that changed, every ``seconds``; the exporter retries a failing
+    receiver on its own schedule, and an unexpected failure is logged and tried again."""
+    while True:
+        try:
+            await anyio.to_thread.run_sync(exporter.run_once)
+        except Exception:
+            log.exception("the OTLP exporter failed; trying again in %d s", seconds)
         await asyncio.sleep(seconds)

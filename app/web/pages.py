@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -360,6 +361,10 @@ def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) 
                     listing = None
                 if listing is not None:
                     return secure(RedirectResponse(f"/hops/{text}", status_code=303))
+            # An OTLP trace id goes to its dialog, a span id to its hop (docs/otlp.md).
+            found_trace = _trace_target(session, text)
+            if found_trace is not None:
+                return secure(RedirectResponse(found_trace, status_code=303))
             # A flag number (#145 or 145) goes straight to its flag.
             number = text.removeprefix("#")
             if number.isdigit() and len(number) < 16:
@@ -370,6 +375,22 @@ def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) 
             cases = list_cases(session, q=text, limit=20)
     context = {"nav": "", "now": service.clock(), "q": text, "found": found, "cases": cases}
     return render(request, "search.html", context)
+
+
+def _trace_target(session: Any, text: str) -> str | None:
+    """Where an OTLP trace id (32 hex digits: a dialog) or span id (16: a hop's offer) of
+    the export leads, if the store holds it (app/otlp/ids.py)."""
+    from app.otlp.ids import SPAN_ID_HEX, TRACE_ID_HEX, trace_id
+    from app.store.otlp import dialog_for_trace, hops_for_span
+
+    hexed = text.lower()
+    if TRACE_ID_HEX.fullmatch(hexed):
+        dialog = dialog_for_trace(session, bytes.fromhex(hexed), trace_id)
+        return None if dialog is None else f"/dialogs/{quote(dialog)}"
+    if SPAN_ID_HEX.fullmatch(hexed):
+        hops = hops_for_span(session, bytes.fromhex(hexed), limit=2)
+        return f"/hops/{digest_text(hops[0].offer)}" if len(hops) == 1 else None
+    return None
 
 
 # --- installation ----------------------------------------------------------------------

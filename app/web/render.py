@@ -18,6 +18,7 @@ import json
 import re
 import time
 import unicodedata
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,31 @@ def _environment() -> Environment:
     )
     env.filters.update(agent=agent_name, pretty=pretty)
     env.globals["plotly_style_ids"] = plotly_style_ids
+    env.globals["trace_of"] = trace_of
     return env
+
+
+@dataclass(frozen=True)
+class TraceRef:
+    """A hop's OTLP ids (docs/otlp.md) and its page in the tracing tool, if configured."""
+
+    trace_id: str
+    span_id: str
+    url: str | None
+
+
+def trace_of(request: Request, dialog: str, offer: bytes) -> TraceRef:
+    """The trace id and span id the OTLP export gives the hop, and
+    ``HANDOFF_TRACE_TRACE_URL`` filled in with them."""
+    from app.otlp.ids import span_hex, trace_hex
+
+    trace, span_ = trace_hex(dialog), span_hex(offer)
+    service = getattr(request.app.state, "service", None)
+    template = None if service is None else service.settings.trace_url
+    url = None
+    if template:
+        url = template.replace("{trace_id}", trace).replace("{span_id}", span_)
+    return TraceRef(trace, span_, url)
 
 
 ENV = _environment()

@@ -55,7 +55,7 @@ def served(
         asgi.shutdown_lifespans()  # schemathesis started the app's lifespan; end it
 
 
-@schemathesis.serializer("application/x-ndjson", "application/cbor")
+@schemathesis.serializer("application/x-ndjson", "application/cbor", "application/x-protobuf")
 def _octets(ctx: Any, value: Any) -> bytes:
     """The capture types whose schema is any octets: sent as generated."""
     return value if isinstance(value, bytes) else str(value).encode()

@@ -22,6 +22,7 @@ PUBLIC_MODULES = {
     "reporter",
     "sources",
     "taps",
+    "otel",
 }
 
 
@@ -80,14 +81,16 @@ def test_the_agent_surface_of_issue_19() -> None:
 
 
 def test_the_library_needs_only_its_three_dependencies() -> None:
-    """Every module of the package but the two SDK integrations (extras) imports nothing
-    beyond the standard library, cryptography, cbor2 and joserfc (and what they import)."""
+    """Every module of the package but the SDK integrations and the OpenTelemetry helper
+    (extras) imports nothing beyond the standard library, cryptography, cbor2 and joserfc
+    (and what they import)."""
     code = textwrap.dedent(
         """
         import sys, importlib, pkgutil
         before = set(sys.modules)
         import handoff_context
-        extras = {"handoff_context.a2a", "handoff_context.mcp"}  # the [a2a] and [mcp] extras
+        # the [a2a], [mcp] and [otel] extras
+        extras = {"handoff_context.a2a", "handoff_context.mcp", "handoff_context.otel"}
         for m in pkgutil.walk_packages(handoff_context.__path__, "handoff_context."):
             if m.name not in extras:
                 importlib.import_module(m.name)

@@ -79,6 +79,9 @@ class Carrier(StrEnum):
     A2A_1_0 = "a2a-1.0"
     A2A_0_3 = "a2a-0.3"
     MCP = "mcp"
+    # OTLP spans (handoff_context.otel puts elements on them; a service receives them at
+    # POST /v1/traces): not a host protocol, but a carrier all the same.
+    OTLP = "otlp"
 
 
 class Role(StrEnum):

@@ -1,0 +1,272 @@
+"""Pushing hops to an OTLP/HTTP receiver (docs/otlp.md, "Export"): the sender, the bulk
+export of ``handoff-trace export-otlp``, and the service's background exporter.
+
+The background exporter never touches ingest: it reads, in read-only transactions of its
+own, the hops derived since its last round (``derived_at``, indexed; rounds overlap by
+``OVERLAP`` seconds so that a batch committed after its clock is still seen), builds their
+spans and posts them in requests of at most ``PAGE`` spans. A span equal to the one last
+sent for its hop is not sent again (a bounded memory of ``REMEMBERED`` hops); ids are
+deterministic, so one sent twice changes nothing anyway. When the receiver fails (no
+connection, a timeout, 408/429/5xx) the walk stays where it is and is tried again after a
+delay that doubles up to ``MAX_BACKOFF``, with jitter: the backlog waits in the database,
+so memory stays bounded however long the receiver is down. A request the receiver refuses
+outright (another 4xx) cannot succeed if sent again: it is logged and skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from sqlalchemy import Engine
+
+from app import __version__
+from app.errors import HandoffTraceError
+from app.otlp.spans import export_request, hop_span, new_request
+from app.store import db
+from app.store.otlp import (
+    HopTrace,
+    Position,
+    changed_hops,
+    count_hops_since,
+    flag_marks,
+    hop_traces,
+    hops_since,
+)
+
+log = logging.getLogger("handoff_trace.otlp")
+
+TRACES_PATH = "/v1/traces"
+PROTOBUF = "application/x-protobuf"
+TIMEOUT = 10.0
+PAGE = 512  # spans per request (the OpenTelemetry SDK's default batch)
+PAGES_PER_ROUND = 20  # a round posts at most this many requests; the next goes on
+OVERLAP = 2  # seconds each round re-reads before the last one's start
+REMEMBERED = 32_768  # hops whose last sent span is remembered
+MAX_BACKOFF = 60.0
+_RETRY_STATUS = frozenset({408, 429, 502, 503, 504})
+
+
+class ExportFailed(HandoffTraceError):
+    """The receiver did not take a request; ``retry`` says whether sending it again may."""
+
+    reason = "otlp-export"
+
+    def __init__(self, detail: str, *, retry: bool) -> None:
+        super().__init__(detail)
+        self.retry = retry
+
+
+def traces_url(endpoint: str) -> str:
+    """``HANDOFF_TRACE_OTLP_ENDPOINT`` is the receiver's base URL, as
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` is: the traces path is added unless it is there."""
+    base = endpoint.rstrip("/")
+    return base if base.endswith(TRACES_PATH) else base + TRACES_PATH
+
+
+def shown(url: str) -> str:
+    """The URL as logs and progress show it: no query (it may hold a key)."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+class Sender:
+    """Posts OTLP/HTTP protobuf requests to one receiver."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = traces_url(endpoint)
+        self.client = httpx.Client(
+            timeout=TIMEOUT,
+            transport=transport,
+            follow_redirects=False,
+            headers={
+                **dict(headers or {}),
+                "Content-Type": PROTOBUF,
+                "User-Agent": f"handoff-trace/{__version__}",
+            },
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def send(self, spans: Sequence[Span]) -> int:
+        """Post ``spans`` as one request; returns how many. Raises ExportFailed."""
+        return self.post(export_request(spans).SerializeToString(), len(spans))
+
+    def post(self, body: bytes, count: int) -> int:
+        try:
+            answer = self.client.post(self.url, content=body)
+        except httpx.HTTPError as exc:
+            raise ExportFailed(f"{shown(self.url)}: {type(exc).__name__}", retry=True) from exc
+        if 200 <= answer.status_code < 300:
+            return count
+        retry = answer.status_code in _RETRY_STATUS or answer.status_code >= 500
+        raise ExportFailed(
+            f"{shown(self.url)} answered HTTP {answer.status_code}: {answer.text[:200]!r}",
+            retry=retry,
+        )
+
+
+def export_since(
+    engine: Engine,
+    sender: Sender,
+    *,
+    since: int,
+    progress: Callable[[int, int], None] | None = None,
+    page: int = PAGE,
+) -> int:
+    """Every hop whose offer was issued at ``since`` or later, ``page`` spans a request
+    (``handoff-trace export-otlp``). ``progress(done, total)`` after each request. Returns
+    how many spans were sent; raises ExportFailed on the first request refused."""
+    with db.transaction(db.read_only(engine)) as session:
+        total = count_hops_since(session, since=since)
+    done = 0
+    with db.transaction(db.read_only(engine)) as session:
+        for rows in hops_since(session, since=since, limit=page):
+            request, into = new_request()
+            for t in hop_traces(session, rows):
+                hop_span(t, into.add())
+            done += sender.post(request.SerializeToString(), len(into))
+            if progress is not None:
+                progress(done, max(total, done))
+    return done
+
+
+@dataclass
+class ExporterStats:
+    spans: int = 0  # spans the receiver took
+    unchanged: int = 0  # spans not sent again: equal to the last sent for their hop
+    failures: int = 0  # requests that failed (each retried or skipped)
+
+
+class Exporter:
+    """The service's background exporter; ``run_once`` is one round (the app's lifespan
+    calls it every ``HANDOFF_TRACE_OTLP_SECONDS`` from a worker thread)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        sender: Sender,
+        *,
+        clock: Callable[[], int],
+        page: int = PAGE,
+        remembered: int = REMEMBERED,
+    ) -> None:
+        self.engine = engine
+        self.sender = sender
+        self.clock = clock
+        self.page = page
+        self.remembered = remembered
+        self.stats = ExporterStats()
+        started = clock()
+        # The walk: hops derived at ``since`` or later, after ``after``; it began at
+        # ``walk_started`` (the next walk starts ``OVERLAP`` before that).
+        self.since = started
+        self.after: Position | None = None
+        self.walk_started = started
+        self.retry_at = 0.0
+        self.attempts = 0
+        # Per hop: its row's key (``_row_key``) and the hash of the span last sent.
+        self._sent: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], bytes]] = OrderedDict()
+        self._lock = threading.Lock()  # one round at a time
+
+    def close(self) -> None:
+        self.sender.close()
+
+    def run_once(self) -> int:
+        """Export what changed since the last round; returns how many spans were taken.
+        A failing receiver is logged and tried again later; never raises for it."""
+        with self._lock:
+            now = self.clock()
+            if now < self.retry_at:
+                return 0
+            sent = 0
+            for _ in range(PAGES_PER_ROUND):
+                with db.transaction(db.read_only(self.engine)) as session:
+                    rows = changed_hops(
+                        session, since=self.since, after=self.after, limit=self.page
+                    )
+                    # A hop re-read only because the rounds overlap is not built again.
+                    marks = flag_marks(session, rows)
+                    keyed = [(r, _row_key(r, marks.get((r.iss, r.hop)))) for r in rows]
+                    fresh = [(r, k) for r, k in keyed if self._known(r) != k]
+                    self.stats.unchanged += len(rows) - len(fresh)
+                    traces = hop_traces(session, [r for r, _ in fresh])
+                if not rows:
+                    # Caught up: the next walk re-reads from a little before this one began.
+                    self.since, self.after = self.walk_started - OVERLAP, None
+                    self.walk_started = now
+                    break
+                try:
+                    sent += self._send_changed(traces, [k for _, k in fresh])
+                except ExportFailed as exc:
+                    self.stats.failures += 1
+                    if exc.retry:
+                        self.attempts += 1
+                        delay = min(MAX_BACKOFF, 2.0 ** (self.attempts - 1))
+                        self.retry_at = now + random.uniform(delay / 2, delay)
+                        log.warning("OTLP export failed, retrying in %.0f s: %s", delay, exc.detail)
+                        return sent
+                    log.error("OTLP export refused, these spans are skipped: %s", exc.detail)
+                self.attempts = 0
+                last = rows[-1]
+                self.after = (last.derived_at, last.iss, last.hop)
+            self.stats.spans += sent
+            return sent
+
+    def _known(self, row: Any) -> tuple[Any, ...] | None:
+        seen = self._sent.get((row.iss, row.hop))
+        return None if seen is None else seen[0]
+
+    def _send_changed(self, traces: list[HopTrace], keys: list[tuple[Any, ...]]) -> int:
+        """Send the spans that differ from the last sent for their hop; remember them all."""
+        request, into = new_request()
+        remember: list[tuple[tuple[str, str], tuple[Any, ...], bytes]] = []
+        for t, row_key in zip(traces, keys, strict=True):
+            key = (t.hop.iss, t.hop.hop)
+            span = hop_span(t, into.add())
+            mark = hashlib.sha256(span.SerializeToString(deterministic=True)).digest()
+            seen = self._sent.get(key)
+            if seen is not None and seen[1] == mark:
+                self.stats.unchanged += 1
+                del into[-1]
+            remember.append((key, row_key, mark))
+        sent = self.sender.post(request.SerializeToString(), len(into)) if len(into) else 0
+        for key, row_key, mark in remember:
+            self._sent[key] = (row_key, mark)
+            self._sent.move_to_end(key)
+        while len(self._sent) > self.remembered:
+            self._sent.popitem(last=False)
+        return sent
+
+
+def _row_key(row: Any, flags: tuple[int, int] | None) -> tuple[Any, ...]:
+    """What tells a hop apart from the one last exported, read from its row and its flags:
+    a hop derived again to the same state, times and flags (another item of a later batch
+    touched it) is not built again. *[choice]* A verified status that changes none of them
+    (a second party's copy) reaches the span with the hop's next change, or with
+    ``export-otlp``."""
+    return (
+        row.offer,
+        row.state,
+        row.accepted_at,
+        row.terminal_at,
+        row.exp,
+        row.task,
+        flags,
+    )

@@ -1,0 +1,322 @@
+"""What the OTLP export reads (``app.otlp``, docs/otlp.md): hops in the order they were last
+derived, and for a page of hops everything their spans say (the offer's ``prev``, the
+verified statuses, the flags, the carrier the offer came in, the offer's judgement), with
+one query per table for the whole page. Also the reverse look-ups of a trace id (a dialog)
+and a span id (an offer digest) for search.
+
+Nothing here builds spans or knows OTLP; ``app.otlp.spans`` does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select, tuple_
+from sqlmodel import Session
+
+from app.store.db import execute, pair_params, pairs_in
+from app.store.models import ElementRow, FlagRow, HopRow, LinkRow, ObservationRow, VerdictRow
+
+# A hop's position in the export order: (derived_at, iss, hop).
+Position = tuple[int, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusFact:
+    digest: bytes
+    state: str
+    reason: str | None
+    iat: int
+    iss: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlagFact:
+    id: int
+    kind: str
+    variant: str | None
+    severity: str
+    detail: str
+    opened_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class HopTrace:
+    """One hop and what its span says about it."""
+
+    hop: Any  # a HopRow, or a row with its columns (``changed_hops``)
+    prev: bytes | None = None
+    prev_dialog: str | None = None  # the dialog of the offer ``prev`` names, when stored
+    carrier: str | None = None  # of the offer's first observation
+    valid: bool = False  # some observation of the offer passed every check (replay aside)
+    fault: str | None = None  # the reason when none did
+    chain_length: int | None = None  # s0..sn when a chain was carried (profile §7)
+    statuses: list[StatusFact] = field(default_factory=list)
+    flags: list[FlagFact] = field(default_factory=list)
+
+
+# The hop table's columns, read as plain rows (no ORM identity map: the exporter re-reads
+# the same hops round after round).
+_HOP_COLUMNS = tuple(HopRow.__table__.columns)  # type: ignore[attr-defined]
+
+
+def changed_hops(
+    session: Session, *, since: int, after: Position | None = None, limit: int = 500
+) -> list[Any]:
+    """Hops derived at ``since`` or later, in (derived_at, iss, hop) order, from just after
+    ``after``: one page of the export's keyset walk (``derived_at`` is indexed). Rows with
+    the columns of ``HopRow`` as attributes."""
+    query = select(*_HOP_COLUMNS).where(HopRow.derived_at >= since)
+    if after is not None:
+        query = query.where(
+            tuple_(HopRow.derived_at, HopRow.iss, HopRow.hop) > tuple_(*after)  # type: ignore[arg-type]
+        )
+    query = query.order_by(HopRow.derived_at, HopRow.iss, HopRow.hop).limit(limit)
+    return list(execute(session, query))
+
+
+def flag_marks(session: Session, hops: Sequence[Any]) -> dict[tuple[str, str], tuple[int, int]]:
+    """For each hop with flags: how many, and the last time one changed (one indexed query
+    for the page), so the exporter can tell a hop it already sent without rebuilding it."""
+    if not hops:
+        return {}
+    rows = execute(
+        session,
+        select(FlagRow.iss, FlagRow.hop, func.count(), func.max(FlagRow.updated_at))
+        .where(pairs_in(FlagRow.iss, FlagRow.hop))
+        .group_by(FlagRow.iss, FlagRow.hop),
+        pair_params((h.iss, h.hop) for h in hops),
+    )
+    return {(r[0], r[1]): (int(r[2]), int(r[3] or 0)) for r in rows}
+
+
+def hops_since(session: Session, *, since: int, limit: int = 500) -> Iterator[list[HopRow]]:
+    """Every hop whose offer was issued at ``since`` or later (``iat``), page by page in
+    (iat, iss, hop) order: the CLI's bulk export."""
+    after: tuple[int, str, str] | None = None
+    while True:
+        query = select(HopRow).where(HopRow.iat >= since)
+        if after is not None:
+            query = query.where(tuple_(HopRow.iat, HopRow.iss, HopRow.hop) > tuple_(*after))  # type: ignore[arg-type]
+        rows = list(
+            session.execute(
+                query.order_by(HopRow.iat, HopRow.iss, HopRow.hop).limit(limit)
+            ).scalars()
+        )
+        if not rows:
+            return
+        yield rows
+        last = rows[-1]
+        after = (last.iat, last.iss, last.hop)
+
+
+def count_hops_since(session: Session, *, since: int) -> int:
+    return int(session.execute(select(func.count()).where(HopRow.iat >= since)).scalar_one())
+
+
+def hop_traces(session: Session, hops: Sequence[Any]) -> list[HopTrace]:
+    """What the spans of ``hops`` say, in their order: one query per table for all."""
+    if not hops:
+        return []
+    offers = [h.offer for h in hops]
+    prevs = _prevs(session, offers)
+    prev_dialogs = _dialogs(session, [p for p in prevs.values()])
+    carriers = _carriers(session, offers)
+    judged = _judgements(session, offers, [o for o in offers if o in prevs])
+    statuses = _statuses(session, offers)
+    flags = _flags(session, [(h.iss, h.hop) for h in hops])
+    traces = []
+    for h in hops:
+        prev = prevs.get(h.offer)
+        valid, fault, length = judged.get(h.offer, (False, None, None))
+        traces.append(
+            HopTrace(
+                hop=h,
+                prev=prev,
+                prev_dialog=None if prev is None else prev_dialogs.get(prev),
+                carrier=carriers.get(h.offer),
+                valid=valid,
+                fault=fault,
+                chain_length=length,
+                statuses=statuses.get(h.offer, []),
+                flags=flags.get((h.iss, h.hop), []),
+            )
+        )
+    return traces
+
+
+def _prevs(session: Session, offers: list[bytes]) -> dict[bytes, bytes]:
+    rows = execute(session, select(LinkRow.offer, LinkRow.prev).where(LinkRow.offer.in_(offers)))  # type: ignore[attr-defined]
+    return {r.offer: r.prev for r in rows}
+
+
+def _dialogs(session: Session, digests: list[bytes]) -> dict[bytes, str | None]:
+    if not digests:
+        return {}
+    rows = execute(
+        session,
+        select(ElementRow.digest, ElementRow.dialog).where(ElementRow.digest.in_(digests)),  # type: ignore[attr-defined]
+    )
+    return {r.digest: r.dialog for r in rows}
+
+
+def _carriers(session: Session, offers: list[bytes]) -> dict[bytes, str | None]:
+    first = (
+        select(ObservationRow.digest, func.min(ObservationRow.id).label("first"))
+        .where(ObservationRow.digest.in_(offers), ObservationRow.via.is_(None))  # type: ignore[attr-defined,union-attr]
+        .group_by(ObservationRow.digest)
+        .subquery()
+    )
+    rows = execute(
+        session,
+        select(ObservationRow.digest, ObservationRow.carrier).join(
+            first, ObservationRow.id == first.c.first
+        ),
+    )
+    return {r.digest: r.carrier for r in rows}
+
+
+def _judgements(
+    session: Session, offers: list[bytes], chained: list[bytes]
+) -> dict[bytes, tuple[bool, str | None, int | None]]:
+    """Whether some receipt of each offer passed every check (else the first fault), and
+    for the offers in ``chained`` (those with a ``prev``: only they can carry a chain) the
+    length of the first carried chain."""
+    rows = execute(
+        session,
+        select(VerdictRow.digest, VerdictRow.valid, VerdictRow.fault)
+        .where(VerdictRow.digest.in_(offers))  # type: ignore[attr-defined]
+        .order_by(VerdictRow.id),
+    )
+    judged: dict[bytes, tuple[bool, str | None]] = {}
+    for r in rows:
+        valid, fault = judged.get(r.digest, (False, None))
+        if r.valid:
+            valid, fault = True, None
+        elif not valid and fault is None:
+            fault = r.fault
+        judged[r.digest] = (valid, fault)
+    lengths: dict[bytes, int] = {}
+    if chained:
+        rows = execute(
+            session,
+            select(VerdictRow.digest, VerdictRow.chain)
+            .where(VerdictRow.digest.in_(chained))  # type: ignore[attr-defined]
+            .order_by(VerdictRow.id),
+        )
+        for r in rows:
+            chain: Any = r.chain
+            if r.digest not in lengths and isinstance(chain, dict) and chain.get("carried"):
+                length = chain.get("length")
+                if isinstance(length, int):
+                    lengths[r.digest] = length
+    return {d: (*judged[d], lengths.get(d)) for d in judged}
+
+
+def _statuses(session: Session, offers: list[bytes]) -> dict[bytes, list[StatusFact]]:
+    """The statuses of each offer that passed every check at least once (profile §6: only
+    those change a hop), oldest first: the statuses by the offer index, then which of them
+    were valid by the verdict index (a join against every valid verdict scanned them all)."""
+    rows = list(
+        execute(
+            session,
+            select(
+                ElementRow.offer,
+                ElementRow.digest,
+                ElementRow.state,
+                ElementRow.reason,
+                ElementRow.iat,
+                ElementRow.iss,
+            )
+            .where(ElementRow.offer.in_(offers), ElementRow.type == "status")  # type: ignore[union-attr]
+            .order_by(ElementRow.iat, ElementRow.digest),
+        )
+    )
+    if not rows:
+        return {}
+    valid = set(
+        execute(
+            session,
+            select(VerdictRow.digest)
+            .where(VerdictRow.digest.in_([r.digest for r in rows]), VerdictRow.valid.is_(True))  # type: ignore[attr-defined]
+            .distinct(),
+        ).scalars()
+    )
+    out: dict[bytes, list[StatusFact]] = defaultdict(list)
+    for r in rows:
+        if r.digest in valid:
+            out[r.offer].append(StatusFact(r.digest, r.state or "", r.reason, r.iat, r.iss))
+    return out
+
+
+def _flags(session: Session, keys: list[tuple[str, str]]) -> dict[tuple[str, str], list[FlagFact]]:
+    rows = execute(
+        session,
+        select(
+            FlagRow.iss,
+            FlagRow.hop,
+            FlagRow.id,
+            FlagRow.kind,
+            FlagRow.variant,
+            FlagRow.severity,
+            FlagRow.detail,
+            FlagRow.opened_at,
+        )
+        .where(pairs_in(FlagRow.iss, FlagRow.hop), FlagRow.case_id.is_(None))  # type: ignore[union-attr]
+        .order_by(FlagRow.opened_at, FlagRow.id),
+        pair_params(keys),
+    )
+    out: dict[tuple[str, str], list[FlagFact]] = defaultdict(list)
+    for f in rows:
+        out[(f.iss, f.hop)].append(
+            FlagFact(int(f.id or 0), f.kind, f.variant, f.severity, f.detail, f.opened_at)
+        )
+    return out
+
+
+# --- the reverse look-ups of search ------------------------------------------------------
+
+
+def dialog_for_trace(
+    session: Session, trace_id: bytes, derive: Callable[[str], bytes]
+) -> str | None:
+    """The dialog whose trace id (``derive(dialog)``) is ``trace_id``, if any hop has it.
+
+    A trace id is a hash of its dialog, so the dialogs are walked (distinct values of the
+    indexed column, one index probe each) and hashed; a store of 100,000 dialogs takes a
+    fraction of a second, and only an exact 32-digit trace id asks for it."""
+    walk = select(func.min(HopRow.dialog).label("value")).cte("walk", recursive=True)
+    following = select(func.min(HopRow.dialog)).where(HopRow.dialog > walk.c.value)
+    walk = walk.union_all(select(following.scalar_subquery()).where(walk.c.value.is_not(None)))
+    for (dialog,) in session.execute(select(walk.c.value)):
+        if dialog is not None and derive(dialog) == trace_id:
+            return str(dialog)
+    return None
+
+
+def hops_for_span(session: Session, span_id: bytes, *, limit: int = 20) -> list[HopRow]:
+    """Hops whose offer digest starts with the 8 octets of ``span_id`` (a range probe of the
+    offer index)."""
+    value = int.from_bytes(span_id, "big") + 1
+    query = select(HopRow).where(HopRow.offer >= span_id)
+    if value < 1 << 64:  # else every digest from ``span_id`` on starts with it
+        query = query.where(HopRow.offer < value.to_bytes(8, "big"))
+    return list(session.execute(query.order_by(HopRow.offer).limit(limit)).scalars())
+
+
+__all__ = [
+    "FlagFact",
+    "HopTrace",
+    "Position",
+    "StatusFact",
+    "changed_hops",
+    "count_hops_since",
+    "dialog_for_trace",
+    "flag_marks",
+    "hop_traces",
+    "hops_for_span",
+    "hops_since",
+]

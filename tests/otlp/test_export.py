@@ -1,0 +1,281 @@
+"""Hops out as OTLP spans (issue 23): the spans' ids, parents, links, attributes, status and
+events; the background exporter's retries and its memory of what it sent; the
+``export-otlp`` command; the settings. A real OTLP/HTTP receiver on loopback takes the
+requests (a small ASGI app under uvicorn); Phoenix is in ``test_phoenix.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from handoff_context import digest_text
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from sqlalchemy import Engine
+
+from app.cli.root import main
+from app.otlp.export import Exporter, Sender, export_since
+from app.otlp.ids import span_id, trace_id
+from app.settings import Settings, SettingsError
+from tests.conftest import World
+from tests.live.servers import serving
+from tests.store.builders import DIALOG, T0, bundle, digest, offer, rec, run, st, status, twin
+
+
+@dataclass
+class Sink:
+    """An OTLP/HTTP receiver: answers ``fail`` statuses first, then 200, and keeps what it
+    took."""
+
+    fail: list[int] = field(default_factory=list)
+    taken: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        code = self.fail.pop(0) if self.fail else 200
+        if code == 200:
+            headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+            self.taken.append((scope["path"], headers, body))
+        await send({"type": "http.response.start", "status": code, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def spans(self) -> list[Span]:
+        out = []
+        for _, _, body in self.taken:
+            request = ExportTraceServiceRequest.FromString(body)
+            out += [s for r in request.resource_spans for ss in r.scope_spans for s in ss.spans]
+        return out
+
+
+@pytest.fixture
+def sink() -> Iterator[tuple[Sink, str]]:
+    receiver = Sink()
+    with serving(receiver) as base:
+        yield receiver, base
+
+
+@dataclass(frozen=True)
+class Chain:
+    p: bytes
+    q: bytes
+    x1: bytes
+
+
+def load_chain(engine: Engine, w: World, *, now: int = T0 + 30) -> Chain:
+    """planner -> coder (completed) -> tester (failed), and a planner that split one hop
+    between coder and tester in another dialog (an equivocation flag)."""
+    p = offer(w.planner, w.coder, iat=T0)
+    q = offer(w.coder, w.tester, iat=T0 + 2, prev=digest(p))
+    x1 = offer(w.planner, w.coder, iat=T0 + 3, dialog="ctx-split")
+    x2 = twin(w.planner, x1, aud=w.tester.iss)
+    records = [
+        rec(bundle(p), T0 + 1, w.coder.iss),
+        rec(st(status(w.coder, p, "accepted", iat=T0 + 1)), T0 + 2),
+        rec(bundle(q, p), T0 + 3, w.tester.iss),
+        rec(st(status(w.tester, q, "failed", iat=T0 + 5, reason="policy")), T0 + 6),
+        rec(st(status(w.coder, p, "completed", iat=T0 + 8)), T0 + 9),
+        rec(bundle(x1), T0 + 4, w.coder.iss),
+        rec(bundle(x2), T0 + 5, w.tester.iss),
+    ]
+    report = run(engine, w.trust, records, now=now)
+    assert not report.errors
+    return Chain(p, q, x1)
+
+
+def attrs(s: Span | Span.Link | Span.Event) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in s.attributes:
+        kind = kv.value.WhichOneof("value")
+        if kind == "array_value":
+            out[kv.key] = [v.string_value for v in kv.value.array_value.values]
+        else:
+            out[kv.key] = getattr(kv.value, kind)
+    return out
+
+
+def test_one_span_per_hop_with_derived_ids_parents_links_and_status(
+    engine: Engine, world: World, sink: tuple[Sink, str]
+) -> None:
+    receiver, base = sink
+    c = load_chain(engine, world)
+    sender = Sender(base, {"Authorization": "Bearer secret-token"})
+    try:
+        progress: list[tuple[int, int]] = []
+        assert export_since(engine, sender, since=0, progress=lambda *a: progress.append(a)) == 3
+        assert progress == [(3, 3)]
+        first = [body for _, _, body in receiver.taken]
+        assert export_since(engine, sender, since=0) == 3
+    finally:
+        sender.close()
+    path, headers, _ = receiver.taken[0]
+    assert path == "/v1/traces"
+    assert headers["content-type"] == "application/x-protobuf"
+    assert headers["authorization"] == "Bearer secret-token"
+    # Exporting again sends the very same octets: ids and times derive from the store.
+    assert [body for _, _, body in receiver.taken[1:]] == first
+    spans = {s.span_id: s for s in receiver.spans()[:3]}
+    p, q, x = (spans[span_id(digest(o))] for o in (c.p, c.q, c.x1))
+    assert p.trace_id == q.trace_id == trace_id(DIALOG)
+    assert x.trace_id == trace_id("ctx-split")
+    assert p.parent_span_id == b"" and q.parent_span_id == span_id(digest(c.p))
+    assert p.name == f"invoke_agent {world.coder.iss}" and p.kind == Span.SPAN_KIND_CLIENT
+    assert (p.start_time_unix_nano, p.end_time_unix_nano) == (T0 * 10**9, (T0 + 9) * 10**9)
+    assert attrs(p) | {"handoff.hop.id": None} == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.id": world.coder.iss,
+        "gen_ai.caller.name": world.planner.iss,
+        "gen_ai.conversation.id": DIALOG,
+        "a2a.task.state": "TASK_STATE_COMPLETED",
+        "handoff.hop.id": None,
+        "handoff.hop.state": "completed",
+        "handoff.offer.digest": digest_text(digest(c.p)),
+        "handoff.carrier": "raw",
+        "handoff.verdict": "accept",
+    }
+    assert [attrs(link)["handoff.status.state"] for link in p.links] == ["accepted", "completed"]
+    assert p.status.code == Status.STATUS_CODE_UNSET and not p.events
+    q_attrs = attrs(q)
+    assert q_attrs["handoff.prev.digest"] == digest_text(digest(c.p))
+    assert q_attrs["handoff.chain.length"] == 2
+    assert q_attrs["handoff.reason"] == "policy"
+    assert (q.status.code, q.status.message) == (Status.STATUS_CODE_ERROR, "failed")
+    # A flagged hop: error status, and the flag as a span event.
+    assert x.status.code == Status.STATUS_CODE_ERROR and x.status.message == "equivocation"
+    assert attrs(x)["handoff.flag.kinds"] == ["equivocation"]
+    assert [(e.name, attrs(e)["handoff.flag.kind"]) for e in x.events] == [
+        ("handoff.flag", "equivocation")
+    ]
+
+
+@dataclass
+class Clock:
+    now: int
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_the_background_exporter_retries_and_sends_only_what_changed(
+    databases: Any, world: World, sink: tuple[Sink, str]
+) -> None:
+    from app.store.db import make_engine
+
+    receiver, base = sink
+    engine = make_engine(databases.new("sqlite"))
+    clock = Clock(T0 + 20)
+    exporter = Exporter(engine, Sender(base), clock=clock)
+    try:
+        assert exporter.run_once() == 0  # nothing derived since it started
+        receiver.fail = [503, 503]
+        c = load_chain(engine, world, now=T0 + 30)
+        clock.now = T0 + 30
+        assert exporter.run_once() == 0 and exporter.stats.failures == 1
+        assert exporter.run_once() == 0 and exporter.stats.failures == 1  # backing off
+        clock.now = int(exporter.retry_at) + 1
+        assert exporter.run_once() == 0 and exporter.stats.failures == 2
+        clock.now = int(exporter.retry_at) + 1
+        assert exporter.run_once() == 3
+        assert {s.span_id for s in receiver.spans()} == {
+            span_id(digest(o)) for o in (c.p, c.q, c.x1)
+        }
+        # The next rounds re-read the overlap, and send nothing that did not change.
+        clock.now += 1
+        assert exporter.run_once() == 0 and exporter.stats.unchanged == 3
+        # A new status changes one hop: only its span goes out again.
+        y = offer(world.planner, world.coder, iat=T0 + 40, dialog="ctx-new")
+        clock.now = T0 + 50
+        run(engine, world.trust, [rec(bundle(y), T0 + 41, world.coder.iss)], now=T0 + 50)
+        assert exporter.run_once() == 1
+        assert receiver.spans()[-1].span_id == span_id(digest(y))
+    finally:
+        exporter.close()
+        engine.dispose()
+
+
+def test_a_receiver_that_refuses_is_skipped_not_retried(
+    databases: Any, world: World, sink: tuple[Sink, str]
+) -> None:
+    from app.store.db import make_engine
+
+    receiver, base = sink
+    engine = make_engine(databases.new("sqlite"))
+    clock = Clock(T0 + 20)
+    exporter = Exporter(engine, Sender(base), clock=clock)
+    try:
+        load_chain(engine, world, now=T0 + 30)
+        receiver.fail = [400]
+        clock.now = T0 + 30
+        assert exporter.run_once() == 0 and exporter.stats.failures == 1
+        assert exporter.retry_at == 0.0 and receiver.taken == []
+    finally:
+        exporter.close()
+        engine.dispose()
+
+
+def test_export_otlp_command(
+    databases: Any,
+    world: World,
+    sink: tuple[Sink, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.store.db import make_engine
+
+    receiver, base = sink
+    url = databases.new("sqlite")
+    engine = make_engine(url)
+    try:
+        load_chain(engine, world)
+    finally:
+        engine.dispose()
+    monkeypatch.setenv("HANDOFF_TRACE_OTLP_HEADERS", "Authorization=Bearer%20tok")
+    argv = ["export-otlp", "--db", url, "--endpoint", base, "--since", str(T0 + 3)]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out == f"1 spans exported to {base}/v1/traces\n"
+    assert "exported 1 of 1 hops" in err
+    assert receiver.taken[0][1]["authorization"] == "Bearer tok"
+    receiver.fail = [400]
+    assert main(argv) == 1
+    _, err = capsys.readouterr()
+    assert "answered HTTP 400" in err and "tok" not in err
+    monkeypatch.delenv("HANDOFF_TRACE_OTLP_HEADERS")
+    assert main(["export-otlp", "--db", url]) == 2
+    assert "--endpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"HANDOFF_TRACE_OTLP_ENDPOINT": "ftp://x"}, "http:// or https://"),
+        ({"HANDOFF_TRACE_OTLP_ENDPOINT": "http://u:secret@x"}, "must not hold credentials"),
+        ({"HANDOFF_TRACE_TRACE_URL": "http://jaeger/trace"}, "{trace_id}"),
+        (
+            {"HANDOFF_TRACE_OTLP_ENDPOINT": "http://x", "HANDOFF_TRACE_OTLP_HEADERS": "tok3n"},
+            "name=value pairs",
+        ),
+        ({"HANDOFF_TRACE_OTLP_SECONDS": "0"}, "at least 1"),
+    ],
+)
+def test_otlp_settings_refuse_unsafe_values(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env(env)
+    assert message in str(caught.value)
+    assert "secret" not in str(caught.value) and "tok3n" not in str(caught.value)
+
+
+def test_otlp_settings_read_headers() -> None:
+    settings = Settings.from_env(
+        {
+            "HANDOFF_TRACE_OTLP_ENDPOINT": "https://otel.example:4318",
+            "HANDOFF_TRACE_OTLP_HEADERS": "Authorization=Bearer%20a%2Cb, x-team = blue",
+            "HANDOFF_TRACE_TRACE_URL": "http://jaeger:16686/trace/{trace_id}",
+        }
+    )
+    assert settings.otlp_headers == (("Authorization", "Bearer a,b"), ("x-team", "blue"))
