@@ -1,0 +1,166 @@
+"""``handoff-trace tap --enforce`` (issue 22, item 2): a real a2a-sdk planner -> coder
+system where the coder has no handoff code at all and sits behind the enforcing tap, which
+holds its key. Valid offers are accepted and answered with signed statuses (a plain JSON
+answer and an event stream); each hostile offer of issue 19's list (flipped signature
+byte, other audience, expired, a second offer for the same hop) is refused with the SDK's
+error before the coder runs (its executor counts its runs); a retransmission gets the same
+status octets without a second run; the service shows the hops and the refusals as it does
+for the in-process integration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError
+from handoff_context import (
+    Form,
+    InMemoryState,
+    StatusState,
+    handoff_object,
+    make_offer,
+    parse_element,
+)
+from handoff_context.a2a import HandoffClient
+from handoff_context.agent import Agent
+
+from .agents import Worker, a2a_app, card
+from .hostile import hostile_offers, message
+from .servers import serving
+from .service import Service, service, tap
+from .system import CODER, PLANNER, TRUST, TRUST_STORE
+from .test_enforce import a2a_sender, carried_status, check_rejected, judged_in, send, shown
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    with service(tmp_path_factory.mktemp("service"), TRUST) as running_service:
+        yield running_service
+
+
+@contextlib.contextmanager
+def enforced_coder(svc: Service, work: Path) -> Iterator[tuple[Worker, str]]:
+    """The coder (a plain a2a-sdk server, no handoff code) behind ``tap --enforce`` with
+    its key; yields the executor and the tap's URL."""
+    worker = Worker()
+    key = work / "coder.jwk"
+    CODER.save(key)
+    options = ("--enforce", "--trust", str(svc.trust), "--key-file", str(key))
+    with (
+        serving(a2a_app(worker, card("http://coder/"))) as upstream,
+        tap(
+            upstream,
+            receiver=CODER.iss,
+            svc=svc,
+            log=work / "tap.log",
+            extra=(*options, "--state-dir", str(work)),
+        ) as url,
+    ):
+        yield worker, url
+
+
+@contextlib.asynccontextmanager
+async def planner_client(url: str, *, streaming: bool) -> AsyncIterator[HandoffClient]:
+    """The planner: a real a2a-sdk client with the in-process integration."""
+    planner = Agent(PLANNER, TRUST_STORE, state=InMemoryState())
+    async with httpx.AsyncClient(timeout=30) as http:
+        config = ClientConfig(httpx_client=http, streaming=streaming)
+        client = ClientFactory(config).create(card(url + "/"))
+        yield HandoffClient(planner, client, to=CODER.iss, first_wait=0.05)
+
+
+def coder_states(statuses: list[bytes]) -> list[StatusState]:
+    """The states of the statuses, each checked to be the coder's."""
+    states = []
+    for octets in statuses:
+        payload = parse_element(octets, Form.JWS).payload
+        assert payload.iss == CODER.iss
+        states.append(payload.state)
+    return states
+
+
+def test_enforcing_tap_signs_for_a_coder_with_no_handoff_code(svc: Service, tmp_path: Path) -> None:
+    now = int(time.time())
+    hostile = hostile_offers(CODER, now=now, tag="tap")
+    good = make_offer(PLANNER, aud=CODER.iss, dialog="tap-replayed", iat=now)
+    twin = make_offer(
+        PLANNER,
+        aud=CODER.iss,
+        dialog="tap-replayed",
+        iat=now + 1,
+        hop=parse_element(good, Form.JWS).payload.hop,
+    )
+
+    async def scenario(url: str, worker: Worker) -> None:
+        # Valid delegations, answered with the coder's signed statuses by the sidecar.
+        for streaming, script in ((False, "complete"), (True, "complete"), (False, "fail")):
+            async with planner_client(url, streaming=streaming) as planner:
+                request = pb.SendMessageRequest(
+                    message=message(script, f"tap-{script}-{streaming}", None)
+                )
+                delegation = await planner.delegate(request)
+            final = StatusState.COMPLETED if script == "complete" else StatusState.FAILED
+            assert delegation.state is final, delegation
+            assert all(v.outcome.value == "accept" for v in delegation.verdicts)
+            # A stream shows the task working, then done; a plain answer only its end, and
+            # the sidecar signs the states it sees.
+            seen = [StatusState.ACCEPTED, final] if streaming else [final]
+            assert coder_states(delegation.statuses) == seen
+        assert worker.runs == ["complete", "complete", "fail"]
+
+        # Hostile offers: refused with the SDK's error, the coder never runs.
+        for streaming in (False, True):
+            async with a2a_sender(url, streaming=streaming) as client:
+                for h in hostile:
+                    with pytest.raises(InvalidParamsError) as refused:
+                        await send(client, message("complete", h.dialog, h.carried))
+                    data = refused.value.data or {}
+                    assert data["reason"] == h.reason, (h.name, data)
+                    offer = str(h.carried["offer"]).encode("ascii")
+                    if h.signed:
+                        check_rejected(data["status"], offer=offer, reason=h.reason)
+                    else:
+                        assert "status" not in data
+                with pytest.raises(InvalidParamsError) as refused:
+                    await send(client, message("complete", "tap-missing", None))
+                assert (refused.value.data or {})["reason"] == "policy"
+        assert worker.runs == ["complete", "complete", "fail"]
+
+        async with a2a_sender(url) as client:
+            events = await send(client, message("complete", "tap-replayed", handoff_object(good)))
+            assert events[-1].task.status.state == pb.TaskState.TASK_STATE_COMPLETED
+            first_task = events[-1].task.id
+            first = carried_status(events[-1].task.status.message)
+            assert first is not None and coder_states([first]) == [StatusState.COMPLETED]
+            # The same octets again: the last status, identical, and no second run.
+            events = await send(client, message("complete", "tap-replayed", handoff_object(good)))
+            assert carried_status(events[-1].message) == first
+            # It names the task the first delivery started.
+            assert events[-1].message.task_id == first_task
+            # A second offer for the same hop: equivocation, no status, no run.
+            with pytest.raises(InvalidParamsError) as refused:
+                await send(client, message("complete", "tap-replayed", handoff_object(twin)))
+            assert (refused.value.data or {})["reason"] == "equivocation"
+            assert "status" not in (refused.value.data or {})
+        assert worker.runs == ["complete", "complete", "fail", "complete"]
+
+    with enforced_coder(svc, tmp_path) as (worker, url):
+        asyncio.run(scenario(url, worker))
+
+    # The service shows what the in-process integration shows: the hops settled with the
+    # coder's statuses, each refusal judged under its dialog with the same reason.
+    assert [h["state"] for h in shown(svc, "tap-complete-False")] == ["completed"]
+    assert [h["state"] for h in shown(svc, "tap-complete-True")] == ["completed"]
+    assert [h["state"] for h in shown(svc, "tap-fail-False")] == ["failed"]
+    assert [h["state"] for h in shown(svc, "tap-replayed")] == ["completed"]
+    for h in hostile:
+        judged = judged_in(svc, h.dialog, count=2 if h.signed else 1)
+        assert ("offer", "reject", h.reason) in judged, (h.name, judged)
+    assert ("offer", "reject", "equivocation") in judged_in(svc, "tap-replayed", count=3)
