@@ -177,7 +177,7 @@ class Enforcer:
         received = self.tasks.get(task_id) if isinstance(task_id, str) else None
         if received is None:
             return
-        from handoff_context._verdict import Outcome
+        from handoff_context import Outcome
         from handoff_context.carry import A2A_EXTENSION_URI
 
         metadata = params.get("metadata") if isinstance(params, dict) else None

@@ -373,18 +373,17 @@ def enforcing_agent(args: argparse.Namespace, reporter: Reporter) -> Any:
     if args.trust is None:
         raise UsageError("--enforce needs the trust configuration: --trust FILE")
     try:
-        from handoff_context import Signer, TrustStore
-        from handoff_context._filestate import FileState
+        from handoff_context import FileState, Signer, TrustStore
         from handoff_context.agent import Agent
 
         import app.cli.enforce  # noqa: F401  (needs the a2a-sdk)
     except ImportError as exc:
         raise UsageError(f"--enforce needs the a2a-sdk (handoff-context[a2a]): {exc}") from exc
-    from handoff_context.errors import HandoffError
+    from handoff_context.errors import HandoffError, TrustConfigError
 
     try:
         trust = TrustStore.load(args.trust)
-    except (OSError, ValueError, HandoffError) as exc:
+    except (OSError, ValueError, HandoffError, TrustConfigError) as exc:
         raise UsageError(f"cannot use the trust file {args.trust}: {exc}") from exc
     signer = None
     if args.key_file is not None:

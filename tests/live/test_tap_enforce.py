@@ -26,17 +26,29 @@ from handoff_context import (
     StatusState,
     handoff_object,
     make_offer,
+    make_status,
     parse_element,
+    status_object,
 )
 from handoff_context.a2a import HandoffClient
 from handoff_context.agent import Agent
 
+from app.capture.carriers import A2A_EXTENSION_URI
+
 from .agents import Worker, a2a_app, card
 from .hostile import hostile_offers, message
-from .servers import serving
+from .servers import serving, wait_until
 from .service import Service, service, tap
-from .system import CODER, PLANNER, TRUST, TRUST_STORE
-from .test_enforce import a2a_sender, carried_status, check_rejected, judged_in, send, shown
+from .system import CODER, PLANNER, TOOL, TRUST, TRUST_STORE
+from .test_enforce import (
+    a2a_sender,
+    carried_status,
+    check_rejected,
+    forged_cancel,
+    judged_in,
+    send,
+    shown,
+)
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +163,41 @@ def test_enforcing_tap_signs_for_a_coder_with_no_handoff_code(svc: Service, tmp_
             assert "status" not in (refused.value.data or {})
         assert worker.runs == ["complete", "complete", "fail", "complete"]
 
+        # A cancel must carry the delegator's signed canceled: a forged one is refused and
+        # the coder's cancel never runs; the planner's own goes through.
+        waiting = make_offer(PLANNER, aud=CODER.iss, dialog="tap-cancel", iat=now)
+        async with a2a_sender(url) as client:
+            events = await send(
+                client, message("wait", "tap-cancel", handoff_object(waiting)), immediately=True
+            )
+            task_id = events[-1].task.id
+            wait_until(lambda: worker.runs[-1:] == ["wait"], what="the wait task")
+            forged = pb.CancelTaskRequest(id=task_id)
+            forged.metadata.update(
+                {A2A_EXTENSION_URI: status_object(forged_cancel(waiting, by=TOOL, iat=now))}
+            )
+            with pytest.raises(InvalidParamsError) as refused:
+                await client.cancel_task(forged)
+            assert (refused.value.data or {})["reason"] == "policy"
+            assert task_id not in worker.cancels or not worker.cancels[task_id].is_set()
+            real = pb.CancelTaskRequest(id=task_id)
+            canceled = make_status(PLANNER, offer_octets=waiting, state="canceled", iat=now)
+            real.metadata.update({A2A_EXTENSION_URI: status_object(canceled)})
+            task = await client.cancel_task(real)
+            assert task.status.state == pb.TaskState.TASK_STATE_CANCELED
+
+        # What the sidecar cannot read is refused, not passed: the coder does not run.
+        bad = handoff_object(make_offer(PLANNER, aud=CODER.iss, dialog="tap-unread", iat=now))
+        sent = {"message": {"messageId": "m-rest", "role": "ROLE_USER", "parts": [{"text": "x"}]}}
+        sent["message"]["metadata"] = {A2A_EXTENSION_URI: bad}
+        async with httpx.AsyncClient(timeout=30) as http:
+            rest = await http.post(url + "/rest/message:send", json=sent)
+            assert rest.status_code == 400 and "JSON-RPC" in rest.json()["detail"]
+            old = {"jsonrpc": "2.0", "id": 7, "method": "message/send", "params": sent}
+            answer = (await http.post(url + "/", json=old)).json()
+            assert answer["id"] == 7 and answer["error"]["code"] == -32602, answer
+        assert worker.runs == ["complete", "complete", "fail", "complete", "wait"]
+
     with enforced_coder(svc, tmp_path) as (worker, url):
         asyncio.run(scenario(url, worker))
 
@@ -160,6 +207,7 @@ def test_enforcing_tap_signs_for_a_coder_with_no_handoff_code(svc: Service, tmp_
     assert [h["state"] for h in shown(svc, "tap-complete-True")] == ["completed"]
     assert [h["state"] for h in shown(svc, "tap-fail-False")] == ["failed"]
     assert [h["state"] for h in shown(svc, "tap-replayed")] == ["completed"]
+    assert [h["state"] for h in shown(svc, "tap-cancel")] == ["canceled"]
     for h in hostile:
         judged = judged_in(svc, h.dialog, count=2 if h.signed else 1)
         assert ("offer", "reject", h.reason) in judged, (h.name, judged)
