@@ -21,7 +21,8 @@ SDK's calls, through the same functions:
   ``canceled``, which only the delegator signs), once per state.
 - ``CancelTask`` for such a task must carry the delegator's signed ``canceled``.
 
-What it cannot check it does not let through: the A2A 0.3 methods (``message/send``,
+What it cannot check it does not let through: a POST body that is not JSON (-32700), the
+A2A 0.3 methods (``message/send``,
 ``message/stream``), the HTTP+JSON binding's ``message:send`` / ``message:stream``, JSON-RPC
 batches and MCP ``tools/call`` are refused with a clear error. Everything else (agent card,
 ``GetTask``, ``ListTasks``, ...) is forwarded; answers about a known task are signed too.
@@ -103,7 +104,10 @@ class Enforcer:
         try:
             request = json.loads(body) if body.strip() else None
         except (ValueError, UnicodeDecodeError):
-            request = None  # not JSON-RPC: the upstream answers it as it would
+            # What the tap cannot read it cannot check, and an upstream with another JSON
+            # parser might read it: answered here, never forwarded.
+            await _rpc_error(send, None, Refusal(-32700, "the request body is not JSON"))
+            return
         received: Received | None = None
         if isinstance(request, list):
             await _rpc_error(send, None, Refusal(-32600, "JSON-RPC batches are not checked"))

@@ -31,6 +31,12 @@ On SIGTERM or SIGINT the tap stops taking connections, lets open requests finish
 
 The ingest token comes from ``--token-file`` or the ``HANDOFF_TRACE_TOKEN`` variable, never
 from the command line, where every user of the machine can read it (``ps``).
+
+With ``--enforce`` the tap is the agent's handoff side instead of a watcher: the forwarding
+app sits behind ``app.cli.enforce.Enforcer``, which checks every A2A send with the agent's
+``handoff_context.agent.Agent`` (``--receiver``, ``--trust``, optionally its key from
+``--key-file``) before it is forwarded and signs the statuses of the task states the
+answers show; the agent's reports replace the watching tap's.
 """
 
 from __future__ import annotations

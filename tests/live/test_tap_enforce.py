@@ -196,6 +196,8 @@ def test_enforcing_tap_signs_for_a_coder_with_no_handoff_code(svc: Service, tmp_
             old = {"jsonrpc": "2.0", "id": 7, "method": "message/send", "params": sent}
             answer = (await http.post(url + "/", json=old)).json()
             assert answer["id"] == 7 and answer["error"]["code"] == -32602, answer
+            garbled = await http.post(url + "/", content=b'{"method": "SendMessage",')
+            assert garbled.json()["error"]["code"] == -32700
         assert worker.runs == ["complete", "complete", "fail", "complete", "wait"]
 
     with enforced_coder(svc, tmp_path) as (worker, url):
