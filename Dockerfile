@@ -8,9 +8,11 @@
 #                             refuses to start without one
 #   HANDOFF_TRACE_*           the other settings (see README "Configuration")
 #
+#   HANDOFF_TRACE_PORT        the port served and health-checked (default 8000)
+#
 #   docker build -t handoff-trace .
-#   docker run -p 8000:8000 -v "$PWD/trust.json:/etc/handoff-trace/trust.json:ro" \
-#       -e DATABASE_URL=postgresql+psycopg://... handoff-trace
+#   docker run -p 8000:8000 -v handoff-trace-data:/srv/handoff-trace/var \
+#       -v "$PWD/trust.json:/etc/handoff-trace/trust.json:ro" handoff-trace
 #   docker run --rm -e DATABASE_URL=... handoff-trace tokens create --role ingest --name ci
 #
 #   (RUN --mount needs BuildKit, Docker's default builder since 23.0.)
@@ -39,7 +41,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MALLOC_ARENA_MAX=2 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    HANDOFF_TRACE_TRUST_FILE=/etc/handoff-trace/trust.json
+    HANDOFF_TRACE_TRUST_FILE=/etc/handoff-trace/trust.json \
+    HANDOFF_TRACE_HOST=0.0.0.0 \
+    HANDOFF_TRACE_PORT=8000
 
 WORKDIR /srv/handoff-trace
 # The wheels are bind-mounted for the install only, so no layer of the image keeps them;
@@ -52,8 +56,12 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/tmp/wheels \
 
 USER 10001
 EXPOSE 8000
-# The slim image has no curl: ask /healthz with the Python that runs the service.
+# The embedded SQLite store lives here: mount a volume on it to keep the data.
+VOLUME ["/srv/handoff-trace/var"]
+# The slim image has no curl: ask /healthz with the Python that runs the service, on the
+# port it was configured to serve (HANDOFF_TRACE_PORT, as `serve` reads it).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/api/v1/healthz', timeout=4).status != 200)"]
+    CMD ["python", "-c", "import os,sys,urllib.request; port = os.environ.get('HANDOFF_TRACE_PORT') or '8000'; sys.exit(urllib.request.urlopen(f'http://127.0.0.1:{port}/api/v1/healthz', timeout=4).status != 200)"]
 ENTRYPOINT ["handoff-trace"]
-CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]
+# serve reads HANDOFF_TRACE_HOST and HANDOFF_TRACE_PORT (set above; override with -e).
+CMD ["serve"]

@@ -1,17 +1,28 @@
-# The README's commands: `make run` and `make test`. Both create .venv when missing and
-# install everything the project needs into it first.
+# The README's commands: `make run` and `make test`. Both create .venv when missing; `run`
+# installs what running needs, `test` (and the other targets) the dev tools too.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+STAMP_DIR ?= $(VENV)
+STAMP  := $(STAMP_DIR)/.installed-stamp
+RUN_STAMP := $(STAMP_DIR)/.run-stamp
+# `make run PORT=8123` (or PORT in the environment); unset: HANDOFF_TRACE_PORT, else 8000.
+PORT ?=
 
-.PHONY: run example test install system-deps browser-deps go-deps lint typecheck vectors conformance bench soak fuzz clean
+.PHONY: run example test install system-deps browser-deps go-deps lint typecheck vectors conformance bench soak fuzz screenshots clean
 
 $(STAMP): pyproject.toml lib/handoff-context/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ./lib/handoff-context -e '.[dev]'
-	@touch $(STAMP)
+	@mkdir -p $(STAMP_DIR) && touch $(STAMP) $(RUN_STAMP)
+
+# What `make run` needs: the library and the service, not the dev tools.
+$(RUN_STAMP): pyproject.toml lib/handoff-context/pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ./lib/handoff-context -e .
+	@mkdir -p $(STAMP_DIR) && touch $(RUN_STAMP)
 
 install: $(STAMP)
 
@@ -48,10 +59,16 @@ go-deps:
 	  else echo "Go or golang.org/x/mod not found; set HANDOFF_TRACE_NO_GO=1 to skip the referee test"; fi; \
 	fi
 
-# The dashboard on the embedded SQLite file, filled with a demo run on first start; prints
-# the URL (http://127.0.0.1:8000/) and a one-time login.
-run: install
-	$(BIN)/handoff-trace run-demo
+# The dashboard on the embedded SQLite file, filled with a demo run on first start; binds
+# its port first (a taken one is said before anything else), then prints the URL
+# (http://127.0.0.1:8000/, or PORT) and a one-time login.
+run: $(RUN_STAMP)
+	$(BIN)/handoff-trace run-demo$(if $(PORT), --port $(PORT))
+
+# Every dashboard page at 1440x900 light and dark and at 390x844, in var/screenshots/ (not
+# committed; tests/browser/screenshots.py).
+screenshots: install browser-deps
+	$(BIN)/python -m tests.browser.screenshots var/screenshots
 
 # The example multi-agent system (examples/agents/): three jobs through a planner, a coder
 # and an MCP tool, reported to the dashboard `make run` serves (start that first).

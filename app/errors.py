@@ -48,3 +48,12 @@ class ItemProblem:
 
     source: str
     detail: str
+
+
+@dataclass(frozen=True)
+class NotStored(ItemProblem):
+    """An item the database did not store (nothing of it kept): sending it again may
+    succeed. ``unavailable``: the database could not be written at all (an outage, a full
+    disk, a read-only database), so the input was cut short at this item."""
+
+    unavailable: bool = False

@@ -235,36 +235,186 @@
     all[next].scrollIntoView({ block: "nearest" });
   }
 
+  // --- keyboard shortcuts (the ? list in templates/base.html and each page's block) -------
+  // An element with data-key="K" is clicked by K; one with data-key-focus="K" takes the
+  // focus. On the queue they are looked up in the current row first, and an action key
+  // with rows ticked goes to the bulk form instead, so a selection is never thrown away.
+  function selected() {
+    return Array.prototype.slice.call(document.querySelectorAll('input[form="bulk"]:checked'));
+  }
+
+  function bulkDo(action, focus) {
+    var form = document.getElementById("bulk");
+    var select = form && form.querySelector('select[name="action"]');
+    if (!select) return false;
+    select.value = action;
+    showFields(form);
+    // The cursor's place travels with the form, so the queue comes back with the cursor
+    // on the row that took the first acted-on one's place.
+    var at = form.querySelector('input[name="at"]');
+    var current = document.querySelector("table.triage tr.row.current");
+    if (at && current) at.value = String(rows().indexOf(current));
+    if (focus) {
+      var field = form.querySelector(focus);
+      if (field) { field.focus(); return true; }
+    }
+    form.requestSubmit();
+    return true;
+  }
+
+  function openMenu(row, name) {
+    var menu = row.querySelector("details." + name);
+    if (!menu) return false;
+    document.querySelectorAll("details.menu[open]").forEach(function (m) { if (m !== menu) m.open = false; });
+    menu.open = true;
+    var field = menu.querySelector("input:not([type=hidden]), textarea, button");
+    if (field) field.focus();
+    return true;
+  }
+
+  function queueKey(key, current) {
+    var ticked = selected().length > 0;
+    if (ticked) {
+      if (key === "a") return bulkDo("acknowledge");
+      if (key === "r") return bulkDo("resolve", 'input[name="note"]');
+      if (key === "s") return bulkDo("snooze", 'select[name="preset"]');
+      if (key === "g") return bulkDo("assign", 'select[name="assignee"]');
+      if (key === "m") {
+        var me = document.querySelector('meta[name="username"]');
+        var who = document.querySelector('#bulk select[name="assignee"]');
+        if (!me || !who) return false;
+        who.value = me.getAttribute("content");
+        return bulkDo("assign");
+      }
+    }
+    if (key === "e") {
+      var form = document.getElementById("bulk");
+      if (form && form.querySelector('select[name="action"]')) { form.requestSubmit(); return true; }
+      return false;
+    }
+    if (key === "g") return bulkDo("assign", 'select[name="assignee"]');
+    if (!current) return false;
+    if (key === "r") return openMenu(current, "q-resolve");
+    if (key === "s") return openMenu(current, "q-snooze");
+    var target = current.querySelector('[data-key="' + key + '"]');
+    if (target) { target.click(); return true; }
+    return false;
+  }
+
+  function pageKey(key) {
+    var focusing = document.querySelector('[data-key-focus="' + key + '"]');
+    if (focusing) {
+      var details = focusing.closest("details");
+      if (details) details.open = true;
+      focusing.focus();
+      return true;
+    }
+    var candidates = document.querySelectorAll('[data-key="' + key + '"]');
+    for (var i = 0; i < candidates.length; i++) {
+      var el = candidates[i];
+      if (el.closest("table.triage")) continue;  // a row's keys act through queueKey
+      var within = el.getAttribute("data-key-scope");
+      // A digit picks a snooze preset only once s has put the focus in its group.
+      if (within && !(document.activeElement && document.activeElement.closest(within))) continue;
+      el.click();
+      return true;
+    }
+    return false;
+  }
+
   document.addEventListener("keydown", function (event) {
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.ctrlKey || event.metaKey || event.altKey) {
+      // Ctrl+Enter in a field sends its form (a resolve note, the bulk form).
+      if ((event.ctrlKey || event.metaKey) && event.key === "Enter" && event.target.form) {
+        event.preventDefault();
+        event.target.form.requestSubmit();
+      }
+      return;
+    }
     var tag = (event.target.tagName || "").toLowerCase();
+    if (event.key === "Escape") {
+      var open = document.querySelectorAll("details.menu[open]");
+      open.forEach(function (m) { m.open = false; });
+      if (tag === "input" || tag === "textarea" || tag === "select") event.target.blur();
+      return;
+    }
     if (tag === "input" || tag === "textarea" || tag === "select" || event.target.isContentEditable) return;
+    var help = document.getElementById("keys-help");
+    if (help && help.open) return;
     if (event.key === "/") {
       var search = document.querySelector('form.search input[name="q"]');
       if (search) { event.preventDefault(); search.focus(); }
       return;
     }
-    var current = document.querySelector("table.triage tr.row.current");
-    if (event.key === "j") { move(1); event.preventDefault(); }
-    else if (event.key === "k") { move(-1); event.preventDefault(); }
-    else if (event.key === "x" && current) {
-      var box = pick(current);
-      if (box) box.checked = !box.checked;
-    } else if (event.key === "o" && current) {
-      window.location.assign(current.getAttribute("data-href"));
-    } else if (event.key === "a" && current) {
-      // Acknowledge the current flag alone, through the same audited bulk form.
-      var form = document.getElementById("bulk");
-      if (!form || !form.querySelector('select[name="action"]')) return;
-      var all = rows();
-      all.forEach(function (row) { var b = pick(row); if (b) b.checked = row === current; });
-      form.querySelector('select[name="action"]').value = "acknowledge";
-      // The cursor's place travels with the form, so the queue comes back with the cursor
-      // on the row that took the acknowledged one's place.
-      var at = form.querySelector('input[name="at"]');
-      if (at) at.value = String(all.indexOf(current));
-      form.requestSubmit();
+    if (event.key === "?") {
+      if (help && help.showModal) { event.preventDefault(); help.showModal(); }
+      return;
     }
+    // A digit inside an open row menu picks its preset.
+    var menu = event.target.closest ? event.target.closest("details.menu[open]") : null;
+    if (menu && /^[1-9]$/.test(event.key) && menu.closest("table.triage")) {
+      var preset = menu.querySelector('[data-key="' + event.key + '"]');
+      if (preset) { event.preventDefault(); preset.click(); }
+      return;
+    }
+    var current = document.querySelector("table.triage tr.row.current");
+    var key = event.key;
+    var done = false;
+    if (document.querySelector("table.triage")) {
+      if (key === "j") { move(1); done = true; }
+      else if (key === "k") { move(-1); done = true; }
+      else if (key === "x" && current) {
+        var box = pick(current);
+        if (box) box.checked = !box.checked;
+        done = true;
+      } else if ((key === "o" || key === "Enter") && current) {
+        window.location.assign(current.getAttribute("data-href"));
+        done = true;
+      } else if ("arsmge".indexOf(key) >= 0 && key.length === 1) {
+        done = queueKey(key, current);
+      }
+    } else if (key.length === 1) {
+      done = pageKey(key);
+    }
+    if (done) event.preventDefault();
+  });
+
+  // A row's one-click form says where the cursor was, so the queue comes back with the
+  // cursor on the row that took the acted-on one's place.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var row = form.closest ? form.closest("table.triage tr.row") : null;
+    if (!row) return;
+    var at = form.querySelector('input[name="at"]');
+    if (!at) {
+      at = document.createElement("input");
+      at.type = "hidden";
+      at.name = "at";
+      form.appendChild(at);
+    }
+    at.value = String(rows().indexOf(row));
+  });
+
+  // --- triage: the bulk form shows only the fields of the chosen action ------------------
+  function showFields(form) {
+    var select = form.querySelector('select[name="action"]');
+    if (!select) return;
+    form.querySelectorAll("[data-for]").forEach(function (field) {
+      var wanted = field.getAttribute("data-for").split(" ");
+      field.hidden = wanted.indexOf(select.value) < 0;
+    });
+  }
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches('#bulk select[name="action"]')) {
+      showFields(event.target.form);
+    }
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    var form = document.getElementById("bulk");
+    if (form) showFields(form);
+    // On a phone the queue comes first: the filters fold away (one tap brings them back).
+    var box = document.querySelector("details.filter-box");
+    if (box && window.matchMedia("(max-width: 640px)").matches) box.open = false;
   });
 
   // --- triage: the live queue keeps what the operator ticked and where the cursor is -------
@@ -274,6 +424,7 @@
     if (!elt || !elt.classList || !elt.classList.contains("live")) return;
     // An unfolded group or a half-typed bulk form: do not pull rows out from under it.
     var busy = document.querySelector('a.similar[aria-expanded="true"]') ||
+      document.querySelector("table.triage details.menu[open]") ||
       (document.activeElement && document.activeElement.closest && document.activeElement.closest("#bulk fieldset"));
     if (busy) event.preventDefault();
   });

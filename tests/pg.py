@@ -72,6 +72,31 @@ class Cluster:
             conn.execute(sql)  # type: ignore[arg-type]
         return self.url(name)
 
+    @property
+    def options(self) -> str:
+        """The server's command-line options (``pg_ctl -o``)."""
+        return (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
+        )
+
+    def crash(self) -> None:
+        """``pg_ctl -m immediate stop``: the server goes away as in a crash (a fault drill);
+        ``start_again`` brings it back on the same port and data."""
+        _run([str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+
+    def start_again(self) -> None:
+        _run(
+            [
+                *(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log")),
+                *("-w", "-o", self.options, "start"),
+            ]
+        )
+
+    def admin(self) -> psycopg.Connection:
+        """An autocommit connection to the ``postgres`` database as the superuser."""
+        return self._admin()
+
     def stop(self) -> None:
         if self._stopped:
             return
@@ -107,10 +132,7 @@ def start(bin_dir: Path) -> Cluster:
                 "-N",
             ]
         )
-        options = (
-            f"-c listen_addresses=127.0.0.1 -p {cluster.port} -k {root} -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
-        )
+        options = cluster.options
         _run(
             [
                 str(bin_dir / "pg_ctl"),

@@ -8,12 +8,12 @@ import handoff_context._verify as verify_module
 import pytest
 from handoff_context import Signer, TrustStore, digest_text, trust_document
 from sqlalchemy import Engine, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 import app.ingest.pipeline as ingest_module
-from app.ingest.pipeline import ItemError
+from app.errors import NotStored
 from app.store.db import transaction
-from app.store.models import LinkRow, ObservationRow, VerdictRow
+from app.store.models import LinkRow, ObservationRow, RejectedObservationRow, VerdictRow
 from tests.conftest import World
 from tests.store.builders import (
     T0,
@@ -278,9 +278,9 @@ def test_each_element_is_verified_once_and_a_changed_trust_store_verifies_again(
     calls: list[bytes] = []
     real = verify_module.verify_element
 
-    def counting(element: Any, trust: TrustStore) -> Any:
+    def counting(element: Any, trust: TrustStore, **kw: Any) -> Any:
         calls.append(element.digest)
-        return real(element, trust)
+        return real(element, trust, **kw)
 
     monkeypatch.setattr(verify_module, "verify_element", counting)
     a = offer(world.assistant, world.planner, iat=T0)
@@ -331,7 +331,7 @@ def test_a_database_error_spoils_only_its_item(
 
     def failing(session: Any, **kw: Any) -> int:
         if kw["source"] == "capture.jsonl:2":
-            raise OperationalError("INSERT INTO observation", {}, Exception("disk on fire"))
+            raise IntegrityError("INSERT INTO observation", {}, Exception("item on fire"))
         return real(session, **kw)
 
     monkeypatch.setattr(ingest_module, "add_observation", failing)
@@ -346,10 +346,63 @@ def test_a_database_error_spoils_only_its_item(
         "capture.jsonl:4",
     ]
     assert outcomes(report) == ["accept", "reject", "accept"]
-    assert report.errors == [ItemError("capture.jsonl:2", "database error: disk on fire")]
+    assert report.errors == [NotStored("capture.jsonl:2", "database error: item on fire")]
+    assert (report.complete, report.cut) == (False, None)
     # The failed item left nothing behind, not even what verification had stored.
     assert set(elements(engine)) == {digest(o1), digest(o3)}
     assert set(hops(engine)) == {hop_of(o1), hop_of(o3)}
+
+
+def test_a_database_that_cannot_be_written_stops_the_ingest_at_its_first_item(
+    engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    o1, o2, o3 = (offer(world.planner, world.coder) for _ in range(3))
+    real = ingest_module.add_observation
+
+    def failing(session: Any, **kw: Any) -> int:
+        if kw["source"] == "capture.jsonl:2":
+            raise OperationalError("INSERT INTO observation", {}, Exception("disk on fire"))
+        return real(session, **kw)
+
+    monkeypatch.setattr(ingest_module, "add_observation", failing)
+    records = [rec(bundle(o), T0 + 1) for o in (o1, o2, o3)]
+    report = run(engine, world.trust, records)
+    # The batch failed, its items ran alone: the first stored, the second met the
+    # unavailable database, the third was never tried.
+    assert [v.source for v in report.verdicts] == ["capture.jsonl:1"]
+    assert report.errors == [
+        NotStored("capture.jsonl:2", "database error: disk on fire", unavailable=True)
+    ]
+    assert (report.complete, report.cut) == (False, "capture.jsonl:2")
+    assert set(elements(engine)) == {digest(o1)}
+
+
+def test_a_huge_number_in_a_capture_record_is_malformed_not_a_crash(
+    engine: Engine, world: World
+) -> None:
+    # A 309-digit received_at overflowed a float in the envelope reader (a 500 after the
+    # batches before it were committed).
+    good = [rec(bundle(offer(world.planner, world.coder)), T0 + 1) for _ in range(300)]
+    huge = {"received_at": 10**309, "payload": bundle(offer(world.planner, world.coder))}
+    report = run(engine, world.trust, [*good, huge])
+    assert outcomes(report) == ["accept"] * 300 + ["reject"]
+    assert report.verdicts[-1].reason is not None
+    assert report.verdicts[-1].reason.value == "malformed"
+    assert "received_at" in (report.verdicts[-1].detail or "")
+    assert report.complete and report.stored == 300
+
+
+def test_a_refused_item_retried_with_its_observation_id_is_stored_once(
+    engine: Engine, world: World
+) -> None:
+    refused = {"id": "obs-1", "received_at": T0 + 1, "payload": {"offer": "not.a.jws"}}
+    first = run(engine, world.trust, [refused])
+    again = run(engine, world.trust, [refused])
+    assert outcomes(first) == ["reject"] and first.redelivered == 0
+    assert outcomes(again) == [] and again.redelivered == 1
+    with transaction(engine) as session:
+        keys = session.execute(select(RejectedObservationRow.observation_key)).scalars().all()
+    assert keys == ["obs-1:0"]
 
 
 def test_rejected_elements_are_flagged_once_per_hop_and_reason(

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from handoff_context import digest_text
 from sqlalchemy import Engine, event, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError
 
 import app.ingest.pipeline as ingest_module
-from app.ingest.pipeline import ItemError
+from app.errors import NotStored
 from app.store.db import Locks, transaction
 from app.store.models import ObservationRow, RefOutcomeRow, VerdictRow
 from tests.conftest import World
@@ -57,13 +57,15 @@ def test_an_item_failing_after_its_rows_were_buffered_leaves_none_of_them(
 
     def failing(self: Any, known: set[bytes]) -> None:
         if digest(o2) in known:  # its observation and verdict are buffered by now
-            raise OperationalError("SELECT", {}, Exception("disk on fire"))
+            # The item's own error (a constraint): an unavailable database would cut the
+            # ingest short here instead (test_ingest.py).
+            raise IntegrityError("SELECT", {}, Exception("item on fire"))
         real(self, known)
 
     monkeypatch.setattr(ingest_module._Item, "_complete", failing)
     report = run(engine, world.trust, [rec(bundle(o), T0 + 1) for o in (o1, o2, o3)])
     assert outcomes(report) == ["accept", "accept"]
-    assert report.errors == [ItemError("capture.jsonl:2", "database error: disk on fire")]
+    assert report.errors == [NotStored("capture.jsonl:2", "database error: item on fire")]
     assert set(elements(engine)) == {digest(o1), digest(o2), digest(o3)}
     assert [observations(engine, o) for o in (o1, o2, o3)] == [1, 1, 1]
     assert count(engine, VerdictRow) == 3

@@ -117,6 +117,14 @@ def add_demo(sub: Any) -> None:
         help=f"simulated clock at the first dialog (default: {DEFAULT_START})",
     )
     p.add_argument(
+        "--deep-dialog",
+        type=nonneg_int,
+        default=0,
+        metavar="HOPS",
+        help="also write one big dialog of HOPS hops whose deepest path goes 80 levels "
+        "down, ending at a hop delegated to 'needle-1' (default: none)",
+    )
+    p.add_argument(
         "--load",
         action="store_true",
         help="also ingest the run into the configured database (DATABASE_URL, else the "
@@ -181,9 +189,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     try:
         summary = write_demo(config, paths)
+        deep = _deep_dialog(args, config, paths, summary)
     except OSError as exc:
         raise _usage_error(f"cannot write the demo: {exc}") from exc
     _report(summary, paths)
+    if deep:
+        print(f"  deep dialog: {deep} ({args.deep_dialog} hops)", file=sys.stderr)
     if args.load:
         from app.cli.common import load_settings
         from app.demo.load import load_run
@@ -194,6 +205,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
         url = settings.store_url()
         return load_run(paths, now=summary.suggested_now, settings=settings, url=url)
     return 0
+
+
+def _deep_dialog(
+    args: argparse.Namespace, config: DemoConfig, paths: DemoPaths, summary: Summary
+) -> str | None:
+    """Append ``--deep-dialog`` hops in one dialog after the run; its dialog id."""
+    if not args.deep_dialog:
+        return None
+    from app.demo.agents import make_cast
+    from app.demo.deep import write_deep_dialog
+
+    start = (summary.last or config.start) + 60
+    with paths.out.open("ab") as out:
+        return write_deep_dialog(
+            out, make_cast(config.seed, config.agents), hops=args.deep_dialog, start=start,
+            seed=config.seed,
+        )  # fmt: skip
 
 
 def _report(summary: Summary, paths: DemoPaths) -> None:

@@ -3,7 +3,8 @@
 - ``log key``: print the log's verifier key (``--generate NAME --out FILE`` makes a key
   first); the private key is never printed.
 - ``log verify SOURCE --key VKEY``: an auditor's check of a deployment (its ``/api/v1/log`` URL,
-  with a read token in ``HANDOFF_TRACE_LOG_TOKEN``) or of a mirror directory.
+  with a read token in ``HANDOFF_TRACE_LOG_TOKEN``), of a mirror directory, or of an
+  export file (docs/export.md).
 - ``log check``: the store checks itself against its log (exit 1 on any finding).
 - ``log sequence``: append what is not yet logged now, rather than wait for the service.
 """
@@ -48,7 +49,9 @@ def add_log_commands(sub: Any) -> None:
         help="check a deployment's log: checkpoint, tiles, consistency, inclusion",
         description="Fetch the checkpoint and every tile from SOURCE (the log's URL, e.g. "
         "https://trace.example/api/v1/log, with a read token in HANDOFF_TRACE_LOG_TOKEN; or a "
-        "mirror directory), check the checkpoint's signature, rebuild the tree from the "
+        "mirror directory; or an `export` file, whose elements and refused octets must "
+        "rebuild the tree of the checkpoint it carries, every one of them), check the "
+        "checkpoint's signature, rebuild the tree from the "
         "entries and compare it with the root and the tiles, check that the log only grew "
         "since the checkpoint saved in --state (then save the new one there), and find each "
         "--element. Exit 0: everything held; 1: something did not.",
@@ -121,10 +124,14 @@ def cmd_log_verify(args: argparse.Namespace) -> int:
             report = audit(
                 HttpFetcher(args.source, client), verifier, saved=saved, elements=elements
             )
+    elif Path(args.source).is_file():
+        report = _verify_export(Path(args.source), verifier, saved=saved, elements=elements)
     else:
         root = Path(args.source)
         if not root.is_dir():
-            raise UsageError(f"{args.source} is neither an http(s) URL nor a directory")
+            raise UsageError(
+                f"{args.source} is neither an http(s) URL, a directory nor an export file"
+            )
         report = audit(DirectoryFetcher(root), verifier, saved=saved, elements=elements)
     for line in report.checked:
         print(f"ok    {line}")
@@ -134,6 +141,39 @@ def cmd_log_verify(args: argparse.Namespace) -> int:
         state.write_text(report.checkpoint, encoding="utf-8")
         print(f"saved the checkpoint to {state} for the next run")
     return EXIT_OK if report.ok else EXIT_REJECT
+
+
+def _verify_export(path: Path, verifier: Any, *, saved: str | None, elements: list[bytes]) -> Any:
+    """``log verify`` of an export file (docs/export.md): its records, as read, rebuild the
+    tree of the checkpoint its header carries; and they are the records its header
+    counts and digests."""
+    from app.log.audit import AuditReport
+    from app.log.exported import verify_export
+    from app.store.transfer import (
+        RecordsDigest,
+        TransferError,
+        check_records,
+        read_header,
+        read_records,
+    )
+
+    digest = RecordsDigest()
+    try:
+        with path.open("rb") as source:
+            first = read_header(source.readline())
+            records = ((str(r["t"]), r, n) for n, r in enumerate(read_records(source, digest), 2))
+            report = verify_export(first, records, verifier, saved=saved, elements=elements)
+        if report.ok:
+            check_records(first, digest)
+            report.checked.append(
+                f"records: {sum(digest.counts.values())}, as many and as digested as the "
+                "header says"
+            )
+    except TransferError as exc:
+        report = AuditReport(failures=[f"{path}: {exc}"])
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+    return report
 
 
 def cmd_log_check(args: argparse.Namespace) -> int:

@@ -2,14 +2,19 @@
 
 What ``make run`` calls. On the first start (a store without hops) it writes a demo run
 under ``--dir`` (default ``var/demo``: capture, ref objects and its trust file) and ingests
-it through the one pipeline; later starts keep what is stored. Every start gives the admin
-account ``demo`` a fresh password, prints the URL and that one-time login, and then serves
-the API and the dashboard like ``serve``, with the demo's trust file.
+it through the one pipeline; later starts keep what is stored. Every start first binds its
+port (``--port``, else ``HANDOFF_TRACE_PORT``, else 8000; ``make run PORT=8123``), so a port
+that is taken is said at once, before anything is loaded or any password printed; then it
+gives the admin account ``demo`` a fresh password, prints the URL and that one-time login,
+and serves the API and the dashboard like ``serve`` on the socket it bound, with the demo's
+trust file.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import sys
 import time
 from pathlib import Path
@@ -38,8 +43,8 @@ def add_run_commands(sub: Any) -> None:
         "On first start the store is filled with a simulated run (every fault kind); every "
         "start prints the URL and a fresh password for the admin account 'demo'.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=positive_int, default=8000, help="port (default: 8000)")
+    p.add_argument("--host", help="address to bind (default: HANDOFF_TRACE_HOST, else 127.0.0.1)")
+    p.add_argument("--port", type=_port, help="port (default: HANDOFF_TRACE_PORT, else 8000)")
     add_db_option(p)
     p.add_argument("--dir", default="var/demo", metavar="DIR", help="where the demo run is written")
     p.add_argument(
@@ -47,6 +52,35 @@ def add_run_commands(sub: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=7, help="random seed (default: 7)")
     p.set_defaults(func=cmd_run_demo)
+
+
+def _port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number")
+    return value
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port``, bound before anything is printed. Raises
+    UsageError saying what to do when the port is taken or the address cannot be used."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(
+                f"port {port} on {host} is taken (another program listens there): stop it, "
+                f"or pick another port: `make run PORT=8123`, `run-demo --port 8123` or "
+                f"HANDOFF_TRACE_PORT=8123"
+            ) from exc
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
 
 
 def demo_config(*, dialogs: int, seed: int, start: int) -> DemoConfig:
@@ -100,10 +134,26 @@ def _demo_log_key(settings: Settings, directory: Path) -> None:
 
 
 def cmd_run_demo(args: argparse.Namespace) -> int:
-    from app.cli.serve import cmd_serve
-
     settings = load_settings()
     url = settings.store_url(args.db)
+    host, port = args.host or settings.host, args.port or settings.port
+    sock = bind(host, port)
+    try:
+        return _run(args, settings, url, sock, host, port)
+    finally:
+        sock.close()
+
+
+def _run(
+    args: argparse.Namespace,
+    settings: Settings,
+    url: str,
+    sock: socket.socket,
+    host: str,
+    port: int,
+) -> int:
+    from app.cli.serve import cmd_serve
+
     try:
         trust = _load(settings, url, Path(args.dir), args.dialogs, args.seed)
         password = generate_password()
@@ -122,12 +172,12 @@ def cmd_run_demo(args: argparse.Namespace) -> int:
     except SQLAlchemyError as exc:
         raise UsageError(f"database error: {first_line(exc)}") from exc
     print(
-        f"\n  handoff-trace dashboard: http://{args.host}:{args.port}/\n"
+        f"\n  handoff-trace dashboard: http://{host}:{port}/\n"
         f"  log in as {DEMO_USER!r} with the one-time password {password}\n"
         "  (a new one is printed at every start; make more accounts with "
         "`handoff-trace users create`)\n",
         flush=True,
     )
     _demo_log_key(settings, Path(args.dir))
-    serve = argparse.Namespace(host=args.host, port=args.port, workers=1, db=url, trust=str(trust))
+    serve = argparse.Namespace(host=host, port=port, workers=1, db=url, trust=str(trust), sock=sock)
     return cmd_serve(serve)

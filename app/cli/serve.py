@@ -161,21 +161,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = args.workers or settings.workers
     if workers > 1:
         _multiprocess_metrics()
-    uvicorn.run(
-        "app.web.app:create_app_from_env",
-        factory=True,
-        host=args.host or settings.host,
-        port=args.port or settings.port,
-        workers=workers,
-        log_config=log_config(settings.log_level, settings.log_format),
-        access_log=False,  # one line per request comes from app.web.observe
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": args.host or settings.host,
+        "port": args.port or settings.port,
+        "workers": workers,
+        "log_config": log_config(settings.log_level, settings.log_format),
+        "access_log": False,  # one line per request comes from app.web.observe
         # The app believes X-Forwarded-* only from HANDOFF_TRACE_FORWARDED_ALLOW_IPS
         # (app.web.app); uvicorn's own handling would trust 127.0.0.1 whatever it says.
-        proxy_headers=False,
-        server_header=False,
+        "proxy_headers": False,
+        "server_header": False,
         # h11 with a header-read timeout (HANDOFF_TRACE_HEADER_SECONDS, below).
-        http=HeaderTimeoutProtocol,
-    )
+        "http": HeaderTimeoutProtocol,
+    }
+    sock = getattr(args, "sock", None)
+    if sock is not None:
+        # run-demo bound its socket before printing the login: serve on that very socket.
+        server = uvicorn.Server(uvicorn.Config("app.web.app:create_app_from_env", **options))
+        server.run(sockets=[sock])
+        return EXIT_OK
+    uvicorn.run("app.web.app:create_app_from_env", **options)
     return EXIT_OK
 
 

@@ -162,9 +162,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     summary.close()
     for error in [*report.errors, *report.envelopes.errors]:
         print(f"handoff-trace: {visible(error.source, 80)}: {error.detail}", file=sys.stderr)
+    if report.cut is not None:
+        print(
+            f"handoff-trace: the database could not be written: nothing from "
+            f"{visible(report.cut, 80)} on was stored; run the command again",
+            file=sys.stderr,
+        )
     if not args.json:
         summary.print(report)
-    failed = report.errors or report.envelopes.errors or summary.rejected
+    failed = report.errors or report.envelopes.errors or summary.rejected or not report.complete
     return EXIT_REJECT if failed else EXIT_OK
 
 

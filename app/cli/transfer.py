@@ -36,6 +36,10 @@ from app.cli.common import (
 from app.ingest.pipeline import Pipeline
 from app.ingest.rederive import Rederived, Replayed, rederive, replay, replay_trust
 from app.ingest.verifying import load_objects
+from app.log.checkpoint import open_checkpoint
+from app.log.errors import LogError
+from app.log.exported import MEMBER, Anchor, Rebuild, check
+from app.log.note import Verifier
 from app.settings import Settings
 from app.store import db
 from app.store.derive import sweep
@@ -47,6 +51,7 @@ from app.store.transfer import (
     export_records,
     header,
     header_line,
+    log_anchor,
     read_header,
     read_records,
     sign_header,
@@ -82,8 +87,10 @@ def add_transfer_commands(sub: Any) -> None:
         "version, record counts and the digest of the records), then the signed octets "
         "(elements, refused octets, envelope items), the receipts as ingested, and "
         "operators' state (flag workflow, audit log, comments, webhook log). Derived "
-        "tables are left out: `import` re-derives them. API tokens and dashboard users "
-        "(their hashes are credentials) only with --include-secrets.",
+        "tables are left out: `import` re-derives them. When the store keeps an evidence "
+        "log, the header carries its latest checkpoint (appended to first when "
+        "HANDOFF_TRACE_LOG_KEY_FILE is set) and the records rebuild its tree. API tokens "
+        "and dashboard users (their hashes are credentials) only with --include-secrets.",
     )
     add_db_option(p)
     p.add_argument("--out", metavar="FILE", default="-", help="output file ('-': stdout)")
@@ -106,10 +113,11 @@ def add_transfer_commands(sub: Any) -> None:
         help="load an export into an empty database and re-derive it",
         description="Load a file written by `export` into an empty database (any "
         "supported one: SQLite or PostgreSQL), once its signature, record counts and "
-        "digest check out: the octets as they are, every receipt through the ingest "
-        "pipeline in its original order and at its original ingest clock, then operators' "
-        "state onto the flags by condition; all in one transaction, so a failed import "
-        "leaves the database as it was.",
+        "digest check out, and, when it carries an evidence-log checkpoint, its elements "
+        "and refused octets rebuild that checkpoint's tree: the octets as they are, every "
+        "receipt through the ingest pipeline in its original order and at its original "
+        "ingest clock, then operators' state onto the flags by condition; all in one "
+        "transaction, so a failed import leaves the database as it was.",
     )
     add_db_option(p)
     add_now_option(p)
@@ -120,6 +128,13 @@ def add_transfer_commands(sub: Any) -> None:
         metavar="KEY.jwk",
         help="public JWK of the key the export must be signed with (an unsigned, "
         "truncated, reordered or edited export is refused, and nothing is imported)",
+    )
+    p.add_argument(
+        "--log-key",
+        metavar="VKEY",
+        help="the exporting deployment's evidence-log verifier key (`log key`): the "
+        "checkpoint in the export must be signed by it (without it, the checkpoint is "
+        "trusted as part of the signed header); the records must rebuild its tree either way",
     )
     p.add_argument("file", metavar="FILE", help="the export ('-': stdin)")
     p.set_defaults(func=cmd_import)
@@ -236,17 +251,26 @@ def _output(name: str) -> Iterator[IO[bytes]]:
 
 def cmd_export(args: argparse.Namespace) -> int:
     key = _load_key(args.sign_key, private=True)
-    engine = open_engine(args, load_settings())
+    settings = load_settings()
+    engine = open_engine(args, settings)
     try:
         schema = db.current_revision(engine)
+        if settings.log_key_file is not None:
+            # The checkpoint the export is anchored to covers every row, where this
+            # process can sign one.
+            from app.log.keys import load_signer
+            from app.log.sequencer import sequence_all
+
+            sequence_all(engine, load_signer(settings.log_key_file), now=int(time.time()))
         # The records first, to a temporary file: the header, which goes first, holds
         # their counts and digest.
         with tempfile.TemporaryFile() as spool:
             with db.transaction(db.read_only(engine)) as session:
+                anchor = log_anchor(session)
                 digest = write_records(export_records(session, secrets=args.include_secrets), spool)
             first = header(
                 schema=schema, now=int(time.time()), secrets=args.include_secrets,
-                counts=digest.counts, records=digest.value,
+                counts=digest.counts, records=digest.value, log=anchor,
             )  # fmt: skip
             spool.seek(0)
             with _output(args.out) as out:
@@ -265,6 +289,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     settings = load_settings()
     key = _load_key(args.trust_key, private=False)
+    log_key = _log_verifier(args.log_key)
     engine = open_engine(args, settings)
     now = _now(args)
     try:
@@ -273,7 +298,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             # digest, record kinds and their order.
             first = read_header(source.readline())
             verify_header(first, key)
-            check_records(first, _drain(source))
+            rebuild = Rebuild() if MEMBER in first else None
+            check_records(first, _drain(source, rebuild))
+            unanchored = _check_anchor(first, rebuild, log_key)
             # 2. Replayed into a scratch store, the digest checked again as it is read.
             source.seek(0)
             source.readline()
@@ -298,7 +325,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                 db.run(engine, lambda session: copy_store(scratch, session), attempts=1)
             finally:
                 scratch.dispose()
-    except TransferError as exc:
+    except (TransferError, LogError) as exc:
         raise UsageError(f"{args.file}: {exc}; nothing was imported") from exc
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
@@ -308,16 +335,52 @@ def cmd_import(args: argparse.Namespace) -> int:
         engine.dispose()
     rows = ", ".join(f"{n} {kind}" for kind, n in sorted(done.rows.items())) or "no rows"
     print(f"imported {rows}; {done.flags_restored} flags with operators' state")
+    if unanchored is not None:
+        print(
+            f"the evidence log: the records rebuild the export's checkpoint"
+            f"{' (its signature verified)' if log_key is not None else ''}; "
+            f"{unanchored} records were stored after it"
+        )
     _print_replayed(done)
     return EXIT_REJECT if done.errors else EXIT_OK
 
 
-def _drain(source: IO[bytes]) -> RecordsDigest:
-    """Read every record (checking each), for their digest and counts."""
+def _drain(source: IO[bytes], rebuild: Rebuild | None) -> RecordsDigest:
+    """Read every record (checking each), for their digest and counts, and the leaves of
+    the evidence log they make (when the export carries a checkpoint)."""
     digest = RecordsDigest()
-    for _ in read_records(source, digest):
-        pass
+    for number, record in enumerate(read_records(source, digest), 2):
+        if rebuild is not None:
+            rebuild.add(str(record["t"]), record, number)
     return digest
+
+
+def _log_verifier(text: str | None) -> Verifier | None:
+    if text is None:
+        return None
+    try:
+        return Verifier.parse(text)
+    except LogError as exc:
+        raise UsageError(f"--log-key: {exc}") from exc
+
+
+def _check_anchor(
+    first: dict[str, Any], rebuild: Rebuild | None, log_key: Verifier | None
+) -> int | None:
+    """The export's records rebuild the tree of the checkpoint in its header (its signature
+    checked with ``log_key`` when given): returns how many records came after the
+    checkpoint; None when the export carries none (then ``--log-key`` refuses it). Raises
+    LogError or TransferError."""
+    if rebuild is None:
+        if log_key is not None:
+            raise TransferError("the export carries no evidence-log checkpoint (--log-key)")
+        return None
+    anchor = Anchor.from_json(first[MEMBER])
+    checkpoint = (
+        anchor.unverified() if log_key is None else open_checkpoint(anchor.checkpoint, log_key)
+    )
+    _, rest = check(anchor, rebuild, checkpoint)
+    return rest
 
 
 @contextmanager

@@ -174,7 +174,11 @@ def _seconds(value: object) -> int | None:
     """NumericDate seconds (a fraction floored), or None for anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if not math.isfinite(value) or not 0 <= value <= MAX_SAFE_INT:
+    # Range first, with no arithmetic: a JSON integer may have any number of digits, and
+    # ``math.isfinite`` of one too large for a float raises OverflowError (a 309-digit
+    # ``received_at`` made a 500). Comparing an int with an int never overflows; the
+    # comparisons are False for NaN, so a float that passes them is finite.
+    if not 0 <= value <= MAX_SAFE_INT:
         return None
     return math.floor(value)
 

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from app.errors import HandoffTraceError
+from app.errors import HandoffTraceError, NotStored
 
 # Only for annotations: verify (no database) uses ``batched`` and should not load SQLAlchemy.
 if TYPE_CHECKING:
@@ -66,33 +66,51 @@ def run_batch(
     *,
     attempt: Callable[[Sequence[T]], tuple[list[R], int]],
     alone: Callable[[T], R],
+    stop: Callable[[R], bool] | None = None,
 ) -> list[R]:
-    """What became of every item of ``batch``, in input order.
+    """What became of the items of ``batch``, in input order.
 
     ``attempt(items)`` returns the results of the items it kept and the index of the item
     that failed (``len(items)`` when none did), or raises ItemFailed, SQLAlchemyError or
     BatchFailed when it kept nothing. ``alone(item)`` runs one item in a transaction of its own and
-    never raises for a failing item (it returns the error as its result)."""
+    never raises for a failing item (it returns the error as its result). With ``stop``,
+    the run ends at the first result of ``alone`` that ``stop`` holds for (a database that
+    cannot be written: trying the rest one by one would only fail again, slowly): fewer
+    results than items come back, and the items after the last result were not run."""
     from sqlalchemy.exc import SQLAlchemyError
 
     results: list[R] = []
+
+    def run_alone(item: T) -> bool:
+        """Run one item alone; whether to go on."""
+        result = alone(item)
+        results.append(result)
+        return stop is None or not stop(result)
+
     rest = batch
     while rest:
         try:
             done, failed = attempt(rest)
         except ItemFailed as exc:
             if exc.index:
-                results.extend(run_batch(rest[: exc.index], attempt=attempt, alone=alone))
-            results.append(alone(rest[exc.index]))
+                before = run_batch(rest[: exc.index], attempt=attempt, alone=alone, stop=stop)
+                results.extend(before)
+                if len(before) < exc.index or (stop is not None and before and stop(before[-1])):
+                    return results
+            if not run_alone(rest[exc.index]):
+                return results
             rest = rest[exc.index + 1 :]
             continue
         except (SQLAlchemyError, BatchFailed):
-            results.extend(alone(item) for item in rest)
+            for item in rest:
+                if not run_alone(item):
+                    return results
             break
         results.extend(done)
         if failed >= len(rest):
             break
-        results.append(alone(rest[failed]))
+        if not run_alone(rest[failed]):
+            return results
         rest = rest[failed + 1 :]
     return results
 
@@ -101,3 +119,11 @@ def database_error(exc: SQLAlchemyError) -> str:
     """The detail an item error reports for a database error: its first line."""
     first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
     return f"database error: {first_line}"
+
+
+def not_stored(source: str, exc: SQLAlchemyError) -> NotStored:
+    """What an item that met a database error reports: not stored, and whether the database
+    is unavailable (``unavailable``) rather than refusing this item."""
+    from app.store.db import unavailable
+
+    return NotStored(source, database_error(exc), unavailable=unavailable(exc))

@@ -38,7 +38,8 @@ from app.envelope.extract import EnvelopeItem, find_items
 from app.envelope.ledger import Item
 from app.envelope.references import check_reference
 from app.errors import ItemProblem as EnvelopeError  # an invalid or unstorable envelope item
-from app.ingest.batches import BATCH_ITEMS, BUSY, BatchFailed, batched, database_error, run_batch
+from app.errors import NotStored
+from app.ingest.batches import BATCH_ITEMS, BUSY, BatchFailed, batched, not_stored, run_batch
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
@@ -112,11 +113,14 @@ class EnvelopeIngest:
         pending, self.pending = self.pending, []
         for found in batched(pending):
             batch = [self._prepare(capture, items) for capture, items in found]
-            for outcome in run_batch(batch, attempt=self._attempt, alone=self._alone):
+            outcomes = run_batch(batch, attempt=self._attempt, alone=self._alone, stop=_unavailable)
+            for outcome in outcomes:
                 if isinstance(outcome, EnvelopeError):
                     self.report.errors.append(outcome)
                 else:
                     self.report.stored += outcome
+            if outcomes and _unavailable(outcomes[-1]):
+                return  # the database cannot be written: the ingest stops (pipeline.cut)
 
     def _prepare(self, capture: CaptureItem, found: list[EnvelopeItem]) -> _Prepared:
         self.report.items += len(found)
@@ -140,9 +144,9 @@ class EnvelopeIngest:
         try:
             new = self._store(rows)
         except SQLAlchemyError as exc:
-            return EnvelopeError(capture.source, database_error(exc))
+            return not_stored(capture.source, exc)
         if new is None:
-            return EnvelopeError(capture.source, BUSY)
+            return NotStored(capture.source, BUSY)
         return new
 
     def _store(self, rows: list[ItemRecord]) -> int | None:
@@ -269,3 +273,7 @@ def _row(
         item.text_bytes,
         now,
     )
+
+
+def _unavailable(outcome: int | EnvelopeError) -> bool:
+    return isinstance(outcome, NotStored) and outcome.unavailable

@@ -51,6 +51,11 @@ class HostStates:
         with self._lock:
             self._pending.append(state)
 
+    @property
+    def pending(self) -> bool:
+        """Whether states were read that ``flush`` has not stored yet."""
+        return bool(self._pending)
+
     def flush(self, engine: Engine, *, now: int, timing: Timing) -> None:
         """Store what was read (each observation id once) and re-derive the hops of its
         tasks, in one transaction. Raises SQLAlchemyError, or BatchFailed when the hops'

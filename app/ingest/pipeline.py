@@ -82,15 +82,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
+from app.capture.items import CaptureItem
 from app.envelope.config import EnvelopeConfig
 from app.errors import ItemProblem as ItemError  # an item that could not be stored
+from app.errors import NotStored
 from app.ingest.batches import (
     BATCH_ITEMS,
     BUSY,
     BatchFailed,
     ItemFailed,
     batched,
-    database_error,
+    not_stored,
     run_batch,
 )
 from app.ingest.envelope import EnvelopeIngest, EnvelopeReport
@@ -165,11 +167,24 @@ class IngestReport:
     # stored nor judged again, and never counted as a duplicate.
     redelivered: int = 0
     envelopes: EnvelopeReport = field(default_factory=EnvelopeReport)
+    # The source of the first capture record from which on nothing was stored, when the
+    # database could not be written (an outage, a full disk, read-only) and the ingest
+    # stopped there; None when it read its input to the end.
+    cut: str | None = None
     sink: Callable[[Verdict], None] | None = None
     _outcomes: Counter[str] = field(default_factory=Counter)
     _observations: deque[int | None] = field(default_factory=deque)  # beside ``verdicts``
     _where: dict[int, int] = field(default_factory=dict)  # observation -> absolute position
     _first: int = 0  # absolute position of verdicts[0]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every item read was stored (or refused with its verdict): nothing to
+        send again. An item error (``errors``, ``envelopes.errors`` that were not stored)
+        or a cut input makes it False."""
+        if self.cut is not None or self.errors:
+            return False
+        return not any(isinstance(e, NotStored) for e in self.envelopes.errors)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -237,6 +252,7 @@ def ingest(
         pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
     )
     host = HostStates(receiver=pipeline.options.receiver, at=pipeline.options.at)
+    span = _Span()
     for name, data in inputs:
         stats = ExtractStats()
         items = read_capture(
@@ -244,7 +260,7 @@ def ingest(
             name=name,
             content_type=content_type,
             stats=stats,
-            on_item=envelopes.read,
+            on_item=span.reading(envelopes.read),
             on_host=host.read,
         )
         done = 0
@@ -255,28 +271,75 @@ def ingest(
             _run(pipeline, batch, clock, report)
             # The host task states and envelope items read with this batch: stored now,
             # not at the end of the input (docs/envelopes.md).
-            _flush_host(pipeline, host, report, clock)
-            envelopes.flush()
+            if report.cut is None:
+                _flush_host(pipeline, host, report, clock)
+            if report.cut is None:
+                envelopes.flush()
+            if _cut(report, span, batch, exact=not (host.pending or envelopes.pending)):
+                break
             done += len(batch)
             if progress is not None:
                 progress(name, done, _fraction_read(data))
-        _flush_host(pipeline, host, report, clock)  # read after the last batch
-        envelopes.flush()
         report.skipped += stats.without_handoff
+        if report.cut is not None:
+            break
+        _flush_host(pipeline, host, report, clock)  # read after the last batch
+        if report.cut is None:
+            envelopes.flush()
+        if _cut(report, span, [], exact=False):
+            break
     report.redelivered += host.redelivered
     report.finish()
     return report
 
 
+class _Span:
+    """The source of the first capture record read since everything before it was stored:
+    where an ingest cut short by an unavailable database says to start again. (The
+    signed items, host task states and envelope items of the records read with a batch
+    are stored after it, so the span covers all three.)"""
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+
+    def reading(self, on_item: Callable[[CaptureItem], bool]) -> Callable[[CaptureItem], bool]:
+        def read(item: CaptureItem) -> bool:
+            if self.first is None:
+                self.first = item.source
+            return on_item(item)
+
+        return read
+
+
+def _cut(report: IngestReport, span: _Span, batch: Sequence[Found], *, exact: bool) -> bool:
+    """Whether the ingest stops here, the database being unavailable; else the span
+    starts again (everything read so far was stored or reported). ``exact``: the signed
+    items are all that was read and not stored, so the cut is where they stopped."""
+    unavailable = report.cut is not None or any(
+        isinstance(e, NotStored) and e.unavailable for e in report.envelopes.errors[-1:]
+    )
+    if not unavailable:
+        span.first = None
+        return False
+    if exact and report.cut is not None:
+        return True
+    first = span.first or (batch[0].source if batch else None) or report.cut
+    report.cut = first or "(the end of the input)"
+    return True
+
+
 def _flush_host(pipeline: Pipeline, host: HostStates, report: IngestReport, now: int) -> None:
     """Store the host task states read so far (app.ingest.live); a database failure is
-    reported, never raised."""
+    reported, never raised (an unavailable database cuts the ingest short, ``cut``)."""
     try:
         host.flush(pipeline.engine, now=now, timing=pipeline.timing)
     except SQLAlchemyError as exc:
-        report.errors.append(ItemError("host task states", database_error(exc)))
+        problem = not_stored("host task states", exc)
+        report.errors.append(problem)
+        if problem.unavailable:
+            report.cut = problem.source
     except BatchFailed:
-        report.errors.append(ItemError("host task states", BUSY))
+        report.errors.append(NotStored("host task states", BUSY))
 
 
 def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) -> IngestReport:
@@ -291,14 +354,28 @@ def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) ->
 
 
 def _run(pipeline: Pipeline, batch: Sequence[Found], now: int, report: IngestReport) -> None:
-    """One batch of signed items through the batch runner, reported in input order."""
+    """One batch of signed items through the batch runner, reported in input order. When
+    the database turns out unavailable the batch stops there: ``report.cut`` is set."""
+    if all(isinstance(found, CarrierError) for found in batch):
+        # Nothing to store (an item no carrier could read has a verdict, not a row): no
+        # transaction either, so a body of unreadable items costs no database work.
+        for found in batch:
+            _report(report, _Done(carrier_error_verdict(found)))  # type: ignore[arg-type]
+        return
     outcomes = run_batch(
         batch,
         attempt=functools.partial(_try_batch, pipeline, now=now),
         alone=functools.partial(_alone, pipeline, now=now),
+        stop=_unavailable,
     )
     for outcome in outcomes:
         _report(report, outcome)
+    if outcomes and _unavailable(outcomes[-1]):
+        report.cut = batch[len(outcomes) - 1].source
+
+
+def _unavailable(outcome: _Done | ItemError) -> bool:
+    return isinstance(outcome, NotStored) and outcome.unavailable
 
 
 def _batches(items: Iterable[Found], *, live: bool = False) -> Iterator[list[Found]]:
@@ -441,9 +518,9 @@ def _alone(pipeline: Pipeline, found: Found, *, now: int) -> _Done | ItemError:
     try:
         done = _store(pipeline, found, now)
     except SQLAlchemyError as exc:
-        return ItemError(found.source, database_error(exc))
+        return not_stored(found.source, exc)
     if done is None:
-        return ItemError(found.source, BUSY)
+        return NotStored(found.source, BUSY)
     return done
 
 
@@ -483,9 +560,11 @@ def _refuse(pipeline: Pipeline, session: Session, item: Carried, now: int, locks
     ctx = context_for(item, pipeline.options)
     verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
     verdict = verifier.verify_value(item.value, ctx, source=item.source)
-    keep_refused(
+    kept = keep_refused(
         session, item=item, ctx=ctx, verdict=verdict, now=now, timing=pipeline.timing, locks=locks
     )
+    if kept is None:
+        return _Done(None)  # its observation id is stored already: a shipper's retry
     return _Done(verdict)
 
 

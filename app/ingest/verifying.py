@@ -7,7 +7,7 @@ persistence around the same calls.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +105,13 @@ def carrier_error_verdict(error: CarrierError) -> Verdict:
     return Verdict(source=error.source, element=None, reason=Reason.MALFORMED, detail=error.detail)
 
 
+# With a verdict sink: verdicts a pending status may wait behind before it is handed on as
+# it is (as ``app.ingest.pipeline.VERDICT_WINDOW`` in ingest).
+VERDICT_WINDOW = 4096
+# What stands in the session's list for a verdict already handed on.
+_HANDED = Verdict(source="", element=None, reason=Reason.MALFORMED, detail="handed on")
+
+
 def verify_inputs(
     inputs: Iterable[tuple[str, bytes]],
     *,
@@ -112,14 +119,37 @@ def verify_inputs(
     options: VerifyOptions,
     objects: ObjectIndex | None = None,
     content_type: str | None = None,
+    on_verdict: Callable[[Verdict], None] | None = None,
 ) -> Report:
-    """Verify every element in every input, in order, against one memory (profile §11)."""
+    """Verify every element in every input, in order, against one memory (profile §11).
+
+    With ``on_verdict``, each verdict is handed to it in input order once it is final (a
+    pending status waits for its offer while fewer than ``VERDICT_WINDOW`` verdicts came
+    after it, as in ingest) and the report keeps none: memory does not grow with the input."""
     verifier = Verifier(trust=trust, policy=options.policy, objects=objects or ObjectIndex())
     cache = verifier.signature_cache
     assert cache is not None  # the verifier's own (profile §6.1)
     session = Session(verifier)
     stats = ExtractStats()
     limit = options.max_element_bytes
+
+    handed = 0  # session.verdicts[:handed] were handed to on_verdict
+
+    def hand_on(*, final: bool = False) -> None:
+        nonlocal handed
+        if on_verdict is None:
+            return
+        verdicts = session.verdicts
+        while handed < len(verdicts) and (
+            final
+            or verdicts[handed].outcome is not Outcome.PENDING
+            or len(verdicts) - handed > VERDICT_WINDOW
+        ):
+            on_verdict(verdicts[handed])
+            # The slot stays (the session finds pending statuses by position), the
+            # verdict goes; a status judged again after it was handed on is not seen.
+            verdicts[handed] = _HANDED
+            handed += 1
 
     def judge(batch: list[Carried | CarrierError], ahead: Ahead) -> None:
         ahead.collect(cache)
@@ -128,6 +158,7 @@ def verify_inputs(
                 session.add_verdict(carrier_error_verdict(item))
             else:
                 session.add(item.value, context_for(item, options), source=item.source)
+        hand_on()
 
     for name, data in inputs:
         items = read_capture(data, name=name, content_type=content_type, stats=stats)
@@ -143,4 +174,7 @@ def verify_inputs(
             previous = (batch, ahead)
         if previous is not None:
             judge(*previous)
+    if on_verdict is not None:
+        hand_on(final=True)
+        return Report(verdicts=[], skipped=stats.without_handoff)
     return Report(verdicts=session.verdicts, skipped=stats.without_handoff)

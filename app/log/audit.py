@@ -123,9 +123,9 @@ def _audit(
         f"tree: {len(leaves)} entries rebuild the signed root; {tiles} tiles match"
     )
     if saved is not None:
-        _consistent(report, open_checkpoint(saved, verifier), checkpoint, leaves)
+        check_consistent(report, open_checkpoint(saved, verifier), checkpoint, leaves)
     if elements:
-        _included(report, leaves, elements)
+        check_included(report, leaves, elements)
 
 
 def _leaves(fetch: Fetcher, checkpoint: Checkpoint) -> list[bytes]:
@@ -151,7 +151,11 @@ def _levels(hashes: list[bytes]) -> list[list[bytes]]:
     return levels
 
 
-def _consistent(report: AuditReport, old: Checkpoint, new: Checkpoint, leaves: list[bytes]) -> None:
+def check_consistent(
+    report: AuditReport, old: Checkpoint, new: Checkpoint, leaves: list[bytes]
+) -> None:
+    """The first ``old.size`` of ``leaves`` rebuild ``old``'s root (history only appended
+    to). Raises LogError."""
     if old.size > new.size:
         raise LogError(f"the log shrank: {old.size} leaves before, {new.size} now")
     tree = Frontier()
@@ -162,7 +166,9 @@ def _consistent(report: AuditReport, old: Checkpoint, new: Checkpoint, leaves: l
     report.checked.append(f"consistency: {old.size} -> {new.size}, history only appended to")
 
 
-def _included(report: AuditReport, leaves: list[bytes], elements: Sequence[bytes]) -> None:
+def check_included(report: AuditReport, leaves: list[bytes], elements: Sequence[bytes]) -> None:
+    """Each of ``elements`` (handoff digests) is the hash of one of ``leaves``. Raises
+    LogError."""
     where = {Leaf.decode(x).sha256: i for i, x in enumerate(leaves)}
     missing = [digest_text(d) for d in elements if d not in where]
     if missing:

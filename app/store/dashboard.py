@@ -503,3 +503,17 @@ def search(session: Session, *, text: str, limit: int = 20) -> Found:
         rows = session.execute(query.order_by(ElementRow.digest).limit(limit * 4)).scalars()
         found = [r for r in rows if digest_text(r.digest).startswith(text)][:limit]
     return Found(hops, dialogs, agents, found)
+
+
+def filed_elsewhere(session: Session, *, offer: bytes, iss: str, hop: str) -> list[ElementRow]:
+    """Statuses that name ``offer`` but are filed under another (iss, hop): a cancel signed
+    by someone other than the hop's issuer is filed under its signer (profile §1.2's swap
+    reads the hop's owner from the status itself), yet it attacks this hop."""
+    query = (
+        select(ElementRow)
+        .where(ElementRow.offer == offer, ElementRow.type == "status")
+        .where(or_(ElementRow.hop_iss != iss, ElementRow.hop != hop))
+        .order_by(ElementRow.iat, ElementRow.digest)
+        .limit(50)
+    )
+    return list(session.execute(query).scalars())

@@ -38,7 +38,8 @@ from sqlalchemy import Connection, Engine, and_, bindparam, create_engine, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
 from alembic import command
@@ -120,6 +121,52 @@ def ping(engine: Engine) -> None:
     """Raises (SQLAlchemyError) when the database does not answer."""
     with engine.connect() as connection:
         connection.execute(text("SELECT 1"))
+
+
+# An SQLite store is not ready with less free space than this where its file lives: a
+# write probe alone can pass on a full disk, since SQLite rewrites its write-ahead log in
+# place after a checkpoint and so needs no new space for a small write.
+MIN_FREE_BYTES = 4 * 1024 * 1024
+_PROBE_ROW = f"{os.uname().nodename[:100]}:{os.getpid()}"
+
+
+class NotWritable(HandoffTraceError):
+    """The database answers but cannot take writes now."""
+
+    reason = "not-writable"
+
+
+def probe(engine: Engine, *, now: int) -> None:
+    """A real write, small and bounded, in a transaction of its own: this process's row of
+    ``write_probe`` rewritten (a read-only database, a lost connection or a server shutting
+    down fails it). On PostgreSQL a temporary table gets one row too: a new relation file
+    in the database's default tablespace, so a full disk there fails the probe as it fails
+    ingest (rewriting a row may fit in the page it had). On an SQLite file, the disk must
+    also have ``MIN_FREE_BYTES`` free. Raises SQLAlchemyError or NotWritable."""
+    from app.store.models import WriteProbeRow  # the store's tables import this module
+
+    row = {"name": _PROBE_ROW, "at": now}
+    with transaction(engine, wait=True) as session:
+        upsert_many(session, WriteProbeRow, [row], ["name"])
+        if engine.dialect.name == "postgresql":
+            connection = session.connection()
+            connection.exec_driver_sql("CREATE TEMPORARY TABLE probe (b bytea) ON COMMIT DROP")
+            connection.exec_driver_sql(
+                "INSERT INTO probe VALUES (decode(repeat('00', 4096), 'hex'))"
+            )
+    if (database := _sqlite_file(engine)) is not None:
+        stat = os.statvfs(Path(database).parent)
+        free = stat.f_bavail * stat.f_frsize
+        if free < MIN_FREE_BYTES:
+            raise NotWritable(f"{free} bytes free beside the database, under {MIN_FREE_BYTES}")
+
+
+def _sqlite_file(engine: Engine) -> str | None:
+    """The path of an SQLite file database; None for PostgreSQL or an in-memory one."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return None
+    return None if database.startswith("file:") else database
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -264,6 +311,32 @@ def run(
             # again in lock step.
             time.sleep(random.uniform(0, 0.005 * 2**attempt))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether a database error says the database cannot be written now, whatever the item:
+    a lost or refused connection, a full disk, a read-only database, an I/O error, a
+    server shutting down (SQLAlchemy's OperationalError and InterfaceError, and the
+    SQLSTATEs below), or no pooled connection in time. Only a constraint or a value the
+    database refuses (IntegrityError, DataError) is the item's own."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
+    if sqlstate[:2] in _UNAVAILABLE_CLASSES or sqlstate in _UNAVAILABLE_STATES:
+        return True
+    return not isinstance(exc, IntegrityError | DataError)
+
+
+# PostgreSQL SQLSTATE classes and codes (PostgreSQL manual, appendix A) that say the server
+# cannot take writes: connection exceptions, insufficient resources (disk full, out of
+# memory, too many connections), operator intervention (shutdown), system errors (I/O);
+# and a read-only transaction (hot standby, default_transaction_read_only).
+_UNAVAILABLE_CLASSES = frozenset({"08", "53", "57", "58"})
+_UNAVAILABLE_STATES = frozenset({"25006"})
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -361,6 +361,8 @@ class ActionRow(SQLModel, table=True):
     note: str | None = Field(default=None, sa_type=Text)
     # A snooze's until time (alembic 0010), so the log says how long, not only that.
     until: int | None = _time(default=None)
+    # Whom an ``assign`` gave the flag to (alembic 0015); NULL when it unassigned.
+    assignee: str | None = Field(default=None, sa_type=Text)
 
 
 class CommentRow(SQLModel, table=True):
@@ -545,6 +547,9 @@ class RejectedObservationRow(SQLModel, table=True):
     detail: str | None = Field(default=None, sa_type=Text)
     verdict: dict[str, Any] = Field(sa_type=JSON)  # the profile §11 verdict as reported
     ingested_at: int = _time()
+    # The capture record's observation id (``Carried.key``): a shipper's retry of a refused
+    # item is stored once, as for elements (``ObservationRow.observation_key``).
+    observation_key: str | None = _observation_key()
 
 
 class LoginLimitRow(SQLModel, table=True):
@@ -588,6 +593,16 @@ class TrustRejudgeRow(SQLModel, table=True):
     started_at: int = _time()
     judged: int = Field(default=0, sa_type=BigInteger)
     closed: int = Field(default=0, sa_type=BigInteger)
+
+
+class WriteProbeRow(SQLModel, table=True):
+    """One row per serving process, rewritten by each ``/readyz`` (``app.store.db.probe``):
+    a real write, so an instance whose database cannot be written says it is not ready."""
+
+    __tablename__ = "write_probe"
+
+    name: str = Field(sa_type=String(160), primary_key=True)
+    at: int = _time()
 
 
 # --- the evidence log (app/log, docs/evidence-log.md; alembic 0013) ---------------------------

@@ -341,6 +341,7 @@ def act_on_flag(
             action=action.value,
             note=note,
             until=snoozed_until if action is FlagAction.SNOOZE else None,
+            assignee=assignee if action is FlagAction.ASSIGN else None,
         )
     )
     session.refresh(flag)

@@ -147,12 +147,13 @@ def keep_refused(
     now: int,
     timing: Timing,
     locks: Locks | None = None,
-) -> bytes:
+) -> bytes | None:
     """Store a refused item's octets (once) and this receipt of them, and re-derive the
-    flags of the hop they claim. Returns the digest. Without ``locks``, run it in its own
-    transaction (``app.store.db.run``); with the ``locks`` of a transaction that holds
-    others (a batch), the hop's lock is only tried for (raises NeedLocks when taken).
-    Raises SQLAlchemyError."""
+    flags of the hop they claim. Returns the digest, or None when the item's observation
+    id (``item.key``) is stored already: a shipper's retry, stored once. Without
+    ``locks``, run it in its own transaction (``app.store.db.run``); with the ``locks`` of
+    a transaction that holds others (a batch), the hop's lock is only tried for (raises
+    NeedLocks when taken). Raises SQLAlchemyError."""
     evidence = refused(item.value)
     hop = evidence.hop_key
     wanted = [] if hop is None else [hop_lock(hop[1])]
@@ -173,23 +174,27 @@ def keep_refused(
         "first_seen": now,
     }
     insert_ignore(session, RejectedOctetsRow, row, ["digest"])
-    session.execute(
-        RejectedObservationRow.__table__.insert().values(
-            digest=evidence.digest,
-            received_at=ctx.now,
-            received_by=ctx.receiver,
-            source=item.source,
-            carrier=item.carrier.value,
-            role=item.role.value,
-            dialog=ctx.dialog,
-            task_id=item.task_id,
-            task_state=item.task_state,
-            reason=(verdict.reason or Reason.MALFORMED).value,
-            detail=verdict.detail,
-            verdict=verdict.to_json(),
-            ingested_at=now,
-        )
-    )
+    receipt = {
+        "digest": evidence.digest,
+        "received_at": ctx.now,
+        "received_by": ctx.receiver,
+        "source": item.source,
+        "carrier": item.carrier.value,
+        "role": item.role.value,
+        "dialog": ctx.dialog,
+        "task_id": item.task_id,
+        "task_state": item.task_state,
+        "reason": (verdict.reason or Reason.MALFORMED).value,
+        "detail": verdict.detail,
+        "verdict": verdict.to_json(),
+        "ingested_at": now,
+        "observation_key": item.key,
+    }
+    # ON CONFLICT on the observation id: another writer (or an earlier item of this
+    # request) may have stored the same receipt since the batch looked (NULL never
+    # conflicts, so receipts without an id are all kept).
+    if not insert_ignore(session, RejectedObservationRow, receipt, ["observation_key"]):
+        return None
     if hop is not None:
         derive_hops(session, [hop], now=now, timing=timing, locks=locks)
     return evidence.digest

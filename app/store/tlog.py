@@ -160,6 +160,12 @@ def checkpoints(session: Session) -> list[LogCheckpointRow]:
     return list(session.scalars(select(LogCheckpointRow).order_by(LogCheckpointRow.size)))
 
 
+def leaf_sources(session: Session, *, size: int) -> bytes:
+    """The source of each of the first ``size`` leaves, one octet a leaf, in log order."""
+    stmt = select(LogLeafRow.source).where(LogLeafRow.idx < size).order_by(LogLeafRow.idx)
+    return bytes(int(s) for s in execute(session, stmt).scalars())
+
+
 def leaf_of(session: Session, *, digest: bytes) -> tuple[int, bytes] | None:
     """The index and leaf of a stored element (or, failing that, of refused octets)."""
     stmt = (

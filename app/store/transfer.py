@@ -45,6 +45,8 @@ from sqlalchemy import Engine, LargeBinary, func, select, text
 from sqlmodel import Session, SQLModel
 
 from app.errors import HandoffTraceError
+from app.log.exported import Anchor
+from app.store import tlog
 from app.store.memory import store_element
 from app.store.models import (
     ActionRow,
@@ -55,6 +57,7 @@ from app.store.models import (
     FlagRow,
     HostStateRow,
     LinkRow,
+    LogLeafRow,
     ObservationRow,
     RejectedObservationRow,
     RejectedOctetsRow,
@@ -80,7 +83,7 @@ KINDS = (
 # section 4.1.11): then this importer refuses the file.
 HEADER_MEMBERS = frozenset(
     {"format", "version", "schema", "exported_at", "secrets", "counts", "records", "crit",
-     "signature"}
+     "signature", "log"}
 )  # fmt: skip
 # Kinds whose rows are inserted as they are (no id of theirs is referenced).
 PLAIN: dict[str, type[SQLModel]] = {
@@ -141,12 +144,33 @@ def from_json(model: type[SQLModel], record: Mapping[str, Any]) -> dict[str, Any
 
 
 def header(
-    *, schema: str | None, now: int, secrets: bool, counts: Mapping[str, int], records: str
+    *,
+    schema: str | None,
+    now: int,
+    secrets: bool,
+    counts: Mapping[str, int],
+    records: str,
+    log: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The header, unsigned: ``records`` is ``records_digest`` of the record lines."""
-    return {"format": FORMAT, "version": VERSION, "schema": schema, "exported_at": now,
-            "secrets": secrets, "counts": {k: counts.get(k, 0) for k in KINDS},
-            "records": records, "crit": []}  # fmt: skip
+    """The header, unsigned: ``records`` is ``records_digest`` of the record lines; ``log``
+    the evidence log's anchor (``app.log.exported.Anchor``), which readers must check."""
+    first = {"format": FORMAT, "version": VERSION, "schema": schema, "exported_at": now,
+             "secrets": secrets, "counts": {k: counts.get(k, 0) for k in KINDS},
+             "records": records, "crit": []}  # fmt: skip
+    if log is not None:
+        first["log"] = dict(log)
+        first["crit"] = ["log"]
+    return first
+
+
+def log_anchor(session: Session) -> dict[str, str] | None:
+    """The latest checkpoint and the source of each of its leaves, in log order (None: the
+    store keeps no log). Read in the export's snapshot, so the records match it."""
+    checkpoint = tlog.latest_checkpoint(session)
+    if checkpoint is None:
+        return None
+    sources = tlog.leaf_sources(session, size=int(checkpoint.size))
+    return Anchor(checkpoint.note, sources).to_json()
 
 
 class RecordsDigest:
@@ -234,10 +258,18 @@ def export_records(session: Session, *, secrets: bool) -> Iterator[dict[str, Any
         session, "trust_revocation", select(TrustRevocationRow).order_by(TrustRevocationRow.id)
     )
     yield from _rows(session, "trust_event", select(TrustEventRow).order_by(TrustEventRow.id))
-    yield from _rows(session, "element", select(ElementRow).order_by(ElementRow.digest))
-    yield from _rows(
-        session, "rejected_octets", select(RejectedOctetsRow).order_by(RejectedOctetsRow.digest)
-    )
+    # In log order (the leaves are rebuilt from them, app.log.exported), then what the log
+    # has not reached, by digest.
+    for kind, model, source in (
+        ("element", ElementRow, tlog.ELEMENT),
+        ("rejected_octets", RejectedOctetsRow, tlog.REJECTED),
+    ):
+        idx = (
+            select(LogLeafRow.idx)
+            .where(LogLeafRow.source == source, LogLeafRow.digest == model.digest)
+            .scalar_subquery()
+        )
+        yield from _rows(session, kind, select(model).order_by(idx.is_(None), idx, model.digest))
     yield from _rows(
         session,
         "envelope_item",

@@ -5,7 +5,13 @@ Actions go through ``app.store.queries.act_on_flag``, which writes the audit log
 (``user:NAME``) and when; a form that succeeds redirects back (post/redirect/get), so a
 reload never repeats it and the queue keeps its filters. A form that cannot apply (resolve
 without a note, a snooze in the past, nothing selected) is answered 422 with the same page,
-the form as it was sent, and one sentence saying what to fix: nothing typed is lost.
+the form as it was sent, and one sentence saying what to fix: nothing typed is lost
+(a note longer than the store keeps included).
+
+The queue's rows and the flag page act in one click (acknowledge, assign to me, snooze for a
+preset, resolve with a note): each is a small form of its own posting here, so only the
+values of the action clicked are sent. An assignee must be a known account (or ``-`` to
+unassign, said explicitly); a snooze takes a preset or a time, never both.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from app.store import dashboard, db
 from app.store.comments import CommentError, add_comment
 from app.store.queries import FlagAction, FlagActionError, FlagStatus, act_on_flag
 from app.web.params import storable
+from app.web.people import NOBODY, people_of
 from app.web.render import secure, utc
 from app.web.service import ServiceDep
 from app.web.sessions import Triager
@@ -34,6 +41,7 @@ router = APIRouter(include_in_schema=False)
 FlagId = Annotated[int, Path(ge=1, le=MAX_SAFE_INT)]
 BULK_LIMIT = 200
 DAY = 86400
+MAX_NOTE = 4000  # what the store keeps of a note; a longer one comes back to be cut
 
 
 class FormError(HandoffTraceError, ValueError):
@@ -59,6 +67,8 @@ class Sent:
 def snooze_until(sent: Sent, now: int) -> int:
     """The snooze's end: a preset (1 h, 4 h, tomorrow 09:00 UTC) or a ``YYYY-MM-DDTHH:MM``
     datetime-local field read as UTC. Raises FormError."""
+    if sent.preset and sent.until:
+        raise FormError("Pick a preset or a time to snooze until, not both: clear one of them.")
     if sent.preset == "1h":
         return now + 3600
     if sent.preset == "4h":
@@ -79,8 +89,11 @@ def snooze_until(sent: Sent, now: int) -> int:
     return until
 
 
-def _check(sent: Sent, ids: list[int], now: int) -> tuple[FlagAction, int | None]:
-    """The action and snooze time the form asks for. Raises FormError saying what to fix."""
+def _check(
+    sent: Sent, ids: list[int], now: int, people: list[str]
+) -> tuple[FlagAction, int | None]:
+    """The action and snooze time the form asks for; ``people`` are the accounts a flag may
+    be assigned to. Raises FormError saying what to fix."""
     try:
         chosen = FlagAction(sent.action)
     except ValueError as exc:
@@ -97,6 +110,20 @@ def _check(sent: Sent, ids: list[int], now: int) -> tuple[FlagAction, int | None
         storable(sent.assignee)
     except ValueError as exc:
         raise FormError("The note and assignee must be plain text (no NUL).") from exc
+    if len(sent.note) > MAX_NOTE:
+        raise FormError(
+            f"The note is {len(sent.note):,} characters; at most {MAX_NOTE:,} are kept: "
+            "shorten it (your text is below)."
+        )
+    if chosen is FlagAction.ASSIGN:
+        who = sent.assignee.strip()
+        if not who:
+            raise FormError(f"Choose whom to assign to (or “{NOBODY}”, nobody, to unassign).")
+        if who != NOBODY and who not in people:
+            raise FormError(
+                f"There is no account named “{who[:64]}”: choose one of "
+                f"{', '.join(people[:12]) or 'the accounts'} (or “{NOBODY}” to unassign)."
+            )
     if chosen is FlagAction.RESOLVE and not sent.note.strip():
         raise FormError("Resolving needs a note saying why: what you found, who you asked.")
     if chosen is FlagAction.NOTE and not sent.note.strip():
@@ -105,10 +132,13 @@ def _check(sent: Sent, ids: list[int], now: int) -> tuple[FlagAction, int | None
     return chosen, until
 
 
-def _apply(service: Any, user: Any, ids: list[int], sent: Sent) -> int:
-    """Apply the form to every flag in ``ids`` in one transaction. Raises FormError."""
+def _apply(service: Any, user: Any, ids: list[int], sent: Sent) -> str:
+    """Apply the form to every flag in ``ids`` in one transaction; what was done, in words
+    (for the confirmation). Raises FormError."""
     now = service.clock()
-    chosen, until = _check(sent, ids, now)
+    chosen, until = _check(sent, ids, now, people_of(service))
+    who = sent.assignee.strip()
+    assignee = None if who == NOBODY else who
 
     def work(session: Any) -> int:
         for flag_id in ids:
@@ -119,15 +149,30 @@ def _apply(service: Any, user: Any, ids: list[int], sent: Sent) -> int:
                 action=chosen,
                 now=now,
                 note=sent.note.strip() or None,
-                assignee=(sent.assignee.strip() or None) if chosen is FlagAction.ASSIGN else None,
+                assignee=assignee if chosen is FlagAction.ASSIGN else None,
                 snoozed_until=until,
             )
         return len(ids)
 
     try:
-        return db.run(service.engine, work)
+        db.run(service.engine, work)
     except FlagActionError as exc:
         raise FormError(f"{str(exc).capitalize()}.") from exc
+    return said(chosen, assignee=assignee, until=until)
+
+
+def said(action: FlagAction, *, assignee: str | None, until: int | None) -> str:
+    """An action as the confirmation and the audit log say it, with its values."""
+    if action is FlagAction.ASSIGN:
+        return f"assigned to {assignee}" if assignee else "unassigned"
+    if action is FlagAction.SNOOZE and until is not None:
+        return f"snoozed until {utc(until)}"
+    return {
+        FlagAction.ACKNOWLEDGE: "acknowledged",
+        FlagAction.RESOLVE: "resolved",
+        FlagAction.REOPEN: "reopened",
+        FlagAction.NOTE: "noted",
+    }.get(action, action.value)
 
 
 def _back(target: str, done: str) -> Response:
@@ -162,7 +207,9 @@ def _members(service: Any, groups: list[str], back: str) -> list[int]:
     return found
 
 
-Field = Annotated[str, Form(max_length=4000)]
+# Longer than the store keeps, so an over-long note comes back on the page to be cut
+# (FormError) instead of as a bare validation error that loses it.
+Field = Annotated[str, Form(max_length=64 * 1024)]
 
 
 @router.post("/flags/bulk")
@@ -184,15 +231,16 @@ def bulk(
     query = _safe_query(back)
     picked = [i for i in ids if 0 < i <= MAX_SAFE_INT]
     try:
-        chosen = picked + _members(service, groups, query)
-        done = _apply(service, user, list(dict.fromkeys(chosen)), sent)
+        chosen = list(dict.fromkeys(picked + _members(service, groups, query)))
+        done = _apply(service, user, chosen, sent)
     except FormError as exc:
         form = {**sent.kept(), "ids": set(picked), "groups": set(groups)}
         params = params_of(query)
         return queue_page(request, user, service, params, form=form, error=str(exc), status=422)
     if at.isdigit() and int(at) <= PER_PAGE:
         query = f"{query}&at={int(at)}" if query else f"at={int(at)}"
-    return _back("/flags" + (f"?{query}" if query else ""), f"{done} flag(s): {action}")
+    count = f"{len(chosen)} flags" if len(chosen) != 1 else f"#{chosen[0]}"
+    return _back("/flags" + (f"?{query}" if query else ""), f"{count} {done}")
 
 
 def _next_open(service: Any, skip: int) -> int | None:
@@ -224,7 +272,7 @@ def act(
     # "Resolve and next" resolves whatever the action list says.
     sent = Sent("resolve" if then == "resolve-next" else action, note, assignee, until, preset)
     try:
-        _apply(service, user, [flag_id], sent)
+        done = _apply(service, user, [flag_id], sent)
     except FormError as exc:
         return flag_view(
             request, flag_id, user, service, form=sent.kept(), error=str(exc), status=422
@@ -232,9 +280,9 @@ def act(
     if then == "resolve-next":
         following = _next_open(service, flag_id)
         if following is None:
-            return _back("/flags", f"#{flag_id} {action}; nothing else is open")
-        return _back(f"/flags/{following}", f"#{flag_id} {action}; this is the next open flag")
-    return _back(f"/flags/{flag_id}", action)
+            return _back("/flags", f"#{flag_id} {done}; nothing else is open")
+        return _back(f"/flags/{following}", f"#{flag_id} {done}; this is the next open flag")
+    return _back(f"/flags/{flag_id}", f"#{flag_id} {done}")
 
 
 @router.post("/flags/{flag_id}/comments")

@@ -7,17 +7,18 @@ in ``app.web.errors``.
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Annotated
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.responses import JSONResponse
-from handoff_context import MAX_SAFE_INT, HopState
+from fastapi.responses import StreamingResponse
+from handoff_context import MAX_SAFE_INT, HopState, Verdict
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from app.envelope.flags import FlagKind
-from app.ingest.pipeline import ingest
+from app.ingest.pipeline import IngestReport, ingest
 from app.store import db
 from app.store.cases import case_detail, list_cases
 from app.store.queries import (
@@ -36,7 +37,7 @@ from app.store.queries import (
     list_hops,
     store_counts,
 )
-from app.web import metrics
+from app.web import answers, metrics
 from app.web.auth import (
     Credentials,
     CurrentOperator,
@@ -47,7 +48,7 @@ from app.web.auth import (
     VerifyCaller,
     requires,
 )
-from app.web.errors import ApiError, documented
+from app.web.errors import RETRY_AFTER, ApiError, documented
 from app.web.observe import observe_ingest
 from app.web.params import (
     CAPTURE_BODY,
@@ -100,7 +101,15 @@ ELEMENT_TYPES = {"jws": "application/jose", "cose": "application/cose"}
 @router.post(
     "/ingest",
     response_model=IngestResponse,
-    responses=documented(401, 403, 413, 415, 422, 503),
+    responses={
+        **documented(401, 403, 413, 415, 422),
+        503: {
+            "model": IngestResponse,
+            "description": "Not everything was stored: the database could not be written (or "
+            "is not answering). The answer lists what was (``verdicts``) and what was not "
+            "(``errors``, ``not_stored_from``); send that again after ``Retry-After``.",
+        },
+    },
     openapi_extra=CAPTURE_BODY,
     summary="Verify a capture file and store it",
     tags=["ingest"],
@@ -109,8 +118,21 @@ async def post_ingest(
     request: Request, who: Ingester, service: ServiceDep, params: VerifyQuery
 ) -> Response:
     """Verify every element of the capture (profile §6, §7, §5) and store it: elements, receipts,
-    verdicts, hop states and flags. One verdict per element, in input order (profile §11); an
-    item the database could not store is listed in ``errors`` and the rest goes on.
+    verdicts, hop states and flags. One verdict per element, in input order (profile §11).
+
+    **200 means stored**: every item was committed (or refused, with its verdict, which is
+    stored as evidence). When anything was not stored the answer is **503** with
+    ``Retry-After``, and still says what became of each item: a verdict listed was stored;
+    ``errors`` names the items the database did not store; ``not_stored_from`` names the
+    first capture record from which on nothing was stored, when the database could not be
+    written at all (an outage, a full disk, a read-only database) and the request stopped
+    there. A bad item never spoils the rest: it gets its verdict.
+
+    Bounded: ``verdicts`` lists every verdict while there are at most 1,000 in 1 MiB; past
+    that only those that are not ``accept``, within the same bounds, and
+    ``verdicts_omitted`` counts the rest (``counts`` covers all). ``Accept:
+    application/x-ndjson`` streams every verdict instead, one a line, then one
+    ``{"summary": ...}`` line with the rest of this answer and ``"status"``.
 
     Observation ids: a capture record may carry ``"id"`` (1 to 128 printable ASCII
     characters, unique per sender, e.g. a UUID; the handoff-context ``Reporter`` sets one).
@@ -124,20 +146,80 @@ async def post_ingest(
         raise
     now = service.clock()
     pipeline = service.pipeline(params.options(service.settings, now=now))
-    report = await run_in_threadpool(
-        ingest, pipeline, [("request", body)], now=now, content_type=media
-    )
-    observe_ingest("ingest", report)
-    return JSONResponse(
-        {
-            "verdicts": [v.to_json() for v in report.verdicts],
+
+    def summary(report: IngestReport) -> dict[str, Any]:
+        return {
             "counts": report.counts,
-            "errors": [{"source": e.source, "detail": e.detail} for e in report.errors],
-            "envelope_errors": [
-                {"source": e.source, "detail": e.detail} for e in report.envelopes.errors
-            ],
+            "errors": answers.problems(report.errors),
+            "envelope_errors": answers.problems(report.envelopes.errors, mark=True),
+            "stored": report.complete,
+            "not_stored_from": report.cut,
         }
-    )
+
+    if _wants_ndjson(request):
+        # The status line goes out before the work: only the final summary line says
+        # whether everything was stored. A database that cannot be written now gets its
+        # 503 before anything is streamed.
+        try:
+            await run_in_threadpool(service.ready)
+        except Exception as exc:
+            raise _not_stored("the database cannot be written now") from exc
+
+        def stream(lines: answers.Lines) -> None:
+            report = ingest(
+                pipeline, [("request", body)], now=now, content_type=media, on_verdict=lines.verdict
+            )
+            observe_ingest("ingest", report, 200 if report.complete else 503)
+            lines.end({"summary": summary(report)})
+
+        return _ndjson(stream)
+
+    def answer() -> tuple[IngestReport, bytes]:
+        listing = answers.Listing()
+        report = ingest(
+            pipeline, [("request", body)], now=now, content_type=media, on_verdict=listing.add
+        )
+        return report, listing.body(summary(report))
+
+    report, content = await run_in_threadpool(answer)
+    status = 200 if report.complete else 503
+    observe_ingest("ingest", report, status)
+    headers = {} if status == 200 else {"Retry-After": str(RETRY_AFTER)}
+    return Response(content, status_code=status, media_type="application/json", headers=headers)
+
+
+def _wants_ndjson(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return any(part.split(";")[0].strip() == answers.NDJSON for part in accept.split(","))
+
+
+def _not_stored(message: str) -> ApiError:
+    return ApiError(503, message, code="not-stored", headers={"Retry-After": str(RETRY_AFTER)})
+
+
+def _ndjson(work: Callable[[answers.Lines], None]) -> StreamingResponse:
+    """Run ``work`` in a worker thread, streaming the lines it makes as they come."""
+    lines = answers.Lines()
+
+    def run() -> None:
+        try:
+            work(lines)
+        except answers.ClientGone:
+            return
+        except BaseException:
+            lines.close()
+            raise
+
+    async def body() -> AsyncIterator[bytes]:
+        task = asyncio.ensure_future(run_in_threadpool(run))
+        try:
+            while (chunk := await run_in_threadpool(lines.next_chunk)) is not None:
+                yield chunk
+        finally:
+            lines.close()
+            await task
+
+    return StreamingResponse(body(), media_type=answers.NDJSON)
 
 
 def _status_of(exc: Exception) -> int:
@@ -156,23 +238,42 @@ async def post_verify(
     request: Request, who: VerifyCaller, service: ServiceDep, params: VerifyQuery
 ) -> Response:
     """What ``handoff-trace verify --json`` says about the capture: one replay memory for
-    the request, nothing read from or written to the store."""
+    the request, nothing read from or written to the store. Bounded as ``/ingest`` is
+    (``verdicts_omitted``), or streamed as NDJSON when asked."""
     try:
         body, media = await read_capture(request, service.settings.max_request_bytes)
     except ApiError as exc:  # PayloadTooLarge among them
         metrics.count_ingest("verify", exc.status)
         raise
     options = params.options(service.settings, now=service.clock())
-    report = await run_in_threadpool(
-        service.verify, [("request", body)], options, content_type=media
-    )
-    metrics.count_ingest("verify", 200, Counter(v.outcome.value for v in report.verdicts))
-    return JSONResponse(
-        {
-            "verdicts": [v.to_json() for v in report.verdicts],
-            "counts": report.counts,
-        }
-    )
+
+    if _wants_ndjson(request):
+
+        def stream(lines: answers.Lines) -> None:
+            listing = answers.Listing()  # counts only: nothing is listed from it
+
+            def each(verdict: Verdict) -> None:
+                listing.outcomes[verdict.outcome.value] += 1
+                lines.verdict(verdict)
+
+            report = service.verify(
+                [("request", body)], options, content_type=media, on_verdict=each
+            )
+            metrics.count_ingest("verify", 200, listing.outcomes)
+            lines.end({"summary": {"counts": listing.counts(report.skipped)}})
+
+        return _ndjson(stream)
+
+    def answer() -> bytes:
+        listing = answers.Listing()
+        report = service.verify(
+            [("request", body)], options, content_type=media, on_verdict=listing.add
+        )
+        metrics.count_ingest("verify", 200, listing.outcomes)
+        return listing.body({"counts": listing.counts(report.skipped)})
+
+    content = await run_in_threadpool(answer)
+    return Response(content, media_type="application/json")
 
 
 # --- hops and dialogs -------------------------------------------------------------------
@@ -493,14 +594,18 @@ def healthz() -> Health:
 
 @router.get("/readyz", response_model=Readiness, responses=documented(503), tags=["service"])
 def readyz(request: Request) -> Readiness:
-    """Readiness: the database answers and the trust configuration is loaded, with its
-    fingerprint (so a rollout can see every instance on the new trust file). Anonymous: it
-    says nothing else."""
+    """Readiness: the database answers and takes a write (a small probe write, and on an
+    SQLite file enough free disk), and the trust configuration is loaded, with its
+    fingerprint (so a rollout can see every instance on the new trust file). Not ready
+    while the database cannot be written (an outage, a full disk, read-only), ready again
+    as soon as a probe succeeds. Anonymous: it says nothing else."""
     service = get_service(request)
     try:
         service.ready()
     except Exception as exc:
-        raise ApiError(503, "the database does not answer", code="not-ready") from exc
+        raise ApiError(
+            503, "the database does not answer or cannot be written", code="not-ready"
+        ) from exc
     return Readiness(
         status="ready", database="ok", trust="loaded", trust_fingerprint=service.trust.fingerprint
     )

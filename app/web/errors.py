@@ -23,11 +23,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import SQLModel
 from starlette.exceptions import HTTPException
 
 from app.errors import HandoffTraceError
+from app.store.db import unavailable
 
 log = logging.getLogger("handoff_trace.web")
 # The id of the request being answered (set by ``app.web.observe``), for every error body.
@@ -109,6 +110,10 @@ class PayloadTooLarge(ApiError, HTTPException):
         self.status_code = 413  # what Starlette reads of an HTTPException
 
 
+# Seconds a client is asked to wait (``Retry-After``) when the database cannot be written.
+RETRY_AFTER = 5
+
+
 def error_response(
     status: int,
     message: str,
@@ -149,10 +154,15 @@ def _answer(request: Request, exc: Exception) -> JSONResponse:
         if exc.status_code == 405:
             headers["Allow"] = _allowed_methods(request, headers.get("Allow", ""))
         return error_response(exc.status_code, message, headers=headers)
-    if isinstance(exc, OperationalError | InterfaceError):
-        # The database is down or unreachable: the client may try again; the log says why.
+    if isinstance(exc, DBAPIError) and unavailable(exc):
+        # The database is down, unreachable, full or read-only: the client may try again;
+        # the log says why.
         log.warning("database unavailable: %s", str(exc.orig or exc).strip().splitlines()[0])
-        return error_response(503, "the database is unavailable; try again later")
+        return error_response(
+            503,
+            "the database is unavailable; try again later",
+            headers={"Retry-After": str(RETRY_AFTER)},
+        )
     # Anything else, a HandoffTraceError that no route turned into an ApiError among them, is
     # a bug: logged with its traceback, answered without one.
     log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
@@ -183,8 +193,7 @@ def install(app: FastAPI) -> None:
         HandoffTraceError,
         RequestValidationError,
         HTTPException,
-        OperationalError,
-        InterfaceError,
+        DBAPIError,
     ):
         app.add_exception_handler(kind, handle)
 

@@ -49,20 +49,38 @@ def _segment(text: str) -> Any:
         return raw.decode("utf-8", "replace")
 
 
+# How deep pasted CBOR may nest: deeper than any element (a handoff payload is a few
+# levels), shallow enough that showing it cannot exhaust the stack.
+_MAX_DEPTH = 32
+
+
+def _refuse_shared(decoder: object, immutable: bool = False) -> object:
+    """Shared references (tags 28, 29) can build cyclic values; no element holds one."""
+    raise cbor2.CBORDecodeError("shared references are not allowed")
+
+
+def _cbor(octets: bytes) -> Any:
+    return cbor2.loads(
+        octets,
+        max_depth=_MAX_DEPTH,
+        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
+    )
+
+
 def _loose(octets: bytes, form: Form) -> tuple[Any, Any]:
     """Header and payload decoded as far as the encoding goes, for an element that does not
-    parse as one."""
+    parse as one (an untagged COSE_Sign1 as well as a tagged one)."""
     try:
         if form is Form.JWS:
             head, body, _ = octets.decode("ascii").split(".")
             return _segment(head), _segment(body)
-        value = cbor2.loads(octets)
+        value = _cbor(octets)
         value = getattr(value, "value", value)  # a tagged COSE_Sign1
         if isinstance(value, list) and len(value) == 4:
-            protected = cbor2.loads(value[0]) if value[0] else {}
-            payload = cbor2.loads(value[2]) if isinstance(value[2], bytes) else value[2]
+            protected = _cbor(value[0]) if value[0] else {}
+            payload = _cbor(value[2]) if isinstance(value[2], bytes) else value[2]
             return plain(protected), plain(payload)
-    except (ValueError, cbor2.CBORDecodeError, UnicodeError, TypeError):
+    except (ValueError, cbor2.CBORError, UnicodeError, TypeError, RecursionError, LookupError):
         pass
     return None, None
 

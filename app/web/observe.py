@@ -14,9 +14,9 @@ import logging
 import re
 import secrets
 import time
-from collections import Counter
 from typing import Any
 
+from handoff_context import Outcome
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,21 +28,22 @@ ingest_log = logging.getLogger("handoff_trace.ingest")
 _USABLE_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
-def observe_ingest(route: str, report: Any) -> None:
+def observe_ingest(route: str, report: Any, status: int = 200) -> None:
     """One stored ingest (``POST /api/v1/ingest`` or an upload stored from the page): its
     item counters and its one log line (``app.web.logs``). ``report`` is the pipeline's
-    ``IngestReport``."""
-    outcomes = dict(Counter(v.outcome.value for v in report.verdicts))
+    ``IngestReport`` (its counts cover every verdict, also those handed to a sink)."""
+    counts = report.counts
+    outcomes = {o.value: counts[o.value] for o in Outcome if counts[o.value]}
     if report.errors:
         outcomes["error"] = len(report.errors)
-    metrics.count_ingest(route, 200, outcomes)
+    metrics.count_ingest(route, status, outcomes)
     ingest_log.info(
         "%s: %d verdicts, %d stored, %d errors",
         route,
-        len(report.verdicts),
+        counts["verdicts"],
         report.stored,
         len(report.errors),
-        extra={"route": route, "request_id": REQUEST_ID.get(), "counts": report.counts},
+        extra={"route": route, "request_id": REQUEST_ID.get(), "counts": counts},
     )
 
 

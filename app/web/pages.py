@@ -12,8 +12,7 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
-from fastapi.responses import FileResponse, RedirectResponse, Response
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import RedirectResponse, Response
 from handoff_context import (
     A2A_STATE,
     OFFER_CHECKS,
@@ -38,7 +37,7 @@ from app.store.queries import (
 )
 from app.store.rejected import filed_under, get_refused, receipts_of, refused_of_hop
 from app.web import charts
-from app.web.render import STATIC, plotly_path, render, secure
+from app.web.render import render, secure
 from app.web.service import Service, ServiceDep
 from app.web.sessions import (
     LoginRequired,
@@ -186,6 +185,8 @@ def hop_page(request: Request, offer_digest: str, user: Viewer, service: Service
         judged = {e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in stored}
         flags = list_flags(session, now=now, iss=h.iss, hop=h.hop)
         refused = refused_of_hop(session, iss=h.iss, hop=h.hop)
+        aimed = dashboard.filed_elsewhere(session, offer=h.offer, iss=h.iss, hop=h.hop)
+        judged.update({e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in aimed})
         parent, below = dashboard.hop_neighbours(session, offer=h.offer)
         parent_hop = None if parent is None else hop_for_offer(session, offer=parent)
     from app.web.evidence import decode
@@ -207,6 +208,7 @@ def hop_page(request: Request, offer_digest: str, user: Viewer, service: Service
         "judged": judged,
         "flags": flags,
         "refused": refused,
+        "aimed": aimed,
         "parent": parent,
         "parent_hop": parent_hop,
         "below": below,
@@ -266,16 +268,27 @@ def _refused_page(request: Request, service: Service, session: Any, digest: byte
 
 
 @router.get("/elements/{digest}")
-def element_octets(digest: str, user: Viewer, service: ServiceDep) -> Response:
-    """A stored element's signed octets as a download (the API's ``/api/v1/elements``
-    route takes a bearer token; this one the dashboard session)."""
+def element_octets(
+    digest: str,
+    user: Viewer,
+    service: ServiceDep,
+    download: Annotated[int, Query(ge=0, le=1)] = 0,
+) -> Response:
+    """A stored element's signed octets (the API's ``/api/v1/elements`` route takes a bearer
+    token; this one the dashboard session). A JWS is shown in the browser as text (its
+    compact form is ASCII); ``?download=1``, or a COSE element (binary), is a download."""
     wanted = _digest(digest)
     with service.reading() as session:
         row = get_element(session, digest=wanted)
     if row is None:
         raise PageError(404, "No element has that digest.")
-    media = "application/jose" if row.form == "jws" else "application/cose"
     name = f"{digest_text(row.digest)}.{row.form}"
+    if row.form == "jws" and not download:
+        headers = {"Content-Disposition": f'inline; filename="{name}"'}
+        return secure(
+            Response(row.octets, media_type="text/plain; charset=us-ascii", headers=headers)
+        )
+    media = "application/jose" if row.form == "jws" else "application/cose"
     headers = {"Content-Disposition": f'attachment; filename="{name}"'}
     return secure(Response(row.octets, media_type=media, headers=headers))
 
@@ -359,23 +372,22 @@ def search(request: Request, user: Viewer, service: ServiceDep, q: Text = None) 
     return render(request, "search.html", context)
 
 
-# --- assets and installation ------------------------------------------------------------
-
-
-@router.get("/vendor/plotly.min.js")
-def plotly_js() -> Response:
-    """Plotly's bundle from the installed package (no CDN); its version is in the URL's
-    query string, so it may be cached for long."""
-    return FileResponse(
-        plotly_path(),
-        media_type="text/javascript",
-        headers={"Cache-Control": "public, max-age=86400"},
-    )
+# --- installation ----------------------------------------------------------------------
 
 
 def install(app: FastAPI) -> None:
     """Add the dashboard to the app: pages, login, static files and their error pages."""
-    from app.web import actions, cases, dialogs, notifications, oidc, sessions, triage, upload
+    from app.web import (
+        actions,
+        assets,
+        cases,
+        dialogs,
+        notifications,
+        oidc,
+        sessions,
+        triage,
+        upload,
+    )
 
     app.include_router(sessions.router)
     app.include_router(oidc.router)
@@ -386,7 +398,7 @@ def install(app: FastAPI) -> None:
     app.include_router(actions.router)
     app.include_router(notifications.router)
     app.include_router(upload.router)
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.include_router(assets.router)
     app.add_exception_handler(LoginRequired, login_redirect)
     app.add_exception_handler(PageError, page_error)
     # After errors.install: an unknown route gets the designed page in a browser.

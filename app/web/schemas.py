@@ -124,32 +124,56 @@ class IngestCounts(VerifyCounts):
 
 
 class ItemErrorPublic(SQLModel):
-    """An item that could not be stored (a database error); nothing of it was kept and the
-    rest of the request went on."""
+    """An item that could not be stored (a database error, or writers busy); nothing of it
+    was kept: send it again."""
 
     source: str
     detail: str
 
 
+_OMITTED = Field(
+    0,
+    description="verdicts not listed: past 1,000 verdicts or 1 MiB of them only those that are "
+    "not `accept` are listed, within the same bounds (`counts` covers every verdict; "
+    "`Accept: application/x-ndjson` streams them all)",
+)
+
+
 class VerifyResponse(SQLModel):
     verdicts: list[VerdictPublic]
+    verdicts_omitted: int = _OMITTED
     counts: VerifyCounts
 
 
 class EnvelopeErrorPublic(SQLModel):
     """An envelope item that failed (schema, envelope count, version drift, a malformed
     acceptance or case event: stored as evidence, never applied to a ledger), or one the
-    database could not store."""
+    database could not store (``not_stored``: send it again)."""
 
     source: str
     detail: str
+    not_stored: bool = False
 
 
 class IngestResponse(SQLModel):
-    verdicts: list[VerdictPublic]
+    verdicts: list[VerdictPublic] = Field(
+        description="verdicts of items stored (or refused, with their verdict, and stored as "
+        "evidence), in input order"
+    )
+    verdicts_omitted: int = _OMITTED
     counts: IngestCounts
-    errors: list[ItemErrorPublic]
+    errors: list[ItemErrorPublic] = Field(description="items not stored (at most 1,000 listed)")
     envelope_errors: list[EnvelopeErrorPublic] = []
+    stored: bool = Field(
+        True,
+        description="every item was stored or refused (HTTP 200); false with HTTP 503: send "
+        "what `errors` and `not_stored_from` name again",
+    )
+    not_stored_from: str | None = Field(
+        None,
+        description="the capture record from which on nothing was stored: the database could "
+        "not be written (an outage, a full disk, read-only) and the request stopped there",
+    )
 
 
 # --- hops and dialogs -------------------------------------------------------------------

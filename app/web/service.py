@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
-from handoff_context import ObjectIndex, TrustStore
+from handoff_context import ObjectIndex, TrustStore, Verdict
 from handoff_context.sources import Revocation, TrustConfig, TrustSources
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -303,6 +303,7 @@ class Service:
         *,
         content_type: str | None,
         trust: TrustStore | None = None,
+        on_verdict: Callable[[Verdict], None] | None = None,
     ) -> Report:
         """Verify without storing, with the same trust and objects as ``pipeline``: every
         entry point judges with the same inputs (``/verify``, ``/ingest``, the upload page).
@@ -313,6 +314,7 @@ class Service:
             options=options,
             objects=self.objects,
             content_type=content_type,
+            on_verdict=on_verdict,
         )
 
     def sweep(self, *, force: bool = False) -> int:
@@ -363,8 +365,8 @@ class Service:
             self._sweeping.release()
 
     def ready(self) -> None:
-        """Raises when the database does not answer."""
-        db.ping(self.engine)
+        """Raises when the database does not answer or cannot be written (``db.probe``)."""
+        db.probe(self.engine, now=self.clock())
 
 
 def _stat(path: Path | None) -> tuple[int, int, int] | None:

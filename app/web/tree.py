@@ -49,6 +49,17 @@ class Tree:
     def max_depth(self) -> int:
         return max(self.depth, default=0)
 
+    def ancestors(self, i: int, last: int = 4) -> tuple[list[int], int]:
+        """The last ``last`` ancestors of node ``i``, root side first, and how many more
+        are above them: the breadcrumb of a node drawn below the capped indent."""
+        path: list[int] = []
+        at = self.parent[i]
+        while at is not None:
+            path.append(at)
+            at = self.parent[at]
+        path.reverse()
+        return path[-last:], max(0, len(path) - last)
+
 
 def build(nodes: Sequence[TreeNode]) -> Tree:
     index = {n.hop.hop.offer: i for i, n in enumerate(nodes)}
@@ -192,7 +203,7 @@ def draw(
         rows.append(Row("item", i, expanded))
         stack.append((siblings, at + 1, drawn + 1, nested))
         if expanded:
-            rows.append(Row("open"))
+            rows.append(Row("open", i))  # the list of i's children
             stack.append((tree.children[i], 0, 0, True))
     return rows
 

@@ -26,8 +26,10 @@ from app.store.queries import (
     hop_elements,
     hop_for_offer,
 )
+from app.store.rejected import get_refused
 from app.web import proof
 from app.web.evidence import compare, decode, variant_sentence
+from app.web.people import NOBODY, people_of
 from app.web.render import ENV, render, secure
 from app.web.service import ServiceDep
 from app.web.sessions import PageError, Viewer
@@ -57,6 +59,7 @@ def _text(value: str | None) -> str | None:
 VIEWS = {
     "urgent": "Critical and high, open, newest first",
     "mine": "Assigned to me, open",
+    "acknowledged": "Acknowledged: someone is on it",
 }
 
 
@@ -91,6 +94,8 @@ def read_queue(
     severities: tuple[str, ...] = ()
     if chosen == "urgent":
         severities, picked_status = dashboard.URGENT, "open"
+    elif chosen == "acknowledged":
+        picked_status = FlagStatus.ACKNOWLEDGED.value
     elif severity in {s.value for s in Severity}:
         severities = (str(severity),)
     orders = [o.value for o in dashboard.Order]
@@ -195,7 +200,7 @@ def queue_page(
             offset=(page - 1) * PER_PAGE,
             limit=PER_PAGE,
         )
-        people = dashboard.assignees(session)
+    people = people_of(service)
     f = queue.filters
     context = {
         "nav": "urgent" if queue.view == "urgent" else "flags",
@@ -229,6 +234,7 @@ def queue_page(
         "error": error,
         "presets": PRESETS,
         "can_triage": user.role.value in ("operator", "admin"),
+        "nobody": NOBODY,
     }
     return render(request, "flags.html", context, status=status)
 
@@ -325,6 +331,9 @@ def flag_view(
                 continue
         stored = dashboard.elements(session, digests=digests)
         evidence = [stored[d] for d in digests if d in stored]
+        # Octets refused before they became an element (a rejected-element flag's evidence)
+        # are stored too, apart: name them rather than say nothing is stored.
+        refused = [r for d in digests if d not in stored and (r := get_refused(session, digest=d))]
         hop = hop_for_offer(session, offer=f.offer) if f.offer is not None else None
         timeline = hop_elements(session, iss=f.iss, hop=f.hop) if hop is not None else []
         verdicts = {e.digest: dashboard.verdicts_of(session, digest=e.digest) for e in evidence}
@@ -346,6 +355,7 @@ def flag_view(
         "audit": audit,
         "evidence": evidence,
         "decoded": {e.digest: decode(e) for e in evidence},
+        "refused": refused,
         "verdicts": verdicts,
         "hop": hop.hop if hop is not None else None,
         "timeline": timeline,
@@ -369,5 +379,7 @@ def flag_view(
         "form": {**EMPTY_FORM, **(form or {})},
         "error": error,
         "presets": PRESETS,
+        "people": people_of(service),
+        "nobody": NOBODY,
     }
     return render(request, "flag.html", context, status=status)

@@ -2,30 +2,48 @@
 pasted handoff object or JWS, verified only (``app.ingest.verifying.verify_inputs``, nothing
 stored) or verified and stored (``app.ingest.pipeline.ingest``, the one pipeline).
 
-The report is a table of verdicts and can be downloaded as the JSON that ``verify --json``
-prints. Reports are kept in the database for ``HANDOFF_TRACE_UPLOAD_REPORT_SECONDS``, per
-user, behind an unguessable id (``app.store.reports``), so any instance or worker serves
-the download.
+A pasted element is shown as jwt.io shows a token, each step apart and in order: decoded
+(header and payload, times readable), the signature (valid, and by which key), then each
+further check, then the verdict; the form sets the judging time (now, the element's own
+``iat``, or a time given) and the receiver (unset: the audience is not checked).
+
+The report is a table of verdicts, paged (``PER_PAGE`` a page, ``?report=KEY&page=N``) and
+filtered to rejections or to everything not accepted (``only=``), so an answer stays
+bounded whatever was uploaded: one page of verdicts, at most ``MAX_ERRORS`` item errors and
+the counts (docs/profile.md §12). It can be downloaded as the JSON that ``verify --json``
+prints (``MAX_REPORT`` octets at most; past that, the first verdicts that fit and how many
+were left out). Reports are kept in the database for ``HANDOFF_TRACE_UPLOAD_REPORT_SECONDS``,
+per user, behind an unguessable id (``app.store.reports``), so any instance or worker
+serves the download and the pages.
 """
 
 from __future__ import annotations
 
+import calendar
 import json
 import time
 import unicodedata
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Request, UploadFile
+from fastapi import APIRouter, Form, Query, Request, UploadFile
 from fastapi.responses import Response
-from handoff_context import Outcome
+from handoff_context import Outcome, digest_text
 from starlette.concurrency import run_in_threadpool
 
 from app.ingest.pipeline import ingest
 from app.store import db
 from app.store.reports import get_report, keep_report
 from app.web.auth import GRANTS, Permission
-from app.web.inspect import CHECK_SENTENCES, MAX_KEYS_TEXT, KeysError, own_trust, read_paste
+from app.web.inspect import (
+    CHECK_SENTENCES,
+    MAX_KEYS_TEXT,
+    KeysError,
+    Pasted,
+    own_trust,
+    read_paste,
+)
 from app.web.observe import observe_ingest
+from app.web.params import storable
 from app.web.render import render, secure
 from app.web.service import ServiceDep
 from app.web.sessions import PageError, Verifier, Viewer
@@ -33,6 +51,9 @@ from app.web.sessions import PageError, Verifier, Viewer
 router = APIRouter(include_in_schema=False)
 KEEP_REPORTS = 32
 MAX_REPORT = 32 * 1024 * 1024
+PER_PAGE = 100  # verdicts on one page of a report
+MAX_ERRORS = 20  # item errors shown (all are counted, and in the JSON)
+FILTERS = {"": "all", "not-accept": "not accepted", "reject": "rejections only"}
 _MULTIPART_SLACK = 64 * 1024  # room for the form's other fields and boundaries
 
 
@@ -55,9 +76,87 @@ def _limit(service: Any) -> int:
 
 
 @router.get("/upload")
-def upload_page(request: Request, user: Viewer, service: ServiceDep) -> Response:
-    context = _context(service, user, report=None)
+def upload_page(
+    request: Request,
+    user: Viewer,
+    service: ServiceDep,
+    report: Annotated[str | None, Query(max_length=64)] = None,
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    only: Annotated[str, Query(max_length=16)] = "",
+) -> Response:
+    """The form; with ``report``, a page of a kept report (``only``: a filter)."""
+    shown = None
+    if report:
+        with service.reading() as session:
+            body = get_report(session, user_id=user.id, key=report, now=int(time.time()))
+        if body is None:
+            raise PageError(404, "That report is no longer kept; upload the capture again.")
+        kept = json.loads(body)
+        meta = kept.get("upload", {})
+        shown = {
+            **meta,
+            "counts": {o.value: kept["counts"].get(o.value, 0) for o in Outcome},
+            "skipped": kept["counts"].get("skipped", 0),
+            "errors": kept.get("errors", [])[:MAX_ERRORS],
+            "error_count": len(kept.get("errors", [])),
+            "key": report,
+            "left_out": kept.get("left_out", 0),
+            **_page(kept["verdicts"], page=page, only=only),
+        }
+    context = _context(service, user, report=shown)
     return render(request, "upload.html", context)
+
+
+def _page(verdicts: list[dict[str, Any]], *, page: int, only: str) -> dict[str, Any]:
+    """One page of a report's verdicts (JSON shape, numbered from 1), filtered by ``only``."""
+    only = only if only in FILTERS else ""
+    numbered = [
+        (n, v)
+        for n, v in enumerate(verdicts, 1)
+        if only == ""
+        or (only == "reject" and v["outcome"] == Outcome.REJECT.value)
+        or (only == "not-accept" and v["outcome"] != Outcome.ACCEPT.value)
+    ]
+    pages = max(1, -(-len(numbered) // PER_PAGE))
+    page = min(page, pages)
+    return {
+        "rows": numbered[(page - 1) * PER_PAGE : page * PER_PAGE],
+        "matching": len(numbered),
+        "page": page,
+        "pages": pages,
+        "only": only,
+        "filters": FILTERS,
+    }
+
+
+def judging_time(when: str, at: str, pasted: list[Pasted], now: int) -> int:
+    """When the upload is judged: now, the pasted element's own ``iat`` or a time given
+    (NumericDate seconds, or ``YYYY-MM-DDTHH:MM[:SS]`` in UTC). Raises PageError."""
+    if when == "own":
+        stamps = [p.payload.get("iat") for p in pasted if isinstance(p.payload, dict)]
+        own = [t for t in stamps if isinstance(t, int) and not isinstance(t, bool)]
+        if not own:
+            raise PageError(
+                422,
+                "“Its own time” is the pasted element's iat: paste an element whose payload "
+                "has one, or give a time.",
+            )
+        return own[0]
+    if when != "at" or not at.strip():
+        return now
+    text = at.strip()
+    if text.isdigit() and len(text) <= 12:
+        return int(text)
+    for shape in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"):
+        try:
+            return calendar.timegm(time.strptime(text.rstrip("Z"), shape))
+        except ValueError:
+            continue
+    raise PageError(
+        422,
+        "The judging time must be seconds since 1970 (1793000462) or a UTC time "
+        "(2026-10-26T07:41:02).",
+    )
 
 
 def _context(service: Any, user: Any, **extra: Any) -> dict[str, Any]:
@@ -69,7 +168,9 @@ def _context(service: Any, user: Any, **extra: Any) -> dict[str, Any]:
         "can_store": user.role in GRANTS[Permission.INGEST],
         "error": None,
         "pasted": [],
+        "steps": [],
         "sentences": CHECK_SENTENCES,
+        "form": {"when": "now", "at": "", "receiver": ""},
         **extra,
     }
 
@@ -85,6 +186,9 @@ async def upload(
     keys: Annotated[str, Form(max_length=MAX_KEYS_TEXT)] = "",
     keys_file: UploadFile | None = None,
     issuer: Annotated[str, Form(max_length=2048)] = "",
+    when: Annotated[str, Form(max_length=8)] = "now",
+    at: Annotated[str, Form(max_length=40)] = "",
+    receiver: Annotated[str, Form(max_length=2048)] = "",
 ) -> Response:
     limit = _limit(service)
     pasted: list[Any] = []
@@ -118,8 +222,20 @@ async def upload(
             422, "Your own keys verify only: choose “verify only”, or remove the keys to store."
         )
     now = service.clock()
+    judged_at = judging_time(when, at, pasted, now)
+    try:
+        storable(receiver)
+    except ValueError as exc:
+        raise PageError(422, "The receiver must be plain text.") from exc
+    chosen = receiver.strip() or None
+    if store and (judged_at != now or chosen):
+        raise PageError(
+            422,
+            "A judging time or receiver of your own verifies only: choose “verify only”, "
+            "or leave them at “now” and unset to store.",
+        )
     s = service.settings
-    options = s.verify_options(at=now)
+    options = s.verify_options(at=judged_at, receiver=chosen)
     errors: list[Any] = []
     envelope_errors: list[Any] = []
     if store:
@@ -133,34 +249,87 @@ async def upload(
         )
         verdicts, skipped = report.verdicts, report.skipped
     counts = {o.value: sum(1 for v in verdicts if v.outcome is o) for o in Outcome}
-    body = json.dumps(
+    rows = [v.to_json() for v in verdicts]
+    meta = {
+        "name": name,
+        "size": len(data),
+        "stored": store,
+        "own_keys": None if trust is None else sorted(trust.issuers),
+        "at": judged_at,
+        "receiver": chosen,
+    }
+    listed_errors = [{"source": e.source, "detail": e.detail} for e in errors]
+    body, left_out = _report_body(
+        rows,
         {
-            "verdicts": [v.to_json() for v in verdicts],
             "counts": {**counts, "verdicts": len(verdicts), "skipped": skipped},
-            "errors": [{"source": e.source, "detail": e.detail} for e in errors],
+            "errors": listed_errors,
             "envelope_errors": [{"source": e.source, "detail": e.detail} for e in envelope_errors],
+            "upload": meta,
         },
-        indent=2,
-    ).encode()
+    )
     key = await run_in_threadpool(_keep, service, user.id, body)
+    by_digest = {v.digest: v for v in verdicts if v.digest is not None}
+    steps = [_steps(p, by_digest, judged_at) for p in pasted]
     context = _context(
         service,
         user,
         report={
-            "name": name,
-            "size": len(data),
-            "stored": store,
-            "verdicts": verdicts,
+            **meta,
             "counts": counts,
             "skipped": skipped,
-            "errors": errors,
+            "errors": listed_errors[:MAX_ERRORS],
+            "error_count": len(listed_errors),
             "key": key,
-            "own_keys": None if trust is None else sorted(trust.issuers),
+            "left_out": left_out,
+            **_page(rows, page=1, only=""),
         },
         pasted=pasted,
+        steps=steps,
         sentences=CHECK_SENTENCES,
+        form={"when": when, "at": at, "receiver": receiver},
     )
     return render(request, "upload.html", context)
+
+
+def _report_body(rows: list[dict[str, Any]], rest: dict[str, Any]) -> tuple[bytes, int]:
+    """The report's JSON, at most ``MAX_REPORT`` octets: the first verdicts that fit, and
+    how many were left out (``left_out``)."""
+    budget = MAX_REPORT - len(json.dumps(rest)) - 1024
+    kept: list[dict[str, Any]] = []
+    for row in rows:
+        budget -= len(json.dumps(row)) + 8
+        if budget < 0:
+            break
+        kept.append(row)
+    left_out = len(rows) - len(kept)
+    body = {"verdicts": kept, **rest, "left_out": left_out}
+    return json.dumps(body, indent=1).encode(), left_out
+
+
+def _steps(pasted: Pasted, by_digest: dict[bytes, Any], at: int) -> dict[str, Any]:
+    """A pasted element's checks in the order jwt.io shows them: decoded, the signature (and
+    by which key), each further check, then the verdict judged at ``at``."""
+    verdict = next((v for d, v in by_digest.items() if digest_text(d) == pasted.digest), None)
+    checks = list(verdict.checks) if verdict is not None else []
+    signature = next((c for c in checks if c.check == "signature"), None)
+    header = pasted.header if isinstance(pasted.header, dict) else {}
+    payload = pasted.payload if isinstance(pasted.payload, dict) else {}
+    times = [
+        (name, payload[name], payload[name] - at)
+        for name in ("iat", "nbf", "exp")
+        if isinstance(payload.get(name), int) and not isinstance(payload.get(name), bool)
+    ]
+    return {
+        "verdict": verdict,
+        "signature": signature,
+        "kid": header.get("kid") if isinstance(header.get("kid"), str) else None,
+        "alg": header.get("alg") if isinstance(header.get("alg"), str) else None,
+        "iss": payload.get("iss") if isinstance(payload.get("iss"), str) else None,
+        "further": [c for c in checks if c.check != "signature"],
+        "times": times,
+        "at": at,
+    }
 
 
 @router.get("/upload/reports/{key}.json")

@@ -62,3 +62,68 @@ def test_the_case_list_and_the_triage_queue_link_cases(tab: Tab) -> None:
     tab.page.locator(f"table.triage a.case-link[href='/cases/{case_data.CASE}']").click()
     tab.page.wait_for_url(f"**/cases/{case_data.CASE}")
     assert tab.errors() == []
+
+
+# The busiest demo case's page measured 7,626 px tall at 1440x900 before the redesign (the
+# ledger squeezed into a side column, every handoff in full): the work first now, earlier
+# handoffs one line each, and at most half of that.
+CASE_PAGE_BEFORE = 7626
+
+# Every run of letters and digits (a word, a number, a time's parts) of at most 24
+# characters whose text wraps onto two lines: broken mid-word. Longer runs (digests, signed
+# URLs) have nowhere else to break.
+BROKEN_WORDS = """() => {
+  const broken = [];
+  const walker = document.createTreeWalker(document.querySelector("main"), NodeFilter.SHOW_TEXT);
+  const range = document.createRange();
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest("svg, .plot, details:not([open]) > :not(summary)")) continue;
+    for (const m of node.data.matchAll(/[A-Za-z0-9]{2,24}/g)) {
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const tops = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
+      if (tops.size > 1) broken.push(m[0]);
+    }
+  }
+  return broken;
+}"""
+
+
+def test_the_case_page_puts_the_work_first_and_breaks_no_word(tab: Tab) -> None:
+    from sqlalchemy import func, select
+
+    from app.store import db
+    from app.store.models import EnvelopeItemRow
+
+    engine = db.make_engine(f"sqlite:///{tab.data.db}")
+    try:
+        with db.transaction(engine) as session:
+            busiest = session.execute(
+                select(EnvelopeItemRow.case_id)
+                .where(EnvelopeItemRow.case_id.like("case-0%"))
+                .group_by(EnvelopeItemRow.case_id)
+                .order_by(func.count().desc(), EnvelopeItemRow.case_id)
+                .limit(1)
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    tab.go(f"/cases/{quote(busiest)}")
+    tab.page.locator(".plot .main-svg").first.wait_for()
+    height = tab.page.evaluate("document.documentElement.scrollHeight")
+    assert height <= CASE_PAGE_BEFORE / 2, height
+    assert tab.page.evaluate(BROKEN_WORDS) == []
+    # Flags and the ledger come before the timeline and the handoffs.
+    flags = tab.page.locator("#flags").bounding_box()
+    ledger = tab.page.locator("table.epochs").bounding_box()
+    timeline = tab.page.locator(".plot").bounding_box()
+    assert flags and ledger and timeline and max(flags["y"], ledger["y"]) < timeline["y"]
+    assert ledger["width"] >= 500  # not squeezed into a side column
+    # The latest handoff is open, the earlier ones one line each, and open in place.
+    handoffs = tab.page.locator("details.envelope")
+    assert handoffs.count() > 2 and handoffs.first.get_attribute("open") is not None
+    earlier = handoffs.nth(1)
+    assert earlier.get_attribute("open") is None
+    earlier.locator("summary").click()
+    assert earlier.locator(".fact-group.verified").is_visible()
+    tab.shot("case-demo")
+    assert tab.errors() == []

@@ -76,9 +76,12 @@ def test_acknowledge_an_equivocation_with_a_note(tab: Tab) -> None:
     tab.page.wait_for_selector("table.compare")
     assert tab.page.locator("table.compare tr").count() > 5
     tab.shot("flag-equivocation")
-    tab.page.select_option("#act select[name=action]", "acknowledge")
-    tab.page.fill("#act textarea[name=note]", "both offers came from the retry path; paged ops")
-    tab.page.click("#act button[type=submit]")
+    tab.page.click("#act-panel details.more summary")
+    note = "both offers came from the retry path; paged ops"
+    tab.page.fill("#act-note textarea[name=note]", note)
+    tab.page.click("#act-note button[type=submit]")
+    tab.page.wait_for_selector("[role=status]")
+    tab.page.click("#act-ack button")
     tab.page.wait_for_selector("[role=status]")
     audit = tab.page.inner_text("ol.audit")
     assert "user:otto" in audit and "acknowledge" in audit
@@ -94,7 +97,7 @@ def test_keyboard_shortcuts_move_and_acknowledge(tab: Tab) -> None:
     assert tab.page.locator("table.triage tr.row.current").count() == 1
     tab.page.keyboard.press("a")
     tab.page.wait_for_selector("[role=status]")
-    assert "1 flag(s): acknowledge" in tab.page.inner_text("[role=status]")
+    assert "acknowledged" in tab.page.inner_text("[role=status]")
     tab.go(str(first))
     assert "user:otto" in tab.page.inner_text("ol.audit")
 

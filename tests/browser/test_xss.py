@@ -225,7 +225,11 @@ def test_every_page_shows_the_payloads_as_text_and_runs_none(tab: Watched) -> No
 
 def test_the_case_pages_show_the_envelope_payloads_as_text(tab: Watched) -> None:
     shown = {name: tab.visit(path) for name, path in _case_pages(tab.data).items()}
-    case = shown["case"]
+    # The case page folds its earlier handoffs: unfold them all, then read it again.
+    tab.visit(_case_pages(tab.data)["case"])
+    tab.page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
+    shown["case"] = case = str(tab.page.inner_text("body"))
+    assert tab.page.evaluate("typeof window.__xss") == "undefined"
     # Every untrusted member of the envelopes, the answers and the case events, as text.
     for text in (h.GOAL, h.STEP, h.FACT_KEY, h.FACT_VALUE, h.FACT_SOURCE, h.QUESTION):
         assert _seen(text) in case, text

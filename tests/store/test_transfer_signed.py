@@ -54,8 +54,8 @@ NEVER = {
     "notify_cursor": "flag ids change in an import; a first start announces nothing old",
     "login_limit": "five minutes of login attempts",
     # The evidence log is over this store's rows by id, which an import renumbers: the
-    # importing store starts its own log (anchoring an export to a checkpoint is issue #24's,
-    # through the header's extension rules, docs/export.md).
+    # importing store starts its own log (the export carries the checkpoint it is consistent
+    # with in its header's crit "log" member instead, docs/export.md).
     "tlog_leaf": "the evidence log of this store's rows",
     "tlog_node": "the evidence log of this store's rows",
     "tlog_state": "the evidence log of this store's rows",

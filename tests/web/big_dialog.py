@@ -38,7 +38,7 @@ class BigDialog:
     deep_offer: str  # base64url digest of the deepest hop's offer
 
 
-def build_big(root: Path, *, hops: int, seed: int = 7) -> BigDialog:
+def build_big(root: Path, *, hops: int, seed: int = 7, deep: int = DEEP) -> BigDialog:
     rng = random.Random(seed)
     agents = [
         Signer.generate(f"spiffe://big.example/agent/worker-{i}", "Ed25519") for i in range(12)
@@ -49,7 +49,7 @@ def build_big(root: Path, *, hops: int, seed: int = 7) -> BigDialog:
     engine = db.make_engine(f"sqlite:///{store}")
     try:
         db.ensure_schema(engine)
-        rows = _rows(rng, agents, hops)
+        rows = _rows(rng, agents, hops, deep)
         with db.transaction(engine) as session:
             for table, values in rows.tables.items():
                 for start in range(0, len(values), 2000):
@@ -65,7 +65,7 @@ class _Rows:
     deep: str
 
 
-def _rows(rng: random.Random, agents: list[Signer], hops: int) -> _Rows:
+def _rows(rng: random.Random, agents: list[Signer], hops: int, deep_path: int) -> _Rows:
     from handoff_context import digest_text
 
     elements: list[dict[str, object]] = []
@@ -73,7 +73,7 @@ def _rows(rng: random.Random, agents: list[Signer], hops: int) -> _Rows:
     links: list[dict[str, object]] = []
     flags: list[dict[str, object]] = []
     parents: list[tuple[bytes | None, int]] = [(None, 0)]  # (offer, depth) of open slots
-    deep_from = hops - DEEP
+    deep_from = hops - deep_path
     previous: bytes | None = None
     deep = ""
     depth_of: dict[bytes, int] = {}

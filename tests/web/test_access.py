@@ -105,7 +105,7 @@ ACCESS: dict[str, frozenset[str | None]] = {
     "GET /upload/reports/{key}.json": READ,
     # Assets: public, they hold no data.
     "GET /vendor/plotly.min.js": EVERYONE,
-    "GET /static/{path}": EVERYONE,
+    "GET /static/{name}": EVERYONE,
 }
 
 SAMPLES = {
@@ -116,7 +116,7 @@ SAMPLES = {
     "flag_id": "1",
     "case_id": "C-1",
     "key": "no-such-report",
-    "path": "app.css",
+    "name": "app.css",
 }
 # Request bodies where an empty one would not reach the part under test.
 BODIES: dict[str, dict[str, str]] = {

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from handoff_context import Form, make_offer
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 import app.ingest.pipeline as ingest_module
 from app.ingest.verifying import VerifyOptions, verify_inputs
@@ -88,7 +88,20 @@ def test_ingest_answers_the_spec_11_verdicts_and_counts(api: Api, world: World) 
     response = api.post("/api/v1/ingest", body, role="ingest")
     assert response.status_code == 200
     answer = response.json()
-    assert set(answer) == {"verdicts", "counts", "errors", "envelope_errors"}
+    assert set(answer) == {
+        "verdicts",
+        "verdicts_omitted",
+        "counts",
+        "errors",
+        "envelope_errors",
+        "stored",
+        "not_stored_from",
+    }
+    assert (answer["stored"], answer["not_stored_from"], answer["verdicts_omitted"]) == (
+        True,
+        None,
+        0,
+    )
     assert [v["outcome"] for v in answer["verdicts"]] == ["accept"] * 5 + ["reject"] + [
         "accept"
     ] * 2
@@ -339,8 +352,8 @@ def test_verify_stores_nothing(api: Api, world: World) -> None:
     s = Scenario(world)
     body = jsonl(s.records)
     answer = api.post("/api/v1/verify?receiver=x", body, role="operator").json()
-    assert set(answer) == {"verdicts", "counts"}
-    assert answer["counts"]["verdicts"] == 8
+    assert set(answer) == {"verdicts", "verdicts_omitted", "counts"}
+    assert answer["counts"]["verdicts"] == 8 and answer["verdicts_omitted"] == 0
     assert api.get("/api/v1/hops").json()["hops"] == []
     assert api.get(f"/api/v1/elements/{b64(s.p)}").status_code == 404
     assert scrape(api)[("handoff_trace_observations", ())] == 0
@@ -385,22 +398,51 @@ def test_a_malformed_item_gets_its_verdict_and_the_rest_is_stored(api: Api, worl
 def test_a_database_error_in_one_item_is_reported_not_a_500(
     api: Api, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A database error that is the item's own (a constraint): the rest goes on, and the
+    # answer is 503 since that item was not stored.
     o1, o2 = offer(world.planner, world.coder), offer(world.planner, world.coder)
     real = ingest_module.add_observation
 
     def failing(session: Any, **kw: Any) -> int:
         if kw["source"] == "request:1":
-            raise OperationalError("INSERT INTO observation", {}, Exception("disk on fire"))
+            raise IntegrityError("INSERT INTO observation", {}, Exception("item on fire"))
         return real(session, **kw)
 
     monkeypatch.setattr(ingest_module, "add_observation", failing)
     response = api.post("/api/v1/ingest", jsonl([rec(bundle(o1), T0), rec(bundle(o2), T0)]))
-    assert response.status_code == 200
+    assert response.status_code == 503 and response.headers["Retry-After"] == "5"
     answer = response.json()
-    assert answer["errors"] == [{"source": "request:1", "detail": "database error: disk on fire"}]
+    assert answer["errors"] == [{"source": "request:1", "detail": "database error: item on fire"}]
     assert [v["source"] for v in answer["verdicts"]] == ["request:2"]
     assert (answer["counts"]["errors"], answer["counts"]["stored"]) == (1, 1)
+    assert (answer["stored"], answer["not_stored_from"]) == (False, None)
     assert api.get(f"/api/v1/elements/{b64(o1)}").status_code == 404
+
+
+def test_a_database_that_cannot_be_written_cuts_the_request_short(
+    api: Api, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An operational error (an outage, a full disk) is the database's: nothing after the
+    # item is tried, and the answer names where to start again.
+    o1, o2, o3 = (offer(world.planner, world.coder) for _ in range(3))
+    real = ingest_module.add_observation
+
+    def failing(session: Any, **kw: Any) -> int:
+        if kw["source"] == "request:2":
+            raise OperationalError("INSERT INTO observation", {}, Exception("disk on fire"))
+        return real(session, **kw)
+
+    monkeypatch.setattr(ingest_module, "add_observation", failing)
+    records = [rec(bundle(o), T0) for o in (o1, o2, o3)]
+    response = api.post("/api/v1/ingest", jsonl(records))
+    assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+    answer = response.json()
+    assert (answer["stored"], answer["not_stored_from"]) == (False, "request:2")
+    assert answer["errors"] == [{"source": "request:2", "detail": "database error: disk on fire"}]
+    # The batch failed as a whole and its items ran alone: request:1 was stored, request:3
+    # never tried.
+    assert [v["source"] for v in answer["verdicts"]] == ["request:1"]
+    assert api.get(f"/api/v1/elements/{b64(o3)}").status_code == 404
 
 
 def test_every_capture_content_type(api: Api, world: World) -> None:

@@ -30,7 +30,8 @@ def test_the_image_runs_the_service_as_a_non_root_user() -> None:
     assert instructions[0].startswith("FROM python:3.11-slim")
     user = [line for line in instructions if line.startswith("USER ")]
     assert user and user[-1] not in ("USER root", "USER 0")
-    assert 'CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]' in instructions
+    assert 'CMD ["serve"]' in instructions  # host and port from the environment
+    assert 'VOLUME ["/srv/handoff-trace/var"]' in instructions
     assert 'ENTRYPOINT ["handoff-trace"]' in instructions
     assert any(line.startswith("HEALTHCHECK") for line in instructions)
     text = (REPO / "Dockerfile").read_text()
@@ -62,3 +63,27 @@ def test_the_image_installs_the_wheels_its_build_stage_makes() -> None:
     assert len(installs) == 1
     assert "--mount=type=bind,from=build,source=/wheels,target=/tmp/wheels" in installs[0]
     assert "pip install --no-cache-dir /tmp/wheels/*.whl" in installs[0]
+
+
+def test_the_health_check_follows_the_configured_port() -> None:
+    """The HEALTHCHECK asks the port ``serve`` listens on: HANDOFF_TRACE_PORT, as the
+    settings read it, with the same default; run here with a port set and without."""
+    text = " ".join(_instructions())
+    check = text.split("HEALTHCHECK", 1)[1].split('CMD ["python", "-c", "', 1)[1]
+    code = check.split('"]', 1)[0]
+    assert "8000/api" not in code and "HANDOFF_TRACE_PORT" in code
+    from app.settings import Settings
+
+    assert Settings.from_env({}).port == 8000  # the default the check falls back to
+    for env, port in (({"HANDOFF_TRACE_PORT": "8123"}, "8123"), ({}, "8000")):
+        probe = code.replace("urllib.request.urlopen(", "print(").replace(
+            ", timeout=4).status != 200", ")"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", probe.replace("sys.exit(", "(")],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **env},
+            check=True,
+        )
+        assert done.stdout.strip() == f"http://127.0.0.1:{port}/api/v1/healthz"

@@ -352,9 +352,14 @@ def test_search_finds_a_hop_by_digest_prefix_and_jumps_on_a_whole_digest(dash: D
     assert f"/hops/{digest}" in found.text
     jump = dash.client.get(f"/search?q={digest}", follow_redirects=False)
     assert jump.status_code == 303 and jump.headers["location"] == f"/hops/{digest}"
-    octets = dash.client.get(f"/elements/{digest}")
-    assert octets.headers["content-type"] == "application/jose"
+    octets = dash.client.get(f"/elements/{digest}?download=1")
+    assert octets.headers["content-type"] in ("application/jose", "application/cose")
     assert octets.headers["content-disposition"].startswith("attachment")
+    shown = dash.client.get(f"/elements/{digest}")
+    if octets.headers["content-type"] == "application/jose":  # a JWS is shown as text
+        assert shown.headers["content-type"] == "text/plain; charset=us-ascii"
+        assert shown.headers["content-disposition"].startswith("inline")
+        assert shown.content == octets.content
 
 
 def test_plotly_and_htmx_are_served_locally(dash: Dash) -> None:

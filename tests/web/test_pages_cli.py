@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -109,11 +112,13 @@ def test_run_demo_loads_once_and_prints_a_fresh_login(
     served: list[argparse.Namespace] = []
     monkeypatch.setattr("app.cli.serve.cmd_serve", lambda args: served.append(args) or 0)
     monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("HANDOFF_TRACE_PORT", str(_free_port()))
     url = f"sqlite:///{tmp_path / 's.db'}"
     args = ["run-demo", "--db", url, "--dir", str(tmp_path / "demo"), "--dialogs", "3"]
-    assert main([*args, "--port", "8123"]) == 0
+    chosen = _free_port()
+    assert main([*args, "--port", str(chosen)]) == 0
     first = capsys.readouterr()
-    assert "http://127.0.0.1:8123/" in first.out
+    assert f"http://127.0.0.1:{chosen}/" in first.out
     password = first.out.split("one-time password ", 1)[1].split()[0]
     assert _check(url, run_cli.DEMO_USER, password)
     assert served[0].trust.endswith("capture.trust.json") and served[0].db == url
@@ -123,3 +128,61 @@ def test_run_demo_loads_once_and_prints_a_fresh_login(
     again = second.out.split("one-time password ", 1)[1].split()[0]
     assert again != password and _check(url, run_cli.DEMO_USER, again)
     assert not _check(url, run_cli.DEMO_USER, password)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_run_demo_says_a_taken_port_before_loading_or_printing_a_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: list[int] = []  # the port of the socket each serve was given
+    monkeypatch.setattr(
+        "app.cli.serve.cmd_serve", lambda args: served.append(args.sock.getsockname()[1]) or 0
+    )
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    args = ["run-demo", "--db", url, "--dir", str(tmp_path / "demo"), "--dialogs", "2"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        # The port comes from HANDOFF_TRACE_PORT (what `make run` with no PORT leaves alone).
+        monkeypatch.setenv("HANDOFF_TRACE_PORT", str(port))
+        assert main(args) == 2
+        said = capsys.readouterr()
+        assert f"port {port} on 127.0.0.1 is taken" in said.err and "PORT=8123" in said.err
+        assert "password" not in said.out + said.err and served == []
+        assert not (tmp_path / "demo").exists()  # nothing loaded either
+        # Another port given: it serves there, on the socket it bound first.
+        other = _free_port()
+        assert main([*args, "--port", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert f"http://127.0.0.1:{other}/" in out and "one-time password" in out
+    assert served == [other]
+
+
+def test_make_run_installs_only_what_running_needs_and_takes_port(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "MAKEFLAGS": ""}
+    dry = subprocess.run(
+        ["make", "-n", "-C", str(repo), "run", "PORT=8123", f"STAMP_DIR={tmp_path}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    installs = [line for line in dry.splitlines() if "pip install" in line and " -e " in line]
+    assert installs and all("[dev" not in line and "dev]" not in line for line in installs)
+    assert "run-demo --port 8123" in dry
+    plain = subprocess.run(
+        ["make", "-n", "-C", str(repo), "run", f"STAMP_DIR={tmp_path}"],
+        capture_output=True,
+        text=True,
+        env={**env, "PORT": ""},
+        check=True,
+    ).stdout
+    assert "run-demo" in plain and "--port" not in plain

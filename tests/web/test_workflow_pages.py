@@ -1,7 +1,8 @@
 """The triage workflow over HTTP: a refused form keeps what was typed and says what to fix
-(resolve without a note, a snooze in the past, nothing selected), snooze presets with the
-until time in the audit log, "resolve and next", "assigned to me", comments, and the
-designed 404 page."""
+(resolve without a note, a snooze in the past or with both a preset and a time, an unknown
+assignee, a note too long, nothing selected), snooze presets with the until time and
+assignments with the name in the audit log, "resolve and next", "assigned to me", the
+acknowledged view, comments, and the designed 404 page."""
 
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ def test_resolve_without_a_note_is_refused_and_the_form_is_kept(dash: Dash) -> N
     assert response.status_code == 422
     html = response.text
     assert "Resolving needs a note saying why" in html
-    assert "<option selected>resolve</option>" in html
-    assert 'name="assignee" maxlength="200" value="otto"' in html
+    assert 'aria-describedby="act-error" aria-invalid="true"' in html  # the resolve note
     assert "Two signed offers for one hop" in html  # the page itself, not an error page
     assert "open" in dash.client.get(f"/flags/{flag}").text
     done = _act(dash, flag, action="resolve", note="retry path; ops paged")
@@ -78,10 +78,47 @@ def _utc(seconds: int) -> str:
 def test_a_snooze_in_the_past_keeps_the_form_and_says_what_to_fix(dash: Dash) -> None:
     dash.login("otto")
     flag = dash.data.equivocation_flag
-    response = _act(dash, flag, action="snooze", until="2001-01-01T09:30", note="later")
+    response = _act(dash, flag, action="snooze", until="2001-01-01T09:30")
     assert response.status_code == 422
     assert "is not in the future" in response.text and "choose a later time" in response.text
-    assert 'value="2001-01-01T09:30"' in response.text and ">later</textarea>" in response.text
+    assert 'value="2001-01-01T09:30"' in response.text
+    both = _act(dash, flag, action="snooze", until="2099-01-01T09:30", preset="1h")
+    assert both.status_code == 422 and "not both" in both.text
+    assert 'value="2099-01-01T09:30"' in both.text
+
+
+def test_an_assignee_must_be_a_known_account_and_the_log_names_them(dash: Dash) -> None:
+    dash.login("otto")
+    flag = dash.data.equivocation_flag
+    typo = _act(dash, flag, action="assign", assignee="otot")
+    assert typo.status_code == 422 and "no account named “otot”" in typo.text
+    empty = _act(dash, flag, action="assign", assignee="")
+    assert empty.status_code == 422 and "Choose whom to assign to" in empty.text
+    assert _act(dash, flag, action="assign", assignee="rita").status_code == 303
+    assert _act(dash, flag, action="assign", assignee="-").status_code == 303
+    audit = dash.client.get(f"/flags/{flag}").text
+    audit = audit[audit.index('class="audit"') :]
+    assert re.search(r"<strong>assign</strong> to <span class=\"assignee\">.*rita", audit)
+    assert '<strong>assign</strong> <span class="muted">(unassigned)</span>' in audit
+
+
+def test_an_over_long_note_comes_back_to_be_cut(dash: Dash) -> None:
+    dash.login("otto")
+    flag = dash.data.equivocation_flag
+    note = "why " * 1200  # 4,800 characters
+    response = _act(dash, flag, action="resolve", note=note)
+    assert response.status_code == 422
+    assert "The note is 4,800 characters; at most 4,000 are kept" in response.text
+    assert note.strip() in response.text  # nothing typed is lost
+
+
+def test_acknowledged_flags_have_a_view_of_their_own(dash: Dash) -> None:
+    dash.login("otto")
+    flag = dash.data.equivocation_flag
+    assert _act(dash, flag, action="acknowledge").status_code == 303
+    page = dash.client.get("/flags?view=acknowledged").text
+    assert "Acknowledged: someone is on it" in page and f'href="/flags/{flag}"' in page
+    assert f'href="/flags/{flag}"' not in dash.client.get("/flags?group=0").text
 
 
 def test_resolve_and_next_opens_the_next_open_flag(dash: Dash) -> None:
@@ -137,3 +174,26 @@ def test_an_unknown_route_gets_the_designed_page_in_a_browser(dash: Dash) -> Non
     assert api.json()["error"]["code"] == "not-found"
     plain = dash.client.get("/no-such-page")
     assert plain.json()["error"]["code"] == "not-found"
+
+
+def test_a_rejected_element_flag_names_its_refused_octets(dash: Dash) -> None:
+    from handoff_context import digest_text
+    from sqlalchemy import select
+
+    from app.store.models import FlagRow, RejectedOctetsRow
+
+    dash.login("rita")
+    engine = dash.client.app.state.service.engine  # type: ignore[attr-defined]
+    with engine.connect() as c:
+        refused = {digest_text(d) for (d,) in c.execute(select(RejectedOctetsRow.digest))}
+        flags = list(
+            c.execute(
+                select(FlagRow.id, FlagRow.evidence).where(FlagRow.kind == "rejected-element")
+            )
+        )
+    named = [(fid, e) for fid, evidence in flags for e in evidence if e in refused]
+    assert named, "the data set holds octets refused before parsing, named by a flag"
+    flag, digest = named[0]
+    page = dash.client.get(f"/flags/{flag}").text
+    assert "Refused before it became an element" in page and f'href="/hops/{digest}"' in page
+    assert "No stored element for this flag" not in page

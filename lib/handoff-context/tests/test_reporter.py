@@ -8,8 +8,9 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,23 +26,31 @@ class Service:
         self.batches: list[list[dict[str, Any]]] = []
         self.headers: list[dict[str, str]] = []
         self.status = 200
+        # Given the posted records, which to store and the answer (status, body): stands
+        # in for the service's own 503 naming what it did not store.
+        self.partial: Callable[[list[dict[str, Any]]], tuple[list[int], bytes]] | None = None
         self.arrived = threading.Condition()
         service = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                answer = b"{}"
                 with service.arrived:
                     status = service.status
-                    if status == 200:
-                        lines = body.decode().splitlines()
-                        service.batches.append([json.loads(line) for line in lines])
+                    records = [json.loads(line) for line in body.decode().splitlines()]
+                    if service.partial is not None:
+                        kept, answer = service.partial(records)
+                        service.batches.append([records[i] for i in kept])
+                        status = 200 if len(kept) == len(records) else 503
+                    elif status == 200:
+                        service.batches.append(records)
                         service.headers.append(dict(self.headers))
                     service.arrived.notify_all()
                 self.send_response(status)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(answer)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -229,3 +238,106 @@ def test_an_asyncio_agent_reports_and_flushes_without_blocking_its_loop(service:
     flushed, ticks = asyncio.run(agent())
     assert flushed and len(service.records) == 3
     assert ticks > 0  # the loop kept running while the flush waited
+
+
+def test_a_503_that_names_what_was_not_stored_gets_exactly_that_again(service: Service) -> None:
+    """The service stored the first three records, failed the fourth on its own and was
+    cut short at the fifth: only the fourth and everything from the fifth on come again."""
+    attempts: list[list[str]] = []
+
+    def partial(records: list[dict[str, Any]]) -> tuple[list[int], bytes]:
+        attempts.append([r["id"] for r in records])
+        if len(attempts) > 1:
+            return list(range(len(records))), b"{}"
+        answer = {
+            "verdicts": [],
+            "counts": {"errors": 1},
+            "errors": [{"source": "request:4", "detail": "database error: x"}],
+            # An invalid envelope item, kept as evidence: stored, not to be sent again.
+            "envelope_errors": [{"source": "request:2", "detail": "schema: x"}],
+            "stored": False,
+            "not_stored_from": "request:5",
+        }
+        return [0, 1, 2], json.dumps(answer).encode()
+
+    service.partial = partial
+    reporter = Reporter(
+        service.url, "t", receiver=RECEIVER, batch_size=6, interval=0.01, max_backoff=0.05
+    )
+    try:
+        for n in range(6):
+            reporter.observe_received(a2a_send(n))
+        assert reporter.flush(10)
+    finally:
+        reporter.close()
+    first, second = attempts
+    assert second == [first[3], first[4], first[5]]
+    ids = [r["id"] for r in service.records]
+    assert sorted(ids) == sorted(first) and len(set(ids)) == 6
+    assert (reporter.stats.delivered, reporter.stats.retries) == (6, 1)
+
+
+def test_an_unreadable_503_gets_the_whole_batch_again(service: Service) -> None:
+    attempts: list[int] = []
+
+    def partial(records: list[dict[str, Any]]) -> tuple[list[int], bytes]:
+        attempts.append(len(records))
+        return ([], b"not json") if len(attempts) == 1 else (list(range(len(records))), b"{}")
+
+    service.partial = partial
+    reporter = Reporter(service.url, "t", receiver=RECEIVER, interval=0.01, max_backoff=0.05)
+    try:
+        for n in range(3):
+            reporter.observe_received(a2a_send(n))
+        assert reporter.flush(10)
+    finally:
+        reporter.close()
+    assert attempts == [3, 3] and reporter.stats.delivered == 3
+
+
+def test_what_is_left_at_close_is_spooled_and_sent_at_the_next_start(
+    service: Service, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = tmp_path / "reporter.spool"
+    service.status = 503
+    first = Reporter(service.url, "t", receiver=RECEIVER, interval=0.01, spool=spool)
+    for n in range(4):
+        first.observe_received(a2a_send(n))
+    with caplog.at_level(logging.WARNING, logger="handoff_context.reporter"):
+        assert first.close(0.3) is False
+    assert "could not deliver 4 observations" in caplog.text and str(spool) in caplog.text
+    assert first.stats.spooled == 4 and oct(spool.stat().st_mode & 0o777) == "0o600"
+    assert len(spool.read_bytes().splitlines()) == 4
+    service.status = 200
+    second = Reporter(service.url, "t", receiver=RECEIVER, interval=0.01, spool=spool)
+    try:
+        assert second.flush(10)
+    finally:
+        second.close()
+    assert [r["payload"] for r in service.records] == [a2a_send(n) for n in range(4)]
+    assert second.stats.unspooled == 4 and spool.read_bytes() == b""
+
+
+def test_sigterm_closes_the_reporter_and_keeps_what_is_left(tmp_path: Path) -> None:
+    """A process ended by SIGTERM's default action runs no exit handlers: the reporter's
+    own handler closes it first (spooling what the absent service did not take), then
+    ends the process by the signal as before."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spool = tmp_path / "spool"
+    script = (
+        "import logging, os, signal\n"
+        "logging.basicConfig()\n"
+        "from handoff_context.reporter import Reporter\n"
+        f"r = Reporter('http://127.0.0.1:{port}', 't', receiver='me', exit_timeout=0.2,"
+        f" spool={str(spool)!r})\n"
+        f"r.observe_received({a2a_send(7)!r})\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "signal.pause()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == -15  # ended by the signal, as without the reporter
+    assert b"could not deliver 1 observations" in done.stderr
+    [line] = spool.read_bytes().splitlines()
+    assert json.loads(line)["payload"] == a2a_send(7)

@@ -17,9 +17,12 @@ service's ``POST /api/v1/ingest``. What it promises the agent:
 - **Batching**: a batch is posted when ``batch_size`` observations are queued or
   ``interval`` seconds after the oldest one was queued, whichever comes first.
 - **Retries**: a batch that fails (no connection, a timeout, HTTP 429 or 5xx) is sent
-  again after a backoff that doubles up to ``max_backoff``, with full jitter. A batch the
-  service refuses outright (any other 4xx) is dropped and counted as ``refused``, because
-  sending it again cannot succeed.
+  again after a backoff that doubles up to ``max_backoff``, with full jitter. The service
+  answers 200 only when it stored everything; its 503 says what it did not store (the
+  items in ``errors``, every record from ``not_stored_from`` on), and exactly those
+  records are sent again, the rest counted ``delivered``. A batch the service refuses
+  outright (any other 4xx) is dropped and counted as ``refused``, because sending it
+  again cannot succeed.
 - **Bounded**: the queue holds at most ``max_queue`` observations. When the service is down
   long enough for it to fill, the oldest are dropped, counted in ``stats.dropped`` and
   logged (at most one warning per ``interval`` of dropping).
@@ -27,10 +30,19 @@ service's ``POST /api/v1/ingest``. What it promises the agent:
   answer was lost is stored once: the service stores each id once and counts a repeat as
   ``redelivered``, never as a retransmission (``duplicate``).
 - **Flush**: ``flush()`` waits (up to a timeout) until everything queued was delivered or
-  given up; the reporter flushes at interpreter exit too. ``close()`` flushes and stops.
-  A process ended by a signal's default action runs no exit handlers: uvicorn, after a
-  graceful shutdown on SIGTERM, raises SIGTERM again. Call ``close()`` in the server's
-  shutdown (an ASGI lifespan handler), or make SIGTERM an exit (``handoff-trace tap`` does).
+  given up; ``close()`` flushes and stops. The reporter closes itself at interpreter exit
+  and on SIGTERM, with no code in the agent: a process ended by a signal's default action
+  runs no exit handlers (uvicorn, after a graceful shutdown on SIGTERM, raises SIGTERM
+  again with the default action), so the reporter, made in the main thread, chains a
+  SIGTERM handler in front of the one it found (uvicorn's, or the default) and closes
+  (for at most ``exit_timeout`` seconds) before handing the signal on. What it could not
+  deliver is said in one warning log line.
+- **Spool** (``spool=PATH``, or the ``HANDOFF_REPORTER_SPOOL`` environment variable): what
+  is left undelivered at close is appended to a local file (JSON Lines, the records as
+  they would have been posted, mode 0600), and the next reporter made with the same path
+  sends it first. Records carry their ids, so one delivered and spooled anyway (its answer
+  was lost) is stored once. Worker processes may share the file (it is locked while
+  written and read).
 
 It finds the handoff elements itself, with the same reading the service does
 (``handoff_context.carry.find_all``): a message is queued when it carries our A2A extension
@@ -48,9 +60,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import json
 import logging
+import os
 import random
+import re
+import signal
 import threading
 import time
 import urllib.error
@@ -59,6 +75,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import FrameType
 from typing import Any
 
 # The carrying keys, named here too for the agents that know them from here.
@@ -71,7 +88,12 @@ __all__ = ["Reporter", "ReporterStats", "to_plain"]
 log = logging.getLogger("handoff_context.reporter")
 
 INGEST_PATH = "/api/v1/ingest"
+SPOOL_VARIABLE = "HANDOFF_REPORTER_SPOOL"
 _RETRY_STATUS = frozenset({408, 425, 429})
+# A record's place in the posted body, as the service names it (JSON Lines: ``request:N``).
+_LINE = re.compile(r"request:([0-9]{1,9})")
+# What ``post`` answers: a status, or a status and the answer's body.
+PostResult = int | tuple[int, bytes]
 
 
 @dataclass(frozen=True)
@@ -79,9 +101,10 @@ class ReporterStats:
     """What became of the observations so far.
 
     ``observed``: queued for sending; ``ignored``: messages without anything to report;
-    ``delivered``: accepted by the service; ``dropped``: the oldest, pushed out of a full
+    ``delivered``: stored by the service; ``dropped``: the oldest, pushed out of a full
     queue; ``refused``: in a batch the service refused (4xx); ``errors``: messages that
-    could not be read at all; ``retries``: failed posts retried; ``queued``: waiting now.
+    could not be read at all; ``retries``: failed posts retried; ``queued``: waiting now;
+    ``spooled``: written to the spool file at close; ``unspooled``: read from it at start.
     """
 
     observed: int = 0
@@ -92,6 +115,8 @@ class ReporterStats:
     errors: int = 0
     retries: int = 0
     queued: int = 0
+    spooled: int = 0
+    unspooled: int = 0
 
 
 @dataclass
@@ -115,8 +140,11 @@ class Reporter:
 
     ``url``: the service's base URL; ``token``: an API token (``handoff-trace tokens
     create``); ``receiver``: this agent's identifier, stamped as ``received_by`` on what it
-    receives. ``post`` replaces the HTTP call (``(url, body, headers, timeout) -> status``)
-    for tests and embedders; it may raise OSError. Never raises after construction.
+    receives. ``post`` replaces the HTTP call (``(url, body, headers, timeout) -> status``,
+    or ``(status, answer body)`` so that a 503 can say what was stored) for tests and
+    embedders; it may raise OSError. ``spool``: a file for what is left undelivered at close
+    (default: ``HANDOFF_REPORTER_SPOOL``, else none). ``handle_sigterm``: close on SIGTERM
+    (see the module's docstring). Never raises after construction.
     """
 
     def __init__(
@@ -131,7 +159,9 @@ class Reporter:
         timeout: float = 5.0,
         max_backoff: float = 30.0,
         exit_timeout: float = 5.0,
-        post: Callable[[str, bytes, Mapping[str, str], float], int] | None = None,
+        post: Callable[[str, bytes, Mapping[str, str], float], PostResult] | None = None,
+        spool: str | os.PathLike[str] | None = None,
+        handle_sigterm: bool = True,
     ) -> None:
         if batch_size < 1 or max_queue < batch_size:
             raise ValueError("need 1 <= batch_size <= max_queue")
@@ -148,13 +178,20 @@ class Reporter:
         self._max_backoff = max_backoff
         self._exit_timeout = exit_timeout
         self._post = post or _urllib_post
+        spool = spool if spool is not None else os.environ.get(SPOOL_VARIABLE) or None
+        self._spool = None if spool is None else os.fspath(spool)
         self._state = _State()
-        mutex = threading.Lock()
+        # Re-entrant: the SIGTERM handler runs in the main thread, which may hold it.
+        mutex = threading.RLock()
         self._lock = threading.Condition(mutex)  # new work, or a flush hurrying the sender
         self._settled = threading.Condition(mutex)  # a batch settled
+        self._unspool()
         self._thread = threading.Thread(target=self._run, name="handoff-reporter", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
+        self._previous_sigterm: Any = None
+        if handle_sigterm:
+            self._chain_sigterm()
 
     # --- the agent's side: cheap, never blocking on the network, never raising ----------
 
@@ -205,6 +242,11 @@ class Reporter:
         )
 
     def _enqueue(self, line: bytes) -> None:
+        with self._lock:
+            closed = self._state.closed
+        if closed:  # observed during a shutdown, after the reporter closed
+            self._keep([_Record(0, line)])
+            return
         with self._lock:
             state = self._state
             state.next_number += 1
@@ -264,14 +306,105 @@ class Reporter:
         return await asyncio.to_thread(self.flush, timeout)
 
     def close(self, timeout: float | None = 10.0) -> bool:
-        """Flush, then stop the background thread. Returns whether the flush completed."""
+        """Flush, then stop the background thread. What is left undelivered is written to
+        the spool file, when there is one, and said in a warning log line. Returns whether
+        the flush completed."""
         done = self.flush(timeout)
         with self._lock:
             self._state.closed = True
             self._lock.notify_all()
         self._thread.join(timeout=self._timeout + 1)
         atexit.unregister(self._at_exit)
+        self._unchain_sigterm()
+        with self._lock:
+            left = list(self._state.queue)
+            self._state.queue.clear()
+        if left:
+            self._keep(left)
         return done
+
+    def _keep(self, left: list[_Record]) -> None:
+        """Spool what is left, or say that it is lost."""
+        if self._spool is not None:
+            try:
+                _append(self._spool, [r.line for r in left])
+            except OSError as exc:
+                log.warning(
+                    "handoff reporter: could not deliver %d observations to %s, nor write "
+                    "them to the spool %s (%s); they are lost",
+                    len(left),
+                    self.endpoint,
+                    self._spool,
+                    exc,
+                )
+                return
+            self._count(spooled=len(left))
+            log.warning(
+                "handoff reporter: could not deliver %d observations to %s; spooled to %s, "
+                "to be sent at the next start",
+                len(left),
+                self.endpoint,
+                self._spool,
+            )
+            return
+        log.warning(
+            "handoff reporter: could not deliver %d observations to %s; they are lost (set "
+            "spool= or %s to keep them for the next start)",
+            len(left),
+            self.endpoint,
+            SPOOL_VARIABLE,
+        )
+
+    def _unspool(self) -> None:
+        """Queue what an earlier reporter spooled, before anything new."""
+        if self._spool is None:
+            return
+        try:
+            lines = _take(self._spool)
+        except OSError as exc:
+            log.warning("handoff reporter: could not read the spool %s: %s", self._spool, exc)
+            return
+        for line in lines:
+            self._enqueue(line)
+        if lines:
+            self._count(unspooled=len(lines))
+            log.info("handoff reporter: %d spooled observations queued", len(lines))
+
+    def _chain_sigterm(self) -> None:
+        """Close on SIGTERM, then hand the signal to the handler found (uvicorn's, which
+        shuts the server down gracefully, or the default action). Only the main thread
+        may set a signal handler; elsewhere the reporter relies on ``close`` and atexit."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):  # an embedded interpreter without signals
+            return
+
+    def _unchain_sigterm(self) -> None:
+        """Put back the handler found, when ours is still the one set (closed, the
+        reporter has nothing left to do on SIGTERM)."""
+        if self._previous_sigterm is None:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+                self._previous_sigterm = None
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        previous = self._previous_sigterm
+        try:
+            self.close(self._exit_timeout)
+        except Exception:  # nothing may escape into the signal's delivery
+            log.debug("handoff reporter: close on SIGTERM failed", exc_info=True)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            # The default action, as it would have been: the process ends by the signal.
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     def _at_exit(self) -> None:
         try:
@@ -289,7 +422,11 @@ class Reporter:
                 return
             outcome = self._send(batch)
             with self._lock:
-                self._settle(batch, outcome)
+                if isinstance(outcome, set):
+                    self._settle_part(batch, outcome)
+                    outcome = "retry"
+                else:
+                    self._settle(batch, outcome)
                 self._settled.notify_all()
             if outcome != "retry":
                 attempt = 0
@@ -318,17 +455,24 @@ class Reporter:
                 else:
                     self._lock.wait()
 
-    def _send(self, batch: list[_Record]) -> str:
+    def _send(self, batch: list[_Record]) -> str | set[int]:
+        """``delivered``, ``refused``, ``retry`` (the whole batch), or the numbers of the
+        batch's records the service says it did not store (the rest it stored)."""
         body = b"\n".join(r.line for r in batch) + b"\n"
         try:
-            status = self._post(self.endpoint, body, self._headers, self._timeout)
+            answer = self._post(self.endpoint, body, self._headers, self._timeout)
         except (OSError, ValueError) as exc:  # refused, reset, timed out, a bad URL
             log.info("handoff reporter: posting %d observations failed: %s", len(batch), exc)
             return "retry"
+        status, content = answer if isinstance(answer, tuple) else (answer, b"")
         if 200 <= status < 300:
             return "delivered"
         if status in _RETRY_STATUS or status >= 500:
             log.info("handoff reporter: the service answered %d; will retry", status)
+            if status == 503:
+                left = _not_stored(content, len(batch))
+                if left is not None:
+                    return {batch[i].number for i in left}
             return "retry"
         log.warning(
             "handoff reporter: the service refused %d observations (HTTP %d); dropped",
@@ -352,6 +496,16 @@ class Reporter:
         self._bump(**{outcome: settled})
         state.oldest_at = time.monotonic() if state.queue else None
 
+    def _settle_part(self, batch: list[_Record], left: set[int]) -> None:
+        """Take the batch's stored records off the queue (``delivered``); those in
+        ``left`` stay, to be sent again."""
+        state = self._state
+        sent = {r.number for r in batch}
+        kept = deque(r for r in state.queue if r.number not in sent or r.number in left)
+        self._bump(delivered=len(state.queue) - len(kept), retries=1)
+        state.queue = kept
+        state.oldest_at = time.monotonic() if kept else None
+
     def _back_off(self, attempt: int) -> None:
         # Full jitter (AWS architecture blog, "Exponential Backoff And Jitter"): agents that
         # lost the service together do not come back together.
@@ -364,16 +518,86 @@ class Reporter:
                 self._lock.wait(delay)
 
 
-def _urllib_post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
+# An answer longer than this is not read for what was not stored (the whole batch is sent
+# again: its records carry ids, so what was stored is stored once).
+_MAX_ANSWER = 4 * 1024 * 1024
+
+
+def _urllib_post(
+    url: str, body: bytes, headers: Mapping[str, str], timeout: float
+) -> tuple[int, bytes]:
     request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
-            return int(response.status)
+            return int(response.status), b""
     except urllib.error.HTTPError as exc:
-        exc.read()
+        content = exc.read(_MAX_ANSWER + 1)
         exc.close()
-        return int(exc.code)
+        return int(exc.code), content
+
+
+def _not_stored(content: bytes, n: int) -> set[int] | None:
+    """The batch positions (0-based) that a 503 answer of ``POST /api/v1/ingest`` says
+    were not stored: those its ``errors`` name and every one from ``not_stored_from`` on.
+    None (send the whole batch again) when the answer does not say precisely: not the
+    service's JSON, or more errors than it listed."""
+    if not content or len(content) > _MAX_ANSWER:
+        return None
+    try:
+        answer = json.loads(content)
+        errors = answer["errors"]
+        if len(errors) < answer["counts"]["errors"]:
+            return None
+        sources = [e["source"] for e in errors]
+        sources += [e["source"] for e in answer.get("envelope_errors", []) if e.get("not_stored")]
+        cut = answer.get("not_stored_from")
+    except (ValueError, KeyError, TypeError):
+        return None
+    left: set[int] = set()
+    for source in [*sources, cut] if cut is not None else sources:
+        found = _LINE.match(source) if isinstance(source, str) else None
+        if found is None:
+            return None  # not a line of ours (e.g. "host task states"): all again
+        left.add(int(found.group(1)) - 1)
+    if cut is not None:
+        first = int(_LINE.match(cut).group(1)) - 1  # type: ignore[union-attr]
+        left |= set(range(first, n))
+    return {i for i in left if 0 <= i < n}
+
+
+def _append(path: str, lines: list[bytes]) -> None:
+    """Append records to the spool, under an exclusive lock, and make them durable."""
+    import fcntl
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b"".join(line + b"\n" for line in lines))
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _take(path: str) -> list[bytes]:
+    """Every record of the spool, which is left empty (under an exclusive lock, so two
+    processes never both take a record). No file: nothing."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return []
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        os.ftruncate(fd, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return [line for line in b"".join(chunks).split(b"\n") if line.strip()]
 
 
 def _bytes_as_text(value: object) -> object:
