@@ -20,14 +20,19 @@ SDK's calls, through the same functions:
   message's metadata (working: ``accepted``; completed, failed, rejected; never
   ``canceled``, which only the delegator signs), once per state.
 - ``CancelTask`` for such a task must carry the delegator's signed ``canceled``.
+- MCP ``tools/call`` (Streamable HTTP): the offer in ``params._meta`` is checked as the mcp
+  integration's middleware checks it (refusal: its ``MCPError``, -32602, with the same
+  ``data``); the call's result gets the signed ``completed`` (``failed`` for an
+  ``isError`` result) in its ``_meta``; a JSON-RPC error answer gets a signed ``failed``
+  reported, the error unchanged; a retransmission gets an ``isError`` result carrying the
+  last status (the sidecar keeps no tool results).
 
 What it cannot check it does not let through: a POST body that is not JSON (-32700), the
-A2A 0.3 methods (``message/send``,
-``message/stream``), the HTTP+JSON binding's ``message:send`` / ``message:stream``, JSON-RPC
-batches and MCP ``tools/call`` are refused with a clear error. Everything else (agent card,
-``GetTask``, ``ListTasks``, ...) is forwarded; answers about a known task are signed too.
-A guarded request goes upstream without the client's ``Accept-Encoding``, so that its
-answer can be read and signed. Egress signing (the agent's own delegations, issue 22
+A2A 0.3 methods (``message/send``, ``message/stream``), the HTTP+JSON binding's
+``message:send`` / ``message:stream`` and JSON-RPC batches are refused with a clear error.
+Everything else (agent card, ``GetTask``, ``ListTasks``, ...) is forwarded; answers about
+a known task are signed too. A guarded request goes upstream without the client's
+``Accept-Encoding``, so that its answer can be read and signed. Egress signing (the agent's own delegations, issue 22
 item 3) is not built.
 """
 
@@ -55,7 +60,6 @@ _SEND = frozenset({"SendMessage", "SendStreamingMessage"})
 _UNCHECKED = {
     "message/send": "A2A 0.3 requests are not checked by the enforcing tap: use A2A 1.0",
     "message/stream": "A2A 0.3 requests are not checked by the enforcing tap: use A2A 1.0",
-    "tools/call": "MCP tool calls are not checked by the enforcing tap",
 }
 
 
@@ -135,7 +139,9 @@ class Enforcer:
 
         inner = dict(scope)
         inner["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
-        await self.app(inner, again, _Rewriter(send, self, received).send)
+        call = (request.get("id"), received) if _is_tool_call(request) else None
+        rewriter = _Rewriter(send, self, None if call else received, call)
+        await self.app(inner, again, rewriter.send)
 
     # -- requests -------------------------------------------------------------------------
 
@@ -145,6 +151,8 @@ class Enforcer:
         method = request.get("method")
         if method in _UNCHECKED:
             raise _invalid(str(_UNCHECKED[method]), {"reason": Reason.POLICY.value})
+        if method == "tools/call":
+            return self._tool_call(request)
         if method == "CancelTask":
             self._cancel(request.get("params"))
             return None
@@ -176,6 +184,27 @@ class Enforcer:
             return ("retransmission", decision, message.context_id)
         raise _refused(decision)
 
+    def _tool_call(self, request: dict[str, Any]) -> Received | tuple[Any, ...] | None:
+        """An MCP ``tools/call``: the offer in ``params._meta`` (profile §9), checked as the
+        mcp integration's middleware checks it; refusals are its ``MCPError``."""
+        from handoff_context.carry import MCP_META_KEY
+        from handoff_context.mcp import refused
+
+        params = request.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        value = meta.get(MCP_META_KEY) if isinstance(meta, dict) else None
+        if value is None:
+            decision = self.agent.refuse_missing(dialog=None)
+        else:
+            # MCP names no dialog of its own: the carrier dialog is unknown (profile §6.5).
+            decision = self.agent.check_offer(value, dialog=None, carrier="mcp")
+        if decision.run:
+            return decision.received
+        if decision.retransmission:
+            return ("mcp", decision)
+        error = refused(decision)
+        raise Refusal(error.code, error.message, error.data)
+
     def _cancel(self, params: Any) -> None:
         task_id = params.get("id") if isinstance(params, dict) else None
         received = self.tasks.get(task_id) if isinstance(task_id, str) else None
@@ -202,6 +231,14 @@ class Enforcer:
         from google.protobuf import json_format
         from handoff_context.a2a import retransmission_reply
 
+        if early[0] == "mcp":
+            from handoff_context.mcp import retransmission_result
+
+            result = retransmission_result(early[1])
+            dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": dumped}
+            await _send_whole(send, _dumps(answer), "application/json")
+            return
         _, decision, context_id = early
         task_id = self.by_offer.get(decision.verdict.digest or b"")
         reply = retransmission_reply(decision, context_id=context_id, task_id=task_id)
@@ -259,10 +296,17 @@ class _Rewriter:
     """The upstream's answer on its way back: JSON and event-stream answers are read so
     that ``Enforcer.sign`` can put signed statuses in; anything else passes untouched."""
 
-    def __init__(self, send: Send, enforcer: Enforcer, received: Received | None) -> None:
+    def __init__(
+        self,
+        send: Send,
+        enforcer: Enforcer,
+        received: Received | None,
+        call: tuple[Any, Received | None] | None = None,
+    ) -> None:
         self._send = send
         self.enforcer = enforcer
         self.received = received
+        self.call = call  # an MCP tool call: its request id and the offer it took on
         self.kind = ""
         self.start: MutableMapping[str, Any] = {}
         self.buffer = b""
@@ -319,7 +363,24 @@ class _Rewriter:
             answer = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             return body
-        return _dumps(answer) if self.enforcer.sign(answer, self.received) else body
+        return _dumps(answer) if self._sign(answer) else body
+
+    def _sign(self, answer: Any) -> bool:
+        if self.call is None:
+            return self.enforcer.sign(answer, self.received)
+        request_id, received = self.call
+        if received is None or not isinstance(answer, dict) or answer.get("id") != request_id:
+            return False
+        from handoff_context.mcp import answered_result
+
+        if isinstance(answer.get("result"), dict):
+            answer["result"] = answered_result(self.enforcer.agent, received, answer["result"])
+            return True
+        if "error" in answer:  # the tool call failed: a signed failed, the error unchanged
+            from handoff_context import StatusState
+
+            self.enforcer.agent.answer(received, StatusState.FAILED)
+        return False
 
     def _event(self, block: bytes, sep: bytes) -> bytes:
         line_sep = sep[: len(sep) // 2]
@@ -331,10 +392,14 @@ class _Rewriter:
             answer = json.loads(b"\n".join(data))
         except (ValueError, UnicodeDecodeError):
             return block
-        if not self.enforcer.sign(answer, self.received):
+        if not self._sign(answer):
             return block
         rest = [line for line in lines if not line.startswith(b"data:")]
         return line_sep.join([*rest, b"data: " + _dumps(answer)])
+
+
+def _is_tool_call(request: Any) -> bool:
+    return isinstance(request, dict) and request.get("method") == "tools/call"
 
 
 def _event_end(buffer: bytes) -> tuple[int, bytes]:

@@ -5,7 +5,8 @@ answer and an event stream); each hostile offer of issue 19's list (flipped sign
 byte, other audience, expired, a second offer for the same hop) is refused with the SDK's
 error before the coder runs (its executor counts its runs); a retransmission gets the same
 status octets without a second run; the service shows the hops and the refusals as it does
-for the in-process integration."""
+for the in-process integration. The same for a plain mcp tool behind the sidecar, in both
+protocol revisions."""
 
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ from handoff_context import (
 )
 from handoff_context.a2a import HandoffClient
 from handoff_context.agent import Agent
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 
-from app.capture.carriers import A2A_EXTENSION_URI
+from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 
 from .agents import Worker, a2a_app, card
 from .hostile import hostile_offers, message
@@ -46,6 +49,7 @@ from .test_enforce import (
     check_rejected,
     forged_cancel,
     judged_in,
+    mcp_sender,
     send,
     shown,
 )
@@ -214,3 +218,76 @@ def test_enforcing_tap_signs_for_a_coder_with_no_handoff_code(svc: Service, tmp_
         judged = judged_in(svc, h.dialog, count=2 if h.signed else 1)
         assert ("offer", "reject", h.reason) in judged, (h.name, judged)
     assert ("offer", "reject", "equivocation") in judged_in(svc, "tap-replayed", count=3)
+
+
+class PlainTool:
+    """An mcp server with one tool that counts its runs; no handoff code at all."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        server = MCPServer("builder")
+
+        @server.tool()
+        def build(target: str) -> str:
+            self.runs.append(target)
+            return f"built {target}"
+
+        self.app = server.streamable_http_app()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_enforcing_tap_guards_a_plain_mcp_tool(svc: Service, tmp_path: Path, mode: str) -> None:
+    tool = PlainTool()
+    now = int(time.time())
+    hostile = hostile_offers(TOOL, now=now, tag=f"tap-mcp-{mode}")
+    good = make_offer(PLANNER, aud=TOOL.iss, dialog=f"tap-mcp-{mode}-good", iat=now)
+    hop = parse_element(good, Form.JWS).payload.hop
+    twin = make_offer(PLANNER, aud=TOOL.iss, dialog=f"tap-mcp-{mode}-good", iat=now + 1, hop=hop)
+    key = tmp_path / "tool.jwk"
+    TOOL.save(key)
+    options = ("--enforce", "--trust", str(svc.trust), "--key-file", str(key))
+
+    async def calls(url: str) -> None:
+        async with mcp_sender(url, mode) as client:
+            for h in hostile:
+                with pytest.raises(MCPError) as refused:
+                    await client.call_tool(
+                        "build", {"target": h.name}, meta={MCP_META_KEY: h.carried}
+                    )
+                assert refused.value.code == -32602
+                assert refused.value.data["reason"] == h.reason
+                assert ("status" in refused.value.data) is h.signed
+            result = await client.call_tool(
+                "build", {"target": "good"}, meta={MCP_META_KEY: handoff_object(good)}
+            )
+            assert not result.is_error
+            done = result.meta[MCP_META_KEY]["status"]
+            payload = parse_element(done.encode("ascii"), Form.JWS).payload
+            assert (payload.iss, payload.state) == (TOOL.iss, StatusState.COMPLETED)
+            # The same octets again: the same status, the tool not run again.
+            again = await client.call_tool(
+                "build", {"target": "again"}, meta={MCP_META_KEY: handoff_object(good)}
+            )
+            assert again.meta[MCP_META_KEY]["status"] == done
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(
+                    "build", {"target": "twin"}, meta={MCP_META_KEY: handoff_object(twin)}
+                )
+            assert refused.value.data["reason"] == "equivocation"
+            assert "status" not in refused.value.data
+
+    with (
+        serving(tool.app, lifespan="on") as upstream,
+        tap(
+            upstream,
+            receiver=TOOL.iss,
+            svc=svc,
+            log=tmp_path / "tap.log",
+            extra=(*options, "--state-dir", str(tmp_path)),
+        ) as url,
+    ):
+        asyncio.run(calls(url))
+    assert tool.runs == ["good"]  # the hostile offers never reached the tool
+    for h in hostile:
+        judged = judged_in(svc, h.dialog, count=2 if h.signed else 1)
+        assert ("offer", "reject", h.reason) in judged, (h.name, judged)
