@@ -32,8 +32,8 @@ A2A 0.3 methods (``message/send``, ``message/stream``), the HTTP+JSON binding's
 ``message:send`` / ``message:stream`` and JSON-RPC batches are refused with a clear error.
 Everything else (agent card, ``GetTask``, ``ListTasks``, ...) is forwarded; answers about
 a known task are signed too. A guarded request goes upstream without the client's
-``Accept-Encoding``, so that its answer can be read and signed. Egress signing (the agent's own delegations, issue 22
-item 3) is not built.
+``Accept-Encoding``, so that its answer can be read and signed. Egress signing (the
+agent's own delegations, issue 22 item 3) is not built.
 """
 
 from __future__ import annotations
