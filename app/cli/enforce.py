@@ -54,7 +54,7 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("handoff_trace.tap.enforce")
 
-MAX_BODY = 8 * 1024 * 1024  # a request body read whole to be checked
+MAX_BODY = 8 * 1024 * 1024  # a request body, or one answer or event, read whole
 _KEEP_TASKS = 10_000
 _SEND = frozenset({"SendMessage", "SendStreamingMessage"})
 _UNCHECKED = {
@@ -338,6 +338,15 @@ class _Rewriter:
         self.buffer += message.get("body", b"")
         more = message.get("more_body", False)
         if self.kind == "json":
+            if more and len(self.buffer) > MAX_BODY:
+                # Too large to hold: passed on as it comes, unsigned (no A2A or MCP answer
+                # about one task is this large).
+                await self._send(self.start)
+                await self._send(
+                    {"type": "http.response.body", "body": self.buffer, "more_body": True}
+                )
+                self.buffer, self.kind = b"", "pass"
+                return
             if more:
                 return
             out = self._json(self.buffer)
@@ -352,7 +361,7 @@ class _Rewriter:
                 break
             block, self.buffer = self.buffer[:end], self.buffer[end + len(sep) :]
             out += self._event(block, sep) + sep
-        if not more:
+        if not more or len(self.buffer) > MAX_BODY:  # the end, or an event too large to hold
             out += self.buffer
             self.buffer = b""
         if out or not more:

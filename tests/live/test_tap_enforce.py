@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -291,3 +292,35 @@ def test_enforcing_tap_guards_a_plain_mcp_tool(svc: Service, tmp_path: Path, mod
     for h in hostile:
         judged = judged_in(svc, h.dialog, count=2 if h.signed else 1)
         assert ("offer", "reject", h.reason) in judged, (h.name, judged)
+
+
+def test_an_answer_too_large_to_hold_passes_unsigned_and_whole() -> None:
+    """An answer over the enforcer's bound is passed on as it comes, never held whole."""
+    from app.cli.enforce import MAX_BODY, Enforcer
+
+    big = b'{"result": "' + b"x" * (MAX_BODY + 10) + b'"}'
+    chunks = [big[i : i + 65536] for i in range(0, len(big), 65536)]
+    seen: list[int] = []
+
+    async def upstream(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        start = {"type": "http.response.start", "status": 200}
+        await send({**start, "headers": [(b"content-type", b"application/json")]})
+        for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def client_send(message: Any) -> None:
+        if message["type"] == "http.response.body":
+            seen.append(len(message["body"]))
+
+    agent = Agent(None, TRUST_STORE, iss=CODER.iss, state=InMemoryState())
+    enforcer = Enforcer(upstream, agent)
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    asyncio.run(enforcer(scope, receive, client_send))
+    assert sum(seen) == len(big)
+    assert max(seen) <= MAX_BODY + 65536  # passed on once over the bound, not held whole
