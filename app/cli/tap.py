@@ -31,6 +31,12 @@ On SIGTERM or SIGINT the tap stops taking connections, lets open requests finish
 
 The ingest token comes from ``--token-file`` or the ``HANDOFF_TRACE_TOKEN`` variable, never
 from the command line, where every user of the machine can read it (``ps``).
+
+With ``--enforce`` the tap is the agent's handoff side instead of a watcher: the forwarding
+app sits behind ``app.cli.enforce.Enforcer``, which checks every A2A send with the agent's
+``handoff_context.agent.Agent`` (``--receiver``, ``--trust``, optionally its key from
+``--key-file``) before it is forwarded and signs the statuses of the task states the
+answers show; the agent's reports replace the watching tap's.
 """
 
 from __future__ import annotations
@@ -118,6 +124,26 @@ def add_tap_command(sub: Any) -> None:
         default=10,
         metavar="SECONDS",
         help="on SIGTERM, how long open requests may finish before they are cut (default: 10)",
+    )
+    p.add_argument(
+        "--enforce",
+        action="store_true",
+        help="refuse offers that fail the profile's checks (as --receiver, trusting --trust) "
+        "before they reach the agent; with --key-file, sign its statuses",
+    )
+    p.add_argument("--trust", type=Path, metavar="FILE", help="trust configuration, for --enforce")
+    p.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="FILE",
+        help="the agent's private JWK (as `keys new` writes it), for --enforce",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="where --enforce keeps the agent's replay memory, in .handoff-state/ (default: .)",
     )
     p.set_defaults(func=cmd_tap)
 
@@ -344,6 +370,44 @@ def upstream_client(idle_timeout: float) -> httpx.AsyncClient:
     )
 
 
+def enforcing_agent(args: argparse.Namespace, reporter: Reporter) -> Any:
+    """The ``Agent`` the sidecar is for ``--enforce``, or None. Raises UsageError."""
+    if not args.enforce:
+        if args.trust is not None or args.key_file is not None:
+            raise UsageError("--trust and --key-file are for --enforce")
+        return None
+    if args.trust is None:
+        raise UsageError("--enforce needs the trust configuration: --trust FILE")
+    try:
+        from handoff_context import FileState, Signer, TrustStore
+        from handoff_context.agent import Agent
+
+        import app.cli.enforce  # noqa: F401  (needs the a2a-sdk)
+    except ImportError as exc:
+        raise UsageError(f"--enforce needs the a2a-sdk (handoff-context[a2a]): {exc}") from exc
+    from handoff_context.errors import HandoffError, TrustConfigError
+
+    try:
+        trust = TrustStore.load(args.trust)
+    except (OSError, ValueError, HandoffError, TrustConfigError) as exc:
+        raise UsageError(f"cannot use the trust file {args.trust}: {exc}") from exc
+    signer = None
+    if args.key_file is not None:
+        try:
+            signer = Signer.load(args.key_file)
+        except (OSError, ValueError, HandoffError) as exc:
+            raise UsageError(f"cannot use the key file {args.key_file}: {exc}") from exc
+        if signer.iss != args.receiver:
+            raise UsageError(
+                f"the key file names {signer.iss!r}, not the --receiver {args.receiver!r}"
+            )
+    try:
+        state = FileState.for_agent(args.receiver, args.state_dir)
+    except OSError as exc:
+        raise UsageError(f"cannot keep the agent's state in {args.state_dir}: {exc}") from exc
+    return Agent(signer, trust, iss=args.receiver, state=state, reporter=reporter)
+
+
 def _exit_on_term(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_OK)
 
@@ -359,7 +423,17 @@ def cmd_tap(args: argparse.Namespace) -> int:
         )
     token = read_token(args.token_file)
     reporter = Reporter(args.service, token, receiver=args.receiver)
+    agent = enforcing_agent(args, reporter)
     client = upstream_client(args.idle_timeout)
+    if agent is None:
+        app: Any = build_tap(args.upstream, reporter, client, forwarded_host=args.forwarded_host)
+    else:
+        from app.cli.enforce import Enforcer
+
+        # The agent reports what it judged and signed, as the in-process integration does;
+        # the watching tap would report the same offers a second time.
+        forward = forwarding_app(args.upstream, client, forwarded_host=args.forwarded_host)
+        app = Enforcer(forward, agent)
     # uvicorn shuts down gracefully on SIGTERM (cutting what is still open after
     # --shutdown-timeout) and then raises the signal again, which by default ends the
     # process at once: the reporter would lose what it still holds. Made an exit instead,
@@ -367,7 +441,7 @@ def cmd_tap(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_term)
     try:
         uvicorn.run(
-            build_tap(args.upstream, reporter, client, forwarded_host=args.forwarded_host),
+            app,
             host=host,
             port=port,
             log_level="warning",
@@ -379,4 +453,6 @@ def cmd_tap(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot listen on {host}:{port}: {exc}") from exc
     finally:
         reporter.close(FLUSH_TIMEOUT)
+        if agent is not None:
+            agent.state.close()
     return EXIT_OK

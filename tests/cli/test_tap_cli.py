@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -80,5 +81,38 @@ def test_a_missing_or_bad_token_is_a_usage_error(
         argv += ["--token-file", str(token_file)]
     code, err = run(argv)
     assert code == 2
+    assert complaint in err
+    assert err.count("\n") == 1  # one line, no traceback
+
+
+@pytest.mark.parametrize(
+    ("extra", "complaint"),
+    [
+        (["--enforce"], "--enforce needs the trust configuration: --trust FILE"),
+        (["--trust", "TRUST"], "--trust and --key-file are for --enforce"),
+        (["--enforce", "--trust", "MISSING"], "cannot use the trust file"),
+        (["--enforce", "--trust", "TRUST", "--key-file", "MISSING"], "cannot use the key file"),
+        (["--enforce", "--trust", "TRUST", "--key-file", "OTHER"], "not the --receiver"),
+    ],
+)
+def test_bad_enforce_options_are_usage_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: list[str], complaint: str
+) -> None:
+    from handoff_context import Signer, trust_document
+
+    other = Signer.generate("spiffe://b/agent/other", "Ed25519", kid="o1")
+    (tmp_path / "trust.json").write_text(json.dumps(trust_document([other])))
+    other.save(tmp_path / "other.jwk")
+    files = {
+        "TRUST": tmp_path / "trust.json",
+        "OTHER": tmp_path / "other.jwk",
+        "MISSING": tmp_path / "missing",
+    }
+    monkeypatch.setenv("HANDOFF_TRACE_TOKEN", "t")
+    argv = ["tap", *(x for pair in GOOD.items() for x in pair)]
+    argv += [str(files.get(x, x)) for x in extra]
+    argv += ["--state-dir", str(tmp_path)]
+    code, err = run(argv)
+    assert code == 2, err
     assert complaint in err
     assert err.count("\n") == 1  # one line, no traceback

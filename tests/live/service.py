@@ -108,14 +108,18 @@ def service(work: Path, trust: dict[str, Any], **env: str) -> Iterator[Service]:
 
 
 @contextmanager
-def tap(upstream: str, *, receiver: str, svc: Service, log: Path) -> Iterator[str]:
-    """``handoff-trace tap`` in front of ``upstream``; yields its URL."""
+def tap(
+    upstream: str, *, receiver: str, svc: Service, log: Path, extra: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """``handoff-trace tap`` in front of ``upstream`` (``extra``: more of its options);
+    yields its URL."""
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
                 *(CLI, "tap", "--listen", f"127.0.0.1:{port}", "--upstream", upstream),
                 *("--receiver", receiver, "--service", svc.url),
+                *extra,
             ],
             env={**os.environ, "HANDOFF_TRACE_TOKEN": svc.token},
             stdout=out,

@@ -215,3 +215,21 @@ def test_only_the_delegator_may_cancel(world: World, tmp_path: Path) -> None:
     assert agent.check_cancel(decision.received, status_object(real)).outcome is Outcome.ACCEPT
     assert decision.received.canceled == real
     agent.state.close()
+
+
+def test_an_agent_without_a_key_checks_but_signs_nothing(world: World) -> None:
+    """``handoff-trace tap --enforce`` without the agent's key: the same checks, no status."""
+    with pytest.raises(ValueError, match="needs its identifier"):
+        Agent(None, world.trust, state=InMemoryState())
+    with pytest.raises(ValueError, match="not 'spiffe://elsewhere'"):
+        Agent(world.coder, world.trust, iss="spiffe://elsewhere", state=InMemoryState())
+    agent = Agent(
+        None, world.trust, iss=world.coder.iss, state=InMemoryState(), clock=Clock(T0 + 30)
+    )
+    decision = agent.check_offer(handoff_object(offer(world)), dialog="d")
+    assert decision.run and decision.received is not None
+    assert agent.answer(decision.received, StatusState.ACCEPTED) is None
+    stale = agent.check_offer(handoff_object(offer(world, iat=T0 - 1000, lifetime=100)), dialog="d")
+    assert not stale.run and stale.reason == "stale" and stale.status is None
+    with pytest.raises(RuntimeError, match="holds no signing key"):
+        agent.delegate(world.tester.iss, dialog="d")

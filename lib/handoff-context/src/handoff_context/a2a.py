@@ -76,7 +76,14 @@ from handoff_context.agent import (
 from handoff_context.carry import A2A_EXTENSION_URI
 from handoff_context.errors import Reason
 
-__all__ = ["HandoffClient", "HandoffRequestHandler", "took_effect"]
+__all__ = [
+    "HandoffClient",
+    "HandoffRequestHandler",
+    "refused",
+    "retransmission_reply",
+    "sign_task_status",
+    "took_effect",
+]
 
 log = logging.getLogger("handoff_context.a2a")
 
@@ -111,6 +118,22 @@ def refused(decision: Decision) -> InvalidParamsError:
     )
 
 
+def retransmission_reply(decision: Decision, *, context_id: str, task_id: str | None) -> pb.Message:
+    """The answer to a retransmission (profile §6.4): a Message carrying the last status
+    signed for the offer, octet for octet (none while nothing was signed)."""
+    reply = pb.Message(
+        message_id=uuid.uuid4().hex,
+        role=pb.Role.ROLE_AGENT,
+        context_id=context_id,
+        parts=[pb.Part(text="retransmission")],
+    )
+    if decision.answer is not None:
+        _put(reply.metadata, status_object(decision.answer))
+    if task_id is not None:
+        reply.task_id = task_id
+    return reply
+
+
 class _SigningQueue(EventQueue):
     """The executor's event queue: every task state change the profile maps to a status
     (profile §8) leaves with that signed status in its status message's metadata."""
@@ -129,24 +152,37 @@ class _SigningQueue(EventQueue):
         await self._inner.enqueue_event(event)
 
     def _sign(self, status: pb.TaskStatus, *, task_id: str, context_id: str) -> None:
-        state = _SIGNED.get(status.state)
-        if state is None:
-            return
-        reason = Reason.POLICY.value if state is StatusState.REJECTED else None
-        octets = self._agent.answer(self._received, state, reason=reason)
-        if octets is None:
-            return
-        if not status.HasField("message"):
-            status.message.CopyFrom(
-                pb.Message(
-                    message_id=uuid.uuid4().hex,
-                    role=pb.Role.ROLE_AGENT,
-                    task_id=task_id,
-                    context_id=context_id,
-                    parts=[pb.Part(text=state.value)],
-                )
+        sign_task_status(
+            self._agent, self._received, status, task_id=task_id, context_id=context_id
+        )
+
+
+def sign_task_status(
+    agent: Agent, received: Received, status: pb.TaskStatus, *, task_id: str, context_id: str
+) -> bool:
+    """Put the signed status the profile maps ``status``'s task state to (profile §8:
+    working -> ``accepted``; completed, failed, rejected) into its message's metadata, once
+    per state. Shared by this module's event queue and ``handoff-trace tap --enforce``,
+    which sees the same states in the upstream's answers. True when it signed one."""
+    state = _SIGNED.get(status.state)
+    if state is None:
+        return False
+    reason = Reason.POLICY.value if state is StatusState.REJECTED else None
+    octets = agent.answer(received, state, reason=reason)
+    if octets is None:
+        return False
+    if not status.HasField("message"):
+        status.message.CopyFrom(
+            pb.Message(
+                message_id=uuid.uuid4().hex,
+                role=pb.Role.ROLE_AGENT,
+                task_id=task_id,
+                context_id=context_id,
+                parts=[pb.Part(text=state.value)],
             )
-        _put(status.message.metadata, status_object(octets))
+        )
+    _put(status.message.metadata, status_object(octets))
+    return True
 
 
 def _task_id(event: pb.TaskStatusUpdateEvent | pb.Task) -> str:
@@ -240,20 +276,10 @@ class HandoffRequestHandler(DefaultRequestHandler):
                 self._admitted[message.message_id] = decision.received
             return None
         if decision.retransmission:
-            reply = pb.Message(
-                message_id=uuid.uuid4().hex,
-                role=pb.Role.ROLE_AGENT,
-                context_id=message.context_id,
-                parts=[pb.Part(text="retransmission")],
-            )
-            if decision.answer is not None:
-                _put(reply.metadata, status_object(decision.answer))
             # The task the first delivery started, while this process knows it: the
             # delegator can follow it for the statuses still to come.
             task_id = self._by_offer.get(decision.verdict.digest or b"")
-            if task_id is not None:
-                reply.task_id = task_id
-            return reply
+            return retransmission_reply(decision, context_id=message.context_id, task_id=task_id)
         raise refused(decision)
 
     async def on_message_send(

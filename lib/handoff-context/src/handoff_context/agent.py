@@ -180,14 +180,19 @@ class Agent:
     restart (profile §6.4); pass ``InMemoryState()`` for a throwaway agent. ``clock``
     gives NumericDate seconds (tests inject one). ``lifetime``: of the offers it signs.
     ``on_verdict`` is called with the verdict of every element the agent checks.
-    Raises nothing at construction beyond what opening ``state`` raises (OSError).
+    ``signer`` None (with ``iss``, the agent's identifier): an agent that checks offers
+    but signs nothing, neither statuses nor a ``rejected`` (``handoff-trace tap --enforce``
+    without the agent's key); it cannot delegate.
+    Raises nothing at construction beyond what opening ``state`` raises (OSError), and
+    ValueError when neither ``signer`` nor ``iss`` names the agent.
     """
 
     def __init__(
         self,
-        signer: Signer,
+        signer: Signer | None,
         trust: TrustStore,
         *,
+        iss: str | None = None,
         state: Any = None,
         mode: Mode | str = Mode.ENFORCE,
         reporter: Reporter | None = None,
@@ -196,7 +201,12 @@ class Agent:
         lifetime: int = 120,
         on_verdict: Callable[[Verdict], None] | None = None,
     ) -> None:
-        self.signer = signer
+        if signer is None and not iss:
+            raise ValueError("an agent without a signing key needs its identifier (iss)")
+        if signer is not None and iss is not None and iss != signer.iss:
+            raise ValueError(f"the signing key names {signer.iss!r}, not {iss!r}")
+        self._signer = signer
+        self._iss = signer.iss if signer is not None else str(iss)
         self.trust = trust
         self.mode = Mode(mode)
         self.reporter = reporter
@@ -207,13 +217,24 @@ class Agent:
         if state is None:
             from handoff_context._filestate import FileState
 
-            state = FileState.for_agent(signer.iss, skew=self.policy.skew)
+            state = FileState.for_agent(self._iss, skew=self.policy.skew)
         self.state = state
         self.verifier = Verifier(trust, self.policy, replay=state, offers=state, statuses=state)
 
     @property
     def iss(self) -> str:
-        return self.signer.iss
+        return self._iss
+
+    @property
+    def signer(self) -> Signer:
+        """The agent's signer; raises RuntimeError for an agent that signs nothing."""
+        if self._signer is None:
+            raise RuntimeError(f"the agent {self._iss} holds no signing key")
+        return self._signer
+
+    @property
+    def signs(self) -> bool:
+        return self._signer is not None
 
     # -- receiving an offer (profile §6) --------------------------------------------------
 
@@ -263,6 +284,8 @@ class Agent:
         """The signed ``rejected`` answering a refused offer, where the profile allows one."""
         if verdict.reason is None or verdict.reason in _NO_STATUS or verdict.digest is None:
             return None
+        if not self.signs:
+            return None
         # The same refused octets again get the same rejected, never a second one (two
         # rejected octets for one hop would read as a status conflict, profile §8).
         known = self.state.last_answer(verdict.digest)
@@ -298,7 +321,7 @@ class Agent:
         """Sign ``state`` for the offer ``received`` (once per state), remember it as the
         last answer and report it. Returns None when this state was signed already, the
         offer did not pass its checks (audit mode) or the profile forbids it here."""
-        if state in received.signed or _audit_only(received):
+        if state in received.signed or _audit_only(received) or not self.signs:
             return None
         if state is StatusState.CANCELED:  # the delegator signs canceled, never the delegate
             return None

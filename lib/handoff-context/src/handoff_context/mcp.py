@@ -48,7 +48,13 @@ from handoff_context.agent import Agent, Decision, Delegation, Received, enter, 
 from handoff_context.carry import MCP_META_KEY
 from handoff_context.errors import Reason
 
-__all__ = ["HandoffMcpClient", "HandoffMiddleware"]
+__all__ = [
+    "HandoffMcpClient",
+    "HandoffMiddleware",
+    "answered_result",
+    "refused",
+    "retransmission_result",
+]
 
 log = logging.getLogger("handoff_context.mcp")
 _KEEP_RESULTS = 1024  # recent tool results kept for retransmissions, per process
@@ -89,6 +95,24 @@ def _is_error(result: Any) -> bool:
     if isinstance(result, Mapping):
         return bool(result.get("isError") or result.get("is_error"))
     return False
+
+
+def answered_result(agent: Agent, received: Received, result: Any) -> Any:
+    """A tool call's ``result`` (a CallToolResult or its dict) with the signed status it
+    calls for in its ``_meta``: ``failed`` for an ``is_error`` result, else ``completed``
+    (profile §8). Shared by ``HandoffMiddleware`` and ``handoff-trace tap --enforce``."""
+    state = StatusState.FAILED if _is_error(result) else StatusState.COMPLETED
+    return _with_status(result, agent.answer(received, state))
+
+
+def retransmission_result(decision: Decision) -> CallToolResult:
+    """The answer to a retransmission whose result is no longer held: an ``is_error``
+    result whose ``_meta`` carries the last status, octet for octet (a tool's output
+    schema cannot be met without running it)."""
+    text = "retransmission: this offer was answered before; the status is in _meta"
+    result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+    out: CallToolResult = _with_status(result, decision.answer)
+    return out
 
 
 class HandoffMiddleware:
@@ -134,8 +158,7 @@ class HandoffMiddleware:
             raise
         finally:
             leave(token)
-        state = StatusState.FAILED if _is_error(result) else StatusState.COMPLETED
-        answered = _with_status(result, self.agent.answer(received, state))
+        answered = answered_result(self.agent, received, result)
         self._results[received.offer.digest] = answered
         while len(self._results) > _KEEP_RESULTS:
             self._results.popitem(last=False)
@@ -150,9 +173,7 @@ class HandoffMiddleware:
         if digest is not None and digest in self._results:
             kept = self._results[digest]
             return _with_status(kept, decision.answer)
-        text = "retransmission: this offer was answered before; the status is in _meta"
-        result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-        return _with_status(result, decision.answer)
+        return retransmission_result(decision)
 
     async def _cancelled(self, ctx: Any) -> None:
         params = ctx.params if isinstance(ctx.params, Mapping) else {}

@@ -1,0 +1,467 @@
+"""``handoff-trace tap --enforce``: the tap as the agent's handoff side, for an agent whose
+code cannot change (issue 22, item 2).
+
+``Enforcer`` is an ASGI layer in front of the forwarding app. It holds the agent's
+``handoff_context.agent.Agent`` (its identifier, the trust configuration, its replay memory
+and, when the sidecar was given the agent's key, its signer) and does with the A2A JSON-RPC
+traffic exactly what the in-process integration (``handoff_context.a2a``) does with the
+SDK's calls, through the same functions:
+
+- ``SendMessage`` / ``SendStreamingMessage``: the offer in the message's metadata
+  (profile §9) is checked with the agent as the receiver (profile §6, §7, §5). A failing
+  offer is answered with the JSON-RPC error the a2a-sdk client raises as
+  ``InvalidParamsError`` (-32602, its ``data`` naming the profile reason, the detail and,
+  with the key, the signed ``rejected``); the request never reaches the agent. A
+  retransmission is answered with the last signed status, octet for octet, and not
+  forwarded. A message without an offer is refused (``policy``), unless it names a task
+  that arrived with one (a follow-up).
+- with the key: in every answer that passes back (a JSON result or an event stream), the
+  task states of a task that arrived with an offer become signed statuses in the status
+  message's metadata (working: ``accepted``; completed, failed, rejected; never
+  ``canceled``, which only the delegator signs), once per state.
+- ``CancelTask`` for such a task must carry the delegator's signed ``canceled``.
+- MCP ``tools/call`` (Streamable HTTP): the offer in ``params._meta`` is checked as the mcp
+  integration's middleware checks it (refusal: its ``MCPError``, -32602, with the same
+  ``data``); the call's result gets the signed ``completed`` (``failed`` for an
+  ``isError`` result) in its ``_meta``; a JSON-RPC error answer gets a signed ``failed``
+  reported, the error unchanged; a retransmission gets an ``isError`` result carrying the
+  last status (the sidecar keeps no tool results).
+
+What it cannot check it does not let through: a POST body that is not JSON (-32700), the
+A2A 0.3 methods (``message/send``, ``message/stream``), the HTTP+JSON binding's
+``message:send`` / ``message:stream`` and JSON-RPC batches are refused with a clear error.
+Everything else (agent card, ``GetTask``, ``ListTasks``, ...) is forwarded; answers about
+a known task are signed too. A guarded request goes upstream without the client's
+``Accept-Encoding``, so that its answer can be read and signed. Egress signing (the
+agent's own delegations, issue 22 item 3) is not built.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from handoff_context.agent import Agent, Decision, Mode, Received
+from handoff_context.errors import Reason
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("handoff_trace.tap.enforce")
+
+MAX_BODY = 8 * 1024 * 1024  # a request body, or one answer or event, read whole
+_KEEP_TASKS = 10_000
+_SEND = frozenset({"SendMessage", "SendStreamingMessage"})
+_UNCHECKED = {
+    "message/send": "A2A 0.3 requests are not checked by the enforcing tap: use A2A 1.0",
+    "message/stream": "A2A 0.3 requests are not checked by the enforcing tap: use A2A 1.0",
+}
+
+
+class Refusal(Exception):
+    """A request the enforcer answers itself with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+class Enforcer:
+    """The enforcing ASGI layer around ``app`` (see the module docstring)."""
+
+    def __init__(self, app: App, agent: Agent) -> None:
+        from a2a.types import a2a_pb2
+
+        self.app = app
+        self.agent = agent
+        self.pb = a2a_pb2
+        self.tasks: OrderedDict[str, Received] = OrderedDict()
+        self.by_offer: dict[bytes, str] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("raw_path") or scope["path"].encode()
+        if path.split(b"?")[0].endswith((b"message:send", b"message:stream")):
+            await _plain_error(
+                send, "the enforcing tap checks A2A JSON-RPC only: use the JSON-RPC binding"
+            )
+            return
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > MAX_BODY:
+                await _plain_error(send, "the request body is too large to check", status=413)
+                return
+            if not message.get("more_body", False):
+                break
+        request_id: Any = None
+        try:
+            request = json.loads(body) if body.strip() else None
+        except (ValueError, UnicodeDecodeError):
+            # What the tap cannot read it cannot check, and an upstream with another JSON
+            # parser might read it: answered here, never forwarded.
+            await _rpc_error(send, None, Refusal(-32700, "the request body is not JSON"))
+            return
+        received: Received | None = None
+        if isinstance(request, list):
+            await _rpc_error(send, None, Refusal(-32600, "JSON-RPC batches are not checked"))
+            return
+        if isinstance(request, dict):
+            request_id = request.get("id")
+            try:
+                early = self._admit(request)
+            except Refusal as exc:
+                await _rpc_error(send, request_id, exc)
+                return
+            if isinstance(early, tuple):
+                await self._reply(send, request, early)
+                return
+            received = early
+
+        replayed = False
+
+        async def again() -> MutableMapping[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        inner = dict(scope)
+        inner["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
+        call = (request.get("id"), received) if _is_tool_call(request) else None
+        rewriter = _Rewriter(send, self, None if call else received, call)
+        await self.app(inner, again, rewriter.send)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _admit(self, request: dict[str, Any]) -> Received | tuple[Any, ...] | None:
+        """None or the Received to forward the request with; a tuple (the retransmission
+        reply) to answer it here; raises Refusal."""
+        method = request.get("method")
+        if method in _UNCHECKED:
+            raise _invalid(str(_UNCHECKED[method]), {"reason": Reason.POLICY.value})
+        if method == "tools/call":
+            return self._tool_call(request)
+        if method == "CancelTask":
+            self._cancel(request.get("params"))
+            return None
+        if method not in _SEND:
+            return None
+        from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
+        from handoff_context.a2a import carried
+
+        try:
+            params = json_format.ParseDict(
+                request.get("params") or {},
+                self.pb.SendMessageRequest(),
+                ignore_unknown_fields=True,
+            )
+        except (json_format.ParseError, TypeError, ValueError) as exc:
+            raise _invalid(f"invalid params: {str(exc)[:200]}", None) from None
+        message = params.message
+        value = carried(message.metadata)
+        dialog = message.context_id or None
+        if value is None:
+            if message.task_id and message.task_id in self.tasks:
+                return self.tasks[message.task_id]  # a follow-up of a task with an offer
+            decision = self.agent.refuse_missing(dialog=dialog)
+        else:
+            decision = self.agent.check_offer(value, dialog=dialog)
+        if decision.run:
+            return decision.received
+        if decision.retransmission:
+            return ("retransmission", decision, message.context_id)
+        raise _refused(decision)
+
+    def _tool_call(self, request: dict[str, Any]) -> Received | tuple[Any, ...] | None:
+        """An MCP ``tools/call``: the offer in ``params._meta`` (profile §9), checked as the
+        mcp integration's middleware checks it; refusals are its ``MCPError``."""
+        from handoff_context.carry import MCP_META_KEY
+        from handoff_context.mcp import refused
+
+        params = request.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        value = meta.get(MCP_META_KEY) if isinstance(meta, dict) else None
+        if value is None:
+            decision = self.agent.refuse_missing(dialog=None)
+        else:
+            # MCP names no dialog of its own: the carrier dialog is unknown (profile §6.5).
+            decision = self.agent.check_offer(value, dialog=None, carrier="mcp")
+        if decision.run:
+            return decision.received
+        if decision.retransmission:
+            return ("mcp", decision)
+        error = refused(decision)
+        raise Refusal(error.code, error.message, error.data)
+
+    def _cancel(self, params: Any) -> None:
+        task_id = params.get("id") if isinstance(params, dict) else None
+        received = self.tasks.get(task_id) if isinstance(task_id, str) else None
+        if received is None:
+            return
+        from handoff_context import Outcome
+        from handoff_context.carry import A2A_EXTENSION_URI
+
+        metadata = params.get("metadata") if isinstance(params, dict) else None
+        value = metadata.get(A2A_EXTENSION_URI) if isinstance(metadata, dict) else None
+        if value is None:
+            reason, detail, ok = Reason.POLICY.value, "the cancel carries no signed canceled", False
+        else:
+            verdict = self.agent.check_cancel(received, value)
+            ok = verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE)
+            reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
+            detail = verdict.detail or ""
+        if not ok and self.agent.mode is Mode.ENFORCE:
+            raise _invalid(
+                f"cancel refused ({reason}): {detail}", {"reason": reason, "detail": detail}
+            )
+
+    async def _reply(self, send: Send, request: dict[str, Any], early: tuple[Any, ...]) -> None:
+        from google.protobuf import json_format
+        from handoff_context.a2a import retransmission_reply
+
+        if early[0] == "mcp":
+            from handoff_context.mcp import retransmission_result
+
+            result = retransmission_result(early[1])
+            dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": dumped}
+            await _send_whole(send, _dumps(answer), "application/json")
+            return
+        _, decision, context_id = early
+        task_id = self.by_offer.get(decision.verdict.digest or b"")
+        reply = retransmission_reply(decision, context_id=context_id, task_id=task_id)
+        result = {"message": json_format.MessageToDict(reply, preserving_proto_field_name=False)}
+        answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": result}
+        if request.get("method") == "SendStreamingMessage":
+            await _send_whole(send, b"data: " + _dumps(answer) + b"\r\n\r\n", "text/event-stream")
+        else:
+            await _send_whole(send, _dumps(answer), "application/json")
+
+    # -- answers --------------------------------------------------------------------------
+
+    def keep(self, task_id: str, received: Received) -> None:
+        received.task_id = received.task_id or task_id
+        self.tasks[task_id] = received
+        self.tasks.move_to_end(task_id)
+        self.by_offer[received.offer.digest] = task_id
+        while len(self.tasks) > _KEEP_TASKS:
+            _, dropped = self.tasks.popitem(last=False)
+            self.by_offer.pop(dropped.offer.digest, None)
+
+    def sign(self, answer: Any, received: Received | None) -> bool:
+        """Sign, in a JSON-RPC answer, the task states of a task that arrived with an offer.
+        True when the answer changed."""
+        if not isinstance(answer, dict) or not isinstance(answer.get("result"), dict):
+            return False
+        from google.protobuf import json_format
+        from handoff_context.a2a import sign_task_status
+
+        try:
+            event = json_format.ParseDict(
+                answer["result"], self.pb.StreamResponse(), ignore_unknown_fields=True
+            )
+        except (json_format.ParseError, TypeError, ValueError):
+            return False
+        if event.HasField("task"):
+            status, task_id, context_id = event.task.status, event.task.id, event.task.context_id
+        elif event.HasField("status_update"):
+            update = event.status_update
+            status, task_id, context_id = update.status, update.task_id, update.context_id
+        else:
+            return False
+        if received is not None and task_id:
+            self.keep(task_id, received)
+        owner = self.tasks.get(task_id)
+        if owner is None:
+            return False
+        if not sign_task_status(self.agent, owner, status, task_id=task_id, context_id=context_id):
+            return False
+        answer["result"] = json_format.MessageToDict(event, preserving_proto_field_name=False)
+        return True
+
+
+class _Rewriter:
+    """The upstream's answer on its way back: JSON and event-stream answers are read so
+    that ``Enforcer.sign`` can put signed statuses in; anything else passes untouched."""
+
+    def __init__(
+        self,
+        send: Send,
+        enforcer: Enforcer,
+        received: Received | None,
+        call: tuple[Any, Received | None] | None = None,
+    ) -> None:
+        self._send = send
+        self.enforcer = enforcer
+        self.received = received
+        self.call = call  # an MCP tool call: its request id and the offer it took on
+        self.kind = ""
+        self.start: MutableMapping[str, Any] = {}
+        self.buffer = b""
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = message.get("headers", [])
+            media = _header(headers, b"content-type")
+            encoded = _header(headers, b"content-encoding") not in (b"", b"identity")
+            if encoded or message["status"] != 200:
+                self.kind = "pass"
+            elif media.startswith(b"text/event-stream"):
+                self.kind = "events"
+            elif media.startswith(b"application/json"):
+                self.kind = "json"
+            else:
+                self.kind = "pass"
+            if self.kind == "pass":
+                await self._send(message)
+                return
+            kept = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+            self.start = {**message, "headers": kept}
+            if self.kind == "events":
+                await self._send(self.start)
+            return
+        if message["type"] != "http.response.body" or self.kind == "pass":
+            await self._send(message)
+            return
+        self.buffer += message.get("body", b"")
+        more = message.get("more_body", False)
+        if self.kind == "json":
+            if more and len(self.buffer) > MAX_BODY:
+                # Too large to hold: passed on as it comes, unsigned (no A2A or MCP answer
+                # about one task is this large).
+                await self._send(self.start)
+                await self._send(
+                    {"type": "http.response.body", "body": self.buffer, "more_body": True}
+                )
+                self.buffer, self.kind = b"", "pass"
+                return
+            if more:
+                return
+            out = self._json(self.buffer)
+            headers = [*self.start["headers"], (b"content-length", str(len(out)).encode())]
+            await self._send({**self.start, "headers": headers})
+            await self._send({"type": "http.response.body", "body": out, "more_body": False})
+            return
+        out = b""
+        while True:
+            end, sep = _event_end(self.buffer)
+            if end < 0:
+                break
+            block, self.buffer = self.buffer[:end], self.buffer[end + len(sep) :]
+            out += self._event(block, sep) + sep
+        if not more or len(self.buffer) > MAX_BODY:  # the end, or an event too large to hold
+            out += self.buffer
+            self.buffer = b""
+        if out or not more:
+            await self._send({"type": "http.response.body", "body": out, "more_body": more})
+
+    def _json(self, body: bytes) -> bytes:
+        try:
+            answer = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return body
+        return _dumps(answer) if self._sign(answer) else body
+
+    def _sign(self, answer: Any) -> bool:
+        if self.call is None:
+            return self.enforcer.sign(answer, self.received)
+        request_id, received = self.call
+        if received is None or not isinstance(answer, dict) or answer.get("id") != request_id:
+            return False
+        from handoff_context.mcp import answered_result
+
+        if isinstance(answer.get("result"), dict):
+            answer["result"] = answered_result(self.enforcer.agent, received, answer["result"])
+            return True
+        if "error" in answer:  # the tool call failed: a signed failed, the error unchanged
+            from handoff_context import StatusState
+
+            self.enforcer.agent.answer(received, StatusState.FAILED)
+        return False
+
+    def _event(self, block: bytes, sep: bytes) -> bytes:
+        line_sep = sep[: len(sep) // 2]
+        lines = block.split(line_sep)
+        data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
+        if not data:
+            return block
+        try:
+            answer = json.loads(b"\n".join(data))
+        except (ValueError, UnicodeDecodeError):
+            return block
+        if not self._sign(answer):
+            return block
+        rest = [line for line in lines if not line.startswith(b"data:")]
+        return line_sep.join([*rest, b"data: " + _dumps(answer)])
+
+
+def _is_tool_call(request: Any) -> bool:
+    return isinstance(request, dict) and request.get("method") == "tools/call"
+
+
+def _event_end(buffer: bytes) -> tuple[int, bytes]:
+    found = [(buffer.find(sep), sep) for sep in (b"\r\n\r\n", b"\n\n")]
+    found = [(i, sep) for i, sep in found if i >= 0]
+    return min(found) if found else (-1, b"")
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
+    for key, value in headers:
+        if key.lower() == name:
+            return bytes(value).strip().lower()
+    return b""
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _refused(decision: Decision) -> Refusal:
+    """The integration's own refusal error (``handoff_context.a2a.refused``)."""
+    from handoff_context.a2a import refused
+
+    return _rendered(refused(decision))
+
+
+def _invalid(message: str, data: dict[str, Any] | None) -> Refusal:
+    from a2a.utils.errors import InvalidParamsError
+
+    return _rendered(InvalidParamsError(message=message, data=data))
+
+
+def _rendered(error: Any) -> Refusal:
+    """An a2a-sdk error as the SDK's JSON-RPC server renders it (what its clients parse)."""
+    from a2a.server.request_handlers.response_helpers import build_error_response
+
+    body = build_error_response(None, error)["error"]
+    return Refusal(body["code"], body["message"], body.get("data"))
+
+
+async def _rpc_error(send: Send, request_id: Any, exc: Refusal) -> None:
+    error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.data is not None:
+        error["data"] = exc.data
+    answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
+    await _send_whole(send, _dumps(answer), "application/json")
+
+
+async def _plain_error(send: Send, detail: str, *, status: int = 400) -> None:
+    await _send_whole(send, _dumps({"detail": detail}), "application/json", status=status)
+
+
+async def _send_whole(send: Send, body: bytes, media: str, *, status: int = 200) -> None:
+    headers = [(b"content-type", media.encode()), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
