@@ -23,6 +23,8 @@ from app.store.models import (
     LinkRow,
     ObservationRow,
     RefOutcomeRow,
+    RejectedObservationRow,
+    RejectedOctetsRow,
     VerdictRow,
 )
 from app.store.queries import (
@@ -143,6 +145,73 @@ def latest_rejections(session: Session, *, limit: int = 10) -> list[Rejection]:
             Rejection(v.id, v.digest, v.element, v.reason, v.detail, v.judged_at, source, iss, hop)
         )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An element refused in a dialog: ``page`` is where its evidence is shown (the hop page
+    of a parsed element; None for octets that never parsed, shown on their flag)."""
+
+    digest: bytes
+    element: str
+    reason: str | None
+    iss: str | None
+    hop: str | None
+    judged_at: int
+    page: bool
+
+
+def refused_in_dialog(session: Session, *, dialog: str, limit: int = 50) -> list[Refusal]:
+    """The elements refused in ``dialog``, newest first, one row per element: a refused
+    offer makes no hop, so the dialog's tree never shows it. Parsed elements are found by
+    the dialog their payload names (``ix_element_dialog``), refused octets by the dialog of
+    the capture record that carried them."""
+    parsed = (
+        select(
+            VerdictRow.digest,
+            VerdictRow.element,
+            VerdictRow.reason,
+            ElementRow.iss,
+            ElementRow.hop,
+            func.max(VerdictRow.judged_at),
+        )
+        .join(ElementRow, ElementRow.digest == VerdictRow.digest)
+        .where(ElementRow.dialog == dialog, VerdictRow.outcome == "reject")
+        .group_by(
+            VerdictRow.digest, VerdictRow.element, VerdictRow.reason, ElementRow.iss, ElementRow.hop
+        )
+        .order_by(func.max(VerdictRow.judged_at).desc())
+        .limit(limit)
+    )
+    octets = (
+        select(
+            RejectedObservationRow.digest,
+            RejectedOctetsRow.type,
+            RejectedObservationRow.reason,
+            RejectedOctetsRow.iss,
+            RejectedOctetsRow.hop,
+            func.max(RejectedObservationRow.ingested_at),
+        )
+        .join(RejectedOctetsRow, RejectedOctetsRow.digest == RejectedObservationRow.digest)
+        .where(RejectedObservationRow.dialog == dialog)
+        .group_by(
+            RejectedObservationRow.digest,
+            RejectedOctetsRow.type,
+            RejectedObservationRow.reason,
+            RejectedOctetsRow.iss,
+            RejectedOctetsRow.hop,
+        )
+        .order_by(func.max(RejectedObservationRow.ingested_at).desc())
+        .limit(limit)
+    )
+    found: dict[bytes, Refusal] = {}
+    for rows, page in ((session.execute(parsed), True), (session.execute(octets), False)):
+        for digest, element, reason, iss, hop, at in rows:
+            if digest not in found:
+                found[digest] = Refusal(
+                    digest, element or "element", reason, iss, hop, int(at), page
+                )
+    return sorted(found.values(), key=lambda r: r.judged_at, reverse=True)[:limit]
 
 
 # --- triage -----------------------------------------------------------------------------

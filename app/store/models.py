@@ -89,7 +89,7 @@ class ElementRow(SQLModel, table=True):
     # The issuer of the hop this element belongs to: an offer's iss; for a status the
     # offer's iss by profile §1.2's swap (aud, or iss for canceled). Groups rejected elements.
     hop_iss: str = Field(sa_type=Text)
-    dialog: str | None = Field(default=None, sa_type=Text)
+    dialog: str | None = Field(default=None, sa_type=Text, index=True)
     task: str | None = Field(default=None, sa_type=Text, index=True)
     iat: int = _time()
     exp: int | None = _time(default=None)

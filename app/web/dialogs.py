@@ -24,6 +24,7 @@ from app.web.sessions import PageError, Viewer
 
 router = APIRouter(include_in_schema=False)
 Text = Annotated[str | None, Query(max_length=2048)]
+REFUSED_ROWS = 50  # elements refused in a dialog listed on its page, newest first
 
 
 def _none(value: str | None) -> str | None:
@@ -89,8 +90,12 @@ def dialog_page(
         aggregated = False
     else:
         figure, aggregated = charts.dialog_activity_figure(nodes), True
+    with service.reading() as session:
+        refused = dashboard.refused_in_dialog(session, dialog=dialog, limit=REFUSED_ROWS)
     here = {k: v for k, v in (("q", _none(q)), ("open", open)) if v}
     context = {
+        "refused": refused,
+        "refused_rows": REFUSED_ROWS,
         "nav": "dialogs",
         "now": service.clock(),
         "dialog": dialog,

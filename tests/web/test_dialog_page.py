@@ -6,6 +6,10 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
+from handoff_context import digest_text
+from sqlalchemy import text
+
+from app.store import db
 from tests.web import test_pages
 from tests.web.test_pages import Dash
 
@@ -63,3 +67,30 @@ def test_a_search_highlights_and_says_how_many(dash: Dash) -> None:
     assert found and len(matches) == int(found.group(1)) > 0
     none = dash.client.get(f"/dialogs/{DIALOG}?q=zzzz-nobody").text
     assert "No hop matches" in none
+
+
+def test_elements_refused_in_a_dialog_are_listed_on_its_page(dash: Dash) -> None:
+    """A refused offer makes no hop; its dialog's page still lists it, linked to its
+    evidence (issue 19: the service shows each refusal under its dialog)."""
+    engine = db.make_engine(f"sqlite:///{dash.data.db}")
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                text(
+                    "SELECT e.dialog, e.digest, v.reason FROM verdict v "
+                    "JOIN element e ON e.digest = v.digest "
+                    "WHERE v.outcome = 'reject' AND e.dialog IS NOT NULL LIMIT 1"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    dialog, digest, reason = found
+    dash.login("rita")
+    html = dash.client.get(f"/dialogs/{quote(dialog, safe='')}").text
+    refused = html.split("Refused in this dialog", 1)[1].split("</section>", 1)[0]
+    assert f'href="/hops/{digest_text(digest)}"' in refused
+    assert reason in refused
+    assert dash.client.get(f"/hops/{digest_text(digest)}").status_code == 200
+    # A dialog with nothing refused has no such section.
+    quiet = dash.client.get(f"/dialogs/{DIALOG}").text
+    assert ("Refused in this dialog" in quiet) == (dialog == DIALOG)
