@@ -1,10 +1,13 @@
-"""The issue 21 drills through the real agent integrations: a real a2a-sdk receiving agent
-behind ``HandoffRequestHandler`` whose trust is a ``TrustSources`` fed by a loopback JWKS
-server (``keyservers.KeyServer``). Rotation: the delegator publishes a new key and signs
-with it; after one explicit ``refresh()`` (no sleep, no restart) the new offer is accepted
-and the executor runs, and an offer signed with the old key before the rotation still
-verifies in the library. Revocation: once the old key is revoked, a new offer under it is
-refused with ``untrusted-key`` before the executor runs."""
+"""The issue 21 drills through the real agent integrations: a delegating agent
+(``HandoffClient`` over a real a2a-sdk client) and a real a2a-sdk receiving agent behind
+``HandoffRequestHandler`` whose trust is a ``TrustSources`` fed by a loopback JWKS server
+(``keyservers.KeyServer``).
+
+Rotation: the delegator publishes a new key beside the old one and signs with it; after one
+explicit ``refresh()`` (no sleep, no restart of the receiver) the new offer is accepted and
+the executor runs; an offer signed with the old key before the rotation still verifies in
+the library. Revocation: once the old key is revoked, a new offer under it is refused with
+``untrusted-key`` before the executor runs."""
 
 from __future__ import annotations
 
@@ -19,18 +22,20 @@ from handoff_context import (
     InMemoryState,
     Outcome,
     Signer,
+    StatusState,
+    TrustStore,
     Verifier,
     handoff_object,
-    make_offer,
 )
-from handoff_context.agent import Agent
+from handoff_context.a2a import HandoffClient
+from handoff_context.agent import Agent, Delegation
 from handoff_context.sources import TrustConfig, TrustSources
 from keyservers import jwks, key_server
 
 from .agents import Worker, a2a_app, card
-from .hostile import message
+from .hostile import Clock, message
 from .servers import serving
-from .test_enforce import a2a_sender, send
+from .test_enforce import a2a_sender
 
 PLANNER = "spiffe://b.example/agent/planner"
 CODER = Signer.generate("spiffe://c.example/agent/coder", "ES256", kid="c1")
@@ -40,7 +45,12 @@ JWKS = "/planner/jwks.json"
 def test_rotation_and_revocation_through_the_a2a_integration() -> None:
     old = Signer.generate(PLANNER, "ES256", kid="p1")
     new = Signer.generate(PLANNER, "ES256", kid="p2")
-    now = int(time.time())
+    clock = Clock()  # the delegator's: wall-clock seconds, set back for the early offer
+    knows_coder = TrustStore.from_mapping({"issuers": [CODER.trust_entry()]})
+
+    def planner(signer: Signer) -> Agent:
+        return Agent(signer, knows_coder, state=InMemoryState(), clock=clock)
+
     with key_server() as keys:
         keys.serve(JWKS, jwks(old))
         source = {
@@ -55,57 +65,63 @@ def test_rotation_and_revocation_through_the_a2a_integration() -> None:
         # The TrustSources goes where a TrustStore goes, unchanged.
         coder = Agent(CODER, trust, state=InMemoryState())
         worker = Worker()
-        before = make_offer(old, aud=CODER.iss, dialog="rot-before", iat=now - 20)
-        early = make_offer(new, aud=CODER.iss, dialog="rot-early", iat=now)
-        rotated = make_offer(new, aud=CODER.iss, dialog="rot-new", iat=now)
-        overlap = make_offer(old, aud=CODER.iss, dialog="rot-overlap", iat=now)
-        revoked = make_offer(old, aud=CODER.iss, dialog="rot-revoked", iat=now)
+        delegations: dict[str, Delegation] = {}
 
         async def drill(url: str) -> None:
-            async with a2a_sender(url) as client:
+            async def ask(by: Agent, text: str, dialog: str) -> Delegation:
+                async with a2a_sender(url) as sdk_client:
+                    client = HandoffClient(by, sdk_client, to=CODER.iss)
+                    request = pb.SendMessageRequest(message=message(text, dialog, None))
+                    try:
+                        delegations[dialog] = await client.delegate(request)
+                    except InvalidParamsError:
+                        assert client.last is not None
+                        delegations[dialog] = client.last
+                    return delegations[dialog]
 
-                async def completes(text: str, dialog: str, offer: bytes) -> None:
-                    events = await send(client, message(text, dialog, handoff_object(offer)))
-                    assert events[-1].task.status.state == pb.TaskState.TASK_STATE_COMPLETED
+            clock.offset = -20
+            before = await ask(planner(old), "complete before", "rot-before")
+            assert before.state is StatusState.COMPLETED
+            clock.offset = 0
+            # The new key is not published yet: its kid names none of the delegator's keys
+            # (profile §4: bad-signature); refused with a signed rejected, the work not run.
+            early = await ask(planner(new), "complete early", "rot-early")
+            assert (early.refusal, early.state) == ("bad-signature", StatusState.REJECTED)
 
-                async def refused(text: str, dialog: str, offer: bytes) -> str:
-                    with pytest.raises(InvalidParamsError) as caught:
-                        await send(client, message(text, dialog, handoff_object(offer)))
-                    return str((caught.value.data or {})["reason"])
+            # Rotation: the delegator publishes the new key beside the old one; one explicit
+            # refresh and the receiver, still running, takes offers under it.
+            keys.serve(JWKS, jwks(new, old))
+            trust.refresh(force=True)
+            rotated = await ask(planner(new), "complete rotated", "rot-new")
+            assert (rotated.refusal, rotated.state) == (None, StatusState.COMPLETED)
+            overlap = await ask(planner(old), "complete overlap", "rot-overlap")
+            assert overlap.state is StatusState.COMPLETED
 
-                await completes("complete before", "rot-before", before)
-                # The new key is not published yet: its kid names none of the delegator's
-                # keys (profile §4: bad-signature), the offer is refused, the work not run.
-                assert await refused("complete early", "rot-early", early) == "bad-signature"
-
-                # Rotation: the delegator publishes the new key beside the old one; one
-                # explicit refresh and the receiver takes offers under it.
-                keys.serve(JWKS, jwks(new, old))
-                trust.refresh(force=True)
-                await completes("complete rotated", "rot-new", rotated)
-                await completes("complete overlap", "rot-overlap", overlap)
-
-                # Revocation: from ``now - 10`` on, the old key verifies nothing new.
-                trust.revoke(at=now - 10, kid="p1", reason="drill")
-                assert await refused("complete revoked", "rot-revoked", revoked) == (
-                    "untrusted-key"
-                )
+            # Revocation: from ten seconds ago on, the old key verifies nothing new.
+            trust.revoke(at=int(time.time()) - 10, kid="p1", reason="drill")
+            revoked = await ask(planner(old), "complete revoked", "rot-revoked")
+            assert (revoked.refusal, revoked.state) == ("untrusted-key", StatusState.REJECTED)
+            # Still answered by the rotated key.
+            again = await ask(planner(new), "complete again", "rot-again")
+            assert again.state is StatusState.COMPLETED
 
         with serving(a2a_app(worker, card("http://coder/"), coder)) as url:
             asyncio.run(drill(url))
         # The refused offers never reached the executor.
-        assert worker.runs == ["complete before", "complete rotated", "complete overlap"]
+        assert worker.runs == [
+            "complete before",
+            "complete rotated",
+            "complete overlap",
+            "complete again",
+        ]
 
         # The offer signed with the old key before the rotation (and before the revocation)
         # still verifies in the library, under the same live trust; the revoked one does not.
-        for offer, outcome, dialog in (
-            (before, Outcome.ACCEPT, "rot-before"),
-            (revoked, Outcome.REJECT, "rot-revoked"),
-        ):
+        for dialog, outcome in (("rot-before", Outcome.ACCEPT), ("rot-revoked", Outcome.REJECT)):
             verdict = Verifier(trust).verify_value(
-                handoff_object(offer),
-                Context(now=now, receiver=CODER.iss, dialog=dialog),
+                handoff_object(delegations[dialog].offer),
+                Context(now=int(time.time()), receiver=CODER.iss, dialog=dialog),
                 source="drill",
             )
             assert verdict.outcome is outcome, verdict
-        assert [k for k, _ in trust.status()[0].keys] == ["p2", "p1"]
+        assert [kid for kid, _ in trust.status()[0].keys] == ["p2", "p1"]
