@@ -6,15 +6,16 @@
 Rotation: the delegator publishes a new key beside the old one and signs with it; after one
 explicit ``refresh()`` (no sleep, no restart of the receiver) the new offer is accepted and
 the executor runs; an offer signed with the old key before the rotation still verifies in
-the library. Revocation: once the old key is revoked, a new offer under it is refused with
-``untrusted-key`` before the executor runs."""
+the library. Revocation: once the old key is revoked (``TrustSources.revoke`` on the running
+receiver, then the same revocation written into the configuration's ``revoked`` for a
+receiver started on it), a new offer under it is refused with ``untrusted-key`` and a signed
+``rejected`` before the executor runs."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from handoff_context import (
@@ -66,43 +67,44 @@ def test_rotation_and_revocation_through_the_a2a_integration() -> None:
         coder = Agent(CODER, trust, state=InMemoryState())
         worker = Worker()
         delegations: dict[str, Delegation] = {}
+        revoked_at = int(time.time()) - 10
+
+        async def ask(url: str, by: Agent, text: str, dialog: str) -> Delegation:
+            async with a2a_sender(url) as sdk_client:
+                client = HandoffClient(by, sdk_client, to=CODER.iss)
+                request = pb.SendMessageRequest(message=message(text, dialog, None))
+                try:
+                    delegations[dialog] = await client.delegate(request)
+                except InvalidParamsError:
+                    assert client.last is not None
+                    delegations[dialog] = client.last
+                return delegations[dialog]
 
         async def drill(url: str) -> None:
-            async def ask(by: Agent, text: str, dialog: str) -> Delegation:
-                async with a2a_sender(url) as sdk_client:
-                    client = HandoffClient(by, sdk_client, to=CODER.iss)
-                    request = pb.SendMessageRequest(message=message(text, dialog, None))
-                    try:
-                        delegations[dialog] = await client.delegate(request)
-                    except InvalidParamsError:
-                        assert client.last is not None
-                        delegations[dialog] = client.last
-                    return delegations[dialog]
-
             clock.offset = -20
-            before = await ask(planner(old), "complete before", "rot-before")
+            before = await ask(url, planner(old), "complete before", "rot-before")
             assert before.state is StatusState.COMPLETED
             clock.offset = 0
             # The new key is not published yet: its kid names none of the delegator's keys
             # (profile §4: bad-signature); refused with a signed rejected, the work not run.
-            early = await ask(planner(new), "complete early", "rot-early")
+            early = await ask(url, planner(new), "complete early", "rot-early")
             assert (early.refusal, early.state) == ("bad-signature", StatusState.REJECTED)
 
             # Rotation: the delegator publishes the new key beside the old one; one explicit
             # refresh and the receiver, still running, takes offers under it.
             keys.serve(JWKS, jwks(new, old))
             trust.refresh(force=True)
-            rotated = await ask(planner(new), "complete rotated", "rot-new")
+            rotated = await ask(url, planner(new), "complete rotated", "rot-new")
             assert (rotated.refusal, rotated.state) == (None, StatusState.COMPLETED)
-            overlap = await ask(planner(old), "complete overlap", "rot-overlap")
+            overlap = await ask(url, planner(old), "complete overlap", "rot-overlap")
             assert overlap.state is StatusState.COMPLETED
 
             # Revocation: from ten seconds ago on, the old key verifies nothing new.
-            trust.revoke(at=int(time.time()) - 10, kid="p1", reason="drill")
-            revoked = await ask(planner(old), "complete revoked", "rot-revoked")
+            trust.revoke(at=revoked_at, kid="p1", reason="drill")
+            revoked = await ask(url, planner(old), "complete revoked", "rot-revoked")
             assert (revoked.refusal, revoked.state) == ("untrusted-key", StatusState.REJECTED)
             # Still answered by the rotated key.
-            again = await ask(planner(new), "complete again", "rot-again")
+            again = await ask(url, planner(new), "complete again", "rot-again")
             assert again.state is StatusState.COMPLETED
 
         with serving(a2a_app(worker, card("http://coder/"), coder)) as url:
@@ -125,3 +127,20 @@ def test_rotation_and_revocation_through_the_a2a_integration() -> None:
             )
             assert verdict.outcome is outcome, verdict
         assert [kid for kid, _ in trust.status()[0].keys] == ["p2", "p1"]
+
+        # The same revocation written into the configuration (``revoked``): a receiver
+        # started on it refuses the old key's new offers and takes the rotated key's.
+        config = {"sources": [source], "revoked": [{"kid": "p1", "at": revoked_at}]}
+        configured = TrustSources(TrustConfig.from_mapping(config))
+        configured.refresh()
+        restarted = Agent(CODER, configured, state=InMemoryState())
+
+        async def from_config(url: str) -> None:
+            stale = await ask(url, planner(old), "complete stale", "rot-config-old")
+            assert (stale.refusal, stale.state) == ("untrusted-key", StatusState.REJECTED)
+            fresh = await ask(url, planner(new), "complete fresh", "rot-config-new")
+            assert fresh.state is StatusState.COMPLETED
+
+        with serving(a2a_app(worker, card("http://coder/"), restarted)) as url:
+            asyncio.run(from_config(url))
+        assert worker.runs[4:] == ["complete fresh"]
