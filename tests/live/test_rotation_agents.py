@@ -117,17 +117,6 @@ def test_rotation_and_revocation_through_the_a2a_integration() -> None:
             "complete again",
         ]
 
-        # The offer signed with the old key before the rotation (and before the revocation)
-        # still verifies in the library, under the same live trust; the revoked one does not.
-        for dialog, outcome in (("rot-before", Outcome.ACCEPT), ("rot-revoked", Outcome.REJECT)):
-            verdict = Verifier(trust).verify_value(
-                handoff_object(delegations[dialog].offer),
-                Context(now=int(time.time()), receiver=CODER.iss, dialog=dialog),
-                source="drill",
-            )
-            assert verdict.outcome is outcome, verdict
-        assert [kid for kid, _ in trust.status()[0].keys] == ["p2", "p1"]
-
         # The same revocation written into the configuration (``revoked``): a receiver
         # started on it refuses the old key's new offers and takes the rotated key's.
         config = {"sources": [source], "revoked": [{"kid": "p1", "at": revoked_at}]}
@@ -144,3 +133,20 @@ def test_rotation_and_revocation_through_the_a2a_integration() -> None:
         with serving(a2a_app(worker, card("http://coder/"), restarted)) as url:
             asyncio.run(from_config(url))
         assert worker.runs[4:] == ["complete fresh"]
+
+        # The delegator then drops the old key. The offer signed with it before the rotation
+        # (and before the revocation) still verifies in the library, under the same live
+        # trust; the one signed after the revocation does not.
+        keys.serve(JWKS, jwks(new))
+        trust.refresh(force=True)
+        for dialog, outcome, reason in (
+            ("rot-before", Outcome.ACCEPT, None),
+            ("rot-revoked", Outcome.REJECT, "untrusted-key"),
+        ):
+            verdict = Verifier(trust).verify_value(
+                handoff_object(delegations[dialog].offer),
+                Context(now=int(time.time()), receiver=CODER.iss, dialog=dialog),
+                source="drill",
+            )
+            assert (verdict.outcome, verdict.reason) == (outcome, reason), verdict
+        assert [kid for kid, _ in trust.status()[0].keys] == ["p2"]
