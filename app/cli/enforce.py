@@ -47,6 +47,8 @@ from typing import Any
 from handoff_context.agent import Agent, Decision, Mode, Received
 from handoff_context.errors import Reason
 
+from app.errors import HandoffTraceError
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -63,8 +65,10 @@ _UNCHECKED = {
 }
 
 
-class Refusal(Exception):
+class Refusal(HandoffTraceError):
     """A request the enforcer answers itself with a JSON-RPC error."""
+
+    reason = "refused"
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)

@@ -58,6 +58,7 @@ from handoff_context.reporter import Reporter
 from handoff_context.taps.asgi import HandoffTap
 
 from app.cli.common import EXIT_OK, UsageError, positive_int
+from app.errors import HandoffTraceError
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -271,8 +272,10 @@ def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
     return False
 
 
-class _ClientGone(Exception):
+class _ClientGone(HandoffTraceError):
     """The client went away while its request body was still coming."""
+
+    reason = "client-gone"
 
 
 class _Body:
@@ -290,7 +293,7 @@ class _Body:
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
-                raise _ClientGone
+                raise _ClientGone("the client went away while sending its request")
             if message.get("body"):
                 yield bytes(message["body"])
             if not message.get("more_body", False):

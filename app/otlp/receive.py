@@ -216,8 +216,10 @@ def _handoff(
     )
 
 
-class _Unusable(Exception):
-    pass
+class _Unusable(HandoffTraceError):
+    """A span attribute that cannot hold a handoff element (its span is reported)."""
+
+    reason = "unusable-attribute"
 
 
 def _element(value: AnyValue, name: str) -> str | bytes:

@@ -20,7 +20,7 @@ from typing import Any
 
 from handoff_context import Outcome, Verdict
 
-from app.errors import ItemProblem, NotStored
+from app.errors import HandoffTraceError, ItemProblem, NotStored
 
 MAX_LISTED = 1000  # verdicts listed in one JSON answer
 MAX_LISTED_BYTES = 1024 * 1024  # bytes of verdicts listed in one JSON answer
@@ -130,7 +130,7 @@ class Lines:
                 return
             except queue.Full:
                 continue
-        raise ClientGone
+        raise ClientGone("the client stopped reading the answer")
 
     def next_chunk(self) -> bytes | None:
         return self._queue.get()
@@ -139,5 +139,7 @@ class Lines:
         self._gone.set()
 
 
-class ClientGone(Exception):
+class ClientGone(HandoffTraceError):
     """The NDJSON client stopped reading: the worker ends its work early."""
+
+    reason = "client-gone"

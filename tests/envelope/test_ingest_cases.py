@@ -17,7 +17,7 @@ from handoff_context import AvailableObject, ObjectIndex, TrustStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as strategies
 from sqlalchemy import Engine, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 
 from app.envelope.config import EnvelopeConfig
 from app.envelope.ledger import CaseRules
@@ -282,7 +282,31 @@ def test_ingesting_the_same_capture_twice_changes_nothing(engine: Engine) -> Non
 def test_a_failing_capture_item_is_reported_alone_and_the_rest_of_its_batch_is_stored(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One batch: it fails as a whole, then each capture item is stored alone.
+    # One batch: it fails as a whole on an item's own value (a DataError, the item's fault),
+    # then each capture item is stored alone.
+    store_items = envelope_ingest.store_items
+
+    def failing(session: Any, rows: Any) -> int:
+        if any(r.source == "capture.jsonl:3" for r in rows):
+            raise DataError("INSERT", {}, Exception("value too long"))
+        return store_items(session, rows)
+
+    monkeypatch.setattr(envelope_ingest, "store_items", failing)
+    report = run(engine, worked_example())
+    assert [(e.source, e.detail) for e in report.envelopes.errors] == [
+        ("capture.jsonl:3", "database error: value too long")
+    ]
+    assert report.envelopes.stored == 4
+    with db.transaction(engine) as session:
+        sources = session.execute(select(EnvelopeItemRow.source)).scalars()
+        assert sorted(sources) == [f"capture.jsonl:{n}" for n in (1, 2, 4, 5)]
+
+
+def test_a_database_that_cannot_be_written_stops_the_envelope_items_there(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A disk I/O error is the database's fault, not the item's (issue 20): nothing after the
+    # first item not stored is acknowledged, and that item says it may be sent again.
     store_items = envelope_ingest.store_items
 
     def failing(session: Any, rows: Any) -> int:
@@ -292,13 +316,12 @@ def test_a_failing_capture_item_is_reported_alone_and_the_rest_of_its_batch_is_s
 
     monkeypatch.setattr(envelope_ingest, "store_items", failing)
     report = run(engine, worked_example())
-    assert [(e.source, e.detail) for e in report.envelopes.errors] == [
-        ("capture.jsonl:3", "database error: disk I/O error")
-    ]
-    assert report.envelopes.stored == 4
+    [error] = report.envelopes.errors
+    assert (error.source, error.unavailable) == ("capture.jsonl:3", True)
     with db.transaction(engine) as session:
-        sources = session.execute(select(EnvelopeItemRow.source)).scalars()
-        assert sorted(sources) == [f"capture.jsonl:{n}" for n in (1, 2, 4, 5)]
+        sources = sorted(session.execute(select(EnvelopeItemRow.source)).scalars())
+    assert report.envelopes.stored == len(sources) == 2
+    assert sources == ["capture.jsonl:1", "capture.jsonl:2"]
 
 
 def test_an_unknown_case_is_none(engine: Engine) -> None:

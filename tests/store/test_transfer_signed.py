@@ -53,6 +53,7 @@ NEVER = {
     "trust_rejudge": "bookkeeping of re-judgements under a trust store",
     "notify_cursor": "flag ids change in an import; a first start announces nothing old",
     "login_limit": "five minutes of login attempts",
+    "write_probe": "the scratch row /readyz writes to prove the database takes writes",
     # The evidence log is over this store's rows by id, which an import renumbers: the
     # importing store starts its own log (the export carries the checkpoint it is consistent
     # with in its header's crit "log" member instead, docs/export.md).

@@ -49,6 +49,7 @@ LOGGED_IN = frozenset(ACCOUNTS)
 ACCESS: dict[str, frozenset[str | None]] = {
     # JSON API: bearer tokens (app/web/auth.py).
     "POST /api/v1/ingest": INGEST,
+    "POST /v1/traces": INGEST,
     "POST /api/v1/verify": VERIFY,
     "GET /api/v1/hops": READ,
     "GET /api/v1/hops/{offer_digest}": READ,
@@ -182,7 +183,9 @@ def _url(key: str) -> str:
 
 
 def _is_api(key: str) -> bool:
-    return key.split(" ", 1)[1].startswith("/api/")
+    """A bearer-token route: the JSON API, and OTLP/HTTP in at its standard path."""
+    path = key.split(" ", 1)[1]
+    return path.startswith("/api/") or path == "/v1/traces"
 
 
 def _credential(served: Served, key: str, role: str | None) -> tuple[dict[str, str], Login | None]:
