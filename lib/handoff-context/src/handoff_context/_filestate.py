@@ -74,6 +74,20 @@ _PRUNE_SECONDS = 10
 _PRUNE_WRITES = 1024
 
 
+def _switch_to_wal(db: sqlite3.Connection, *, tries: int = 300) -> str:
+    """``PRAGMA journal_mode = WAL``, retried while another process holds the new file:
+    SQLite does not call its busy handler for this switch, so two worker processes opening
+    one new state file at once would otherwise see "database is locked" (at most ~30 s)."""
+    for attempt in range(tries):
+        try:
+            return str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
+
+
 class FileState:
     """Replay memory, known offers, seen statuses and last answers in the SQLite file at
     ``path`` (created 0600 if missing), shared by every process of one agent that opens it.
@@ -137,7 +151,7 @@ class FileState:
                 raise ValueError(
                     f"{self.path} is a state file of schema version {version}, not {SCHEMA_VERSION}"
                 )
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _switch_to_wal(db)
             if str(mode).lower() != "wal":
                 raise ValueError(f"{self.path}: SQLite cannot use WAL mode here ({mode})")
             db.execute("PRAGMA synchronous = NORMAL")
