@@ -164,3 +164,18 @@ class DroppingProxy:
             # outlives the event loop.
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await server.wait_closed()
+
+
+async def refuses_each(client: Any, hostile: list[Any]) -> None:
+    """Each hostile offer through an MCP client session: refused with the MCP error the SDK
+    raises (-32602), naming the reason, with a signed status exactly where one is allowed."""
+    import pytest
+    from handoff_context import MCP_META_KEY
+    from mcp.shared.exceptions import MCPError
+
+    for h in hostile:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("build", {"target": h.name}, meta={MCP_META_KEY: h.carried})
+        assert refused.value.code == -32602
+        assert refused.value.data["reason"] == h.reason
+        assert ("status" in refused.value.data) is h.signed

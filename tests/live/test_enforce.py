@@ -55,7 +55,7 @@ from app.store.db import make_engine, transaction
 from app.store.models import ElementRow, ObservationRow, VerdictRow
 
 from .agents import Worker, a2a_app, card
-from .hostile import Clock, DroppingProxy, hostile_offers, message
+from .hostile import Clock, DroppingProxy, hostile_offers, message, refuses_each
 from .servers import serving, wait_until
 from .service import Service, service
 from .system import CLIENT, CODER, PLANNER, TOOL, TRUST, TRUST_STORE
@@ -339,14 +339,7 @@ def test_hostile_mcp_calls_are_refused_before_the_tool_runs(
 
         async def calls(url: str) -> None:
             async with mcp_sender(url, mode) as client:
-                for h in hostile:
-                    with pytest.raises(MCPError) as refused:
-                        await client.call_tool(
-                            "build", {"target": h.name}, meta={MCP_META_KEY: h.carried}
-                        )
-                    assert refused.value.code == -32602
-                    assert refused.value.data["reason"] == h.reason
-                    assert ("status" in refused.value.data) is h.signed
+                await refuses_each(client, hostile)
                 result = await client.call_tool(
                     "build", {"target": "good"}, meta={MCP_META_KEY: handoff_object(good)}
                 )

@@ -40,7 +40,7 @@ from mcp.shared.exceptions import MCPError
 from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 
 from .agents import Worker, a2a_app, card
-from .hostile import hostile_offers, message
+from .hostile import hostile_offers, message, refuses_each
 from .servers import serving, wait_until
 from .service import Service, service, tap
 from .system import CODER, PLANNER, TOOL, TRUST, TRUST_STORE
@@ -250,14 +250,7 @@ def test_enforcing_tap_guards_a_plain_mcp_tool(svc: Service, tmp_path: Path, mod
 
     async def calls(url: str) -> None:
         async with mcp_sender(url, mode) as client:
-            for h in hostile:
-                with pytest.raises(MCPError) as refused:
-                    await client.call_tool(
-                        "build", {"target": h.name}, meta={MCP_META_KEY: h.carried}
-                    )
-                assert refused.value.code == -32602
-                assert refused.value.data["reason"] == h.reason
-                assert ("status" in refused.value.data) is h.signed
+            await refuses_each(client, hostile)
             result = await client.call_tool(
                 "build", {"target": "good"}, meta={MCP_META_KEY: handoff_object(good)}
             )
