@@ -2,10 +2,13 @@
 export of ``handoff-trace export-otlp``, and the service's background exporter.
 
 The background exporter never touches ingest: it reads, in read-only transactions of its
-own, the hops derived since its last round (``derived_at``, indexed; rounds overlap by
-``OVERLAP`` seconds so that a batch committed after its clock is still seen), builds their
-spans and posts them in requests of at most ``PAGE`` spans. A span equal to the one last
-sent for its hop is not sent again (a bounded memory of ``REMEMBERED`` hops); ids are
+own, the hops whose derivation committed since its last round, by the change sequence that
+derivation writes (``hop.change``, app/store/otlp.py says why no change is read twice or
+passed over, on PostgreSQL with several serve processes too). A round walks the marks from
+where the last walk ended up to the current horizon, builds the spans of the hops and posts
+them in requests of at most ``PAGE`` spans. A hop derived again to the same row and flags
+(another item of a later batch touched it) is not built again, and a span equal to the one
+last sent for its hop is not sent again (a bounded memory of ``REMEMBERED`` hops); ids are
 deterministic, so one sent twice changes nothing anyway. When the receiver fails (no
 connection, a timeout, 408/429/5xx) the walk stays where it is and is tried again after a
 delay that doubles up to ``MAX_BACKOFF``, with jitter: the backlog waits in the database,
@@ -36,7 +39,9 @@ from app.store import db
 from app.store.otlp import (
     HopTrace,
     Position,
+    change_horizon,
     changed_hops,
+    count_changed,
     count_hops_since,
     flag_marks,
     hop_traces,
@@ -50,7 +55,6 @@ PROTOBUF = "application/x-protobuf"
 TIMEOUT = 10.0
 PAGE = 512  # spans per request (the OpenTelemetry SDK's default batch)
 PAGES_PER_ROUND = 20  # a round posts at most this many requests; the next goes on
-OVERLAP = 2  # seconds each round re-reads before the last one's start
 REMEMBERED = 32_768  # hops whose last sent span is remembered
 MAX_BACKOFF = 60.0
 _RETRY_STATUS = frozenset({408, 429, 502, 503, 504})
@@ -152,11 +156,13 @@ class ExporterStats:
     spans: int = 0  # spans the receiver took
     unchanged: int = 0  # spans not sent again: equal to the last sent for their hop
     failures: int = 0  # requests that failed (each retried or skipped)
+    last_success: int = 0  # the clock when the receiver last took a request (0: never)
 
 
 class Exporter:
     """The service's background exporter; ``run_once`` is one round (the app's lifespan
-    calls it every ``HANDOFF_TRACE_OTLP_SECONDS`` from a worker thread)."""
+    calls it every ``HANDOFF_TRACE_OTLP_SECONDS`` from a worker thread). It exports the
+    hops that change after it was made."""
 
     def __init__(
         self,
@@ -173,12 +179,12 @@ class Exporter:
         self.page = page
         self.remembered = remembered
         self.stats = ExporterStats()
-        started = clock()
-        # The walk: hops derived at ``since`` or later, after ``after``; it began at
-        # ``walk_started`` (the next walk starts ``OVERLAP`` before that).
-        self.since = started
+        # The walk: hops whose change mark is in [start, end), past ``after``; ``end`` is
+        # the horizon taken when the walk began (None: no walk under way).
+        with db.transaction(db.read_only(engine)) as session:
+            self.start = change_horizon(session)
+        self.end: int | None = None
         self.after: Position | None = None
-        self.walk_started = started
         self.retry_at = 0.0
         self.attempts = 0
         # Per hop: its row's key (``_row_key``) and the hash of the span last sent.
@@ -187,6 +193,11 @@ class Exporter:
 
     def close(self) -> None:
         self.sender.close()
+
+    def backlog(self) -> int:
+        """How many hops changed and are not exported yet (a read of the change index)."""
+        with db.transaction(db.read_only(self.engine)) as session:
+            return count_changed(session, start=self.start, after=self.after)
 
     def run_once(self) -> int:
         """Export what changed since the last round; returns how many spans were taken.
@@ -198,19 +209,20 @@ class Exporter:
             sent = 0
             for _ in range(PAGES_PER_ROUND):
                 with db.transaction(db.read_only(self.engine)) as session:
+                    if self.end is None:
+                        self.end = change_horizon(session)
                     rows = changed_hops(
-                        session, since=self.since, after=self.after, limit=self.page
+                        session, start=self.start, end=self.end, after=self.after, limit=self.page
                     )
-                    # A hop re-read only because the rounds overlap is not built again.
+                    # A hop derived again to what was sent is not built again.
                     marks = flag_marks(session, rows)
                     keyed = [(r, _row_key(r, marks.get((r.iss, r.hop)))) for r in rows]
                     fresh = [(r, k) for r, k in keyed if self._known(r) != k]
                     self.stats.unchanged += len(rows) - len(fresh)
                     traces = hop_traces(session, [r for r, _ in fresh])
                 if not rows:
-                    # Caught up: the next walk re-reads from a little before this one began.
-                    self.since, self.after = self.walk_started - OVERLAP, None
-                    self.walk_started = now
+                    # Caught up to the horizon: the next walk starts there.
+                    self.start, self.end, self.after = self.end, None, None
                     break
                 try:
                     sent += self._send_changed(traces, [k for _, k in fresh])
@@ -225,8 +237,7 @@ class Exporter:
                     log.error("OTLP export refused, these spans are skipped: %s", exc.detail)
                 self.attempts = 0
                 last = rows[-1]
-                self.after = (last.derived_at, last.iss, last.hop)
-            self.stats.spans += sent
+                self.after = (last.change, last.iss, last.hop)
             return sent
 
     def _known(self, row: Any) -> tuple[Any, ...] | None:
@@ -246,7 +257,11 @@ class Exporter:
                 self.stats.unchanged += 1
                 del into[-1]
             remember.append((key, row_key, mark))
-        sent = self.sender.post(request.SerializeToString(), len(into)) if len(into) else 0
+        sent = 0
+        if len(into):
+            sent = self.sender.post(request.SerializeToString(), len(into))
+            self.stats.spans += sent
+            self.stats.last_success = self.clock()
         for key, row_key, mark in remember:
             self._sent[key] = (row_key, mark)
             self._sent.move_to_end(key)

@@ -1,8 +1,27 @@
-"""What the OTLP export reads (``app.otlp``, docs/otlp.md): hops in the order they were last
-derived, and for a page of hops everything their spans say (the offer's ``prev``, the
-verified statuses, the flags, the carrier the offer came in, the offer's judgement), with
-one query per table for the whole page. Also the reverse look-ups of a trace id (a dialog)
-and a span id (an offer digest) for search.
+"""What the OTLP export reads (``app.otlp``, docs/otlp.md): the hops that changed, by the
+change sequence derivation writes, and for a page of hops everything their spans say (the
+offer's ``prev``, the verified statuses, the flags, the carrier the offer came in, the
+offer's judgement), with one query per table for the whole page. Also the reverse look-ups
+of a trace id (a dialog) and a span id (an offer digest) for search.
+
+The change sequence (``hop.change``, alembic 0018_otel23b). Every derivation of a hop
+stamps it with a mark (``stamp_changes``, called where derivation writes the hop, in the
+same transaction), and the exporter walks the marks from where it stopped up to a
+*horizon* below which every mark is committed (``change_horizon``), so it reads each
+change once, none twice and none too early. A mark committed after a higher one must not
+be passed over; what makes each dialect safe:
+
+- PostgreSQL: the mark is the writing transaction's id (``pg_current_xact_id()``, 64 bits,
+  never wraps, assigned in increasing order), and the horizon is the ``xmin`` of the
+  exporter's snapshot: every transaction with a lower id has ended (committed or rolled
+  back). A transaction still running has an id at or above the horizon, and one that has
+  not yet written gets a higher id than any assigned so far, so every mark the walk has not
+  reached yet is at or above the horizon. Several serve processes on one database share
+  this order with no lock and no counter row that would serialise their ingests. A long
+  transaction holds the horizon back: the export waits for it and loses nothing.
+- SQLite: one writer at a time, and a write transaction starts with ``BEGIN IMMEDIATE``,
+  so ``max(change) + 1`` read inside it cannot race; marks are committed in the order they
+  are given, and the horizon is one above the largest committed mark.
 
 Nothing here builds spans or knows OTLP; ``app.otlp.spans`` does.
 """
@@ -14,13 +33,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import func, select, text, tuple_
 from sqlmodel import Session
 
 from app.store.db import execute, pair_params, pairs_in
 from app.store.models import ElementRow, FlagRow, HopRow, LinkRow, ObservationRow, VerdictRow
 
-# A hop's position in the export order: (derived_at, iss, hop).
+# A hop's position in the export order: (change, iss, hop).
 Position = tuple[int, str, str]
 
 
@@ -63,19 +82,60 @@ class HopTrace:
 _HOP_COLUMNS = tuple(HopRow.__table__.columns)  # type: ignore[attr-defined]
 
 
+# --- the change sequence -----------------------------------------------------------------
+
+_XACT_ID = text("SELECT pg_current_xact_id()::text::bigint")
+_XMIN = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+_NEXT = select(func.coalesce(func.max(HopRow.change), 0) + 1)
+
+
+def _postgresql(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def stamp_changes(session: Session, hops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``hops`` (the values of hop rows about to be written) with this transaction's mark
+    in the change sequence. Call it in the transaction that writes them."""
+    if not hops:
+        return hops
+    if _postgresql(session):
+        mark = int(session.connection().execute(_XACT_ID).scalar_one())
+    else:
+        mark = int(session.connection().execute(_NEXT).scalar_one())
+    return [{**h, "change": mark} for h in hops]
+
+
+def change_horizon(session: Session) -> int:
+    """Every change mark below this is committed (or rolled back): the walk may read up to
+    it and never has to come back."""
+    if _postgresql(session):
+        return int(session.connection().execute(_XMIN).scalar_one())
+    return int(session.connection().execute(_NEXT).scalar_one())
+
+
 def changed_hops(
-    session: Session, *, since: int, after: Position | None = None, limit: int = 500
+    session: Session, *, start: int, end: int, after: Position | None = None, limit: int = 500
 ) -> list[Any]:
-    """Hops derived at ``since`` or later, in (derived_at, iss, hop) order, from just after
-    ``after``: one page of the export's keyset walk (``derived_at`` is indexed). Rows with
-    the columns of ``HopRow`` as attributes."""
-    query = select(*_HOP_COLUMNS).where(HopRow.derived_at >= since)
+    """Hops whose change mark is in [``start``, ``end``), in (change, iss, hop) order, from
+    just after ``after``: one page of the exporter's keyset walk (``change`` is indexed).
+    Rows with the columns of ``HopRow`` as attributes."""
+    query = select(*_HOP_COLUMNS).where(HopRow.change >= start, HopRow.change < end)  # type: ignore[operator]
     if after is not None:
         query = query.where(
-            tuple_(HopRow.derived_at, HopRow.iss, HopRow.hop) > tuple_(*after)  # type: ignore[arg-type]
+            tuple_(HopRow.change, HopRow.iss, HopRow.hop) > tuple_(*after)  # type: ignore[arg-type]
         )
-    query = query.order_by(HopRow.derived_at, HopRow.iss, HopRow.hop).limit(limit)
+    query = query.order_by(HopRow.change, HopRow.iss, HopRow.hop).limit(limit)
     return list(execute(session, query))
+
+
+def count_changed(session: Session, *, start: int, after: Position | None = None) -> int:
+    """How many hops changed at or after ``start`` (and past ``after``): the backlog."""
+    query = select(func.count()).select_from(HopRow).where(HopRow.change >= start)  # type: ignore[operator]
+    if after is not None:
+        query = query.where(
+            tuple_(HopRow.change, HopRow.iss, HopRow.hop) > tuple_(*after)  # type: ignore[arg-type]
+        )
+    return int(session.execute(query).scalar_one())
 
 
 def flag_marks(session: Session, hops: Sequence[Any]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -312,11 +372,14 @@ __all__ = [
     "HopTrace",
     "Position",
     "StatusFact",
+    "change_horizon",
     "changed_hops",
+    "count_changed",
     "count_hops_since",
     "dialog_for_trace",
     "flag_marks",
     "hop_traces",
     "hops_for_span",
     "hops_since",
+    "stamp_changes",
 ]
