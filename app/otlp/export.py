@@ -43,9 +43,9 @@ from app.store.otlp import (
     changed_hops,
     count_changed,
     count_hops_since,
-    flag_marks,
     hop_traces,
     hops_since,
+    page_flags,
 )
 
 log = logging.getLogger("handoff_trace.otlp")
@@ -215,11 +215,11 @@ class Exporter:
                         session, start=self.start, end=self.end, after=self.after, limit=self.page
                     )
                     # A hop derived again to what was sent is not built again.
-                    marks = flag_marks(session, rows)
-                    keyed = [(r, _row_key(r, marks.get((r.iss, r.hop)))) for r in rows]
+                    flags = page_flags(session, rows)
+                    keyed = [(r, _row_key(r, flags.get((r.iss, r.hop)))) for r in rows]
                     fresh = [(r, k) for r, k in keyed if self._known(r) != k]
                     self.stats.unchanged += len(rows) - len(fresh)
-                    traces = hop_traces(session, [r for r, _ in fresh])
+                    traces = hop_traces(session, [r for r, _ in fresh], flags)
                 if not rows:
                     # Caught up to the horizon: the next walk starts there.
                     self.start, self.end, self.after = self.end, None, None
@@ -270,7 +270,7 @@ class Exporter:
         return sent
 
 
-def _row_key(row: Any, flags: tuple[int, int] | None) -> tuple[Any, ...]:
+def _row_key(row: Any, flags: tuple[tuple[int, int], Any] | None) -> tuple[Any, ...]:
     """What tells a hop apart from the one last exported, read from its row and its flags:
     a hop derived again to the same state, times and flags (another item of a later batch
     touched it) is not built again. *[choice]* A verified status that changes none of them
@@ -283,5 +283,5 @@ def _row_key(row: Any, flags: tuple[int, int] | None) -> tuple[Any, ...]:
         row.terminal_at,
         row.exp,
         row.task,
-        flags,
+        None if flags is None else flags[0],
     )

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, text, tuple_
+from sqlalchemy import bindparam, func, select, text, tuple_
 from sqlmodel import Session
 
 from app.store.db import execute, pair_params, pairs_in
@@ -138,19 +138,41 @@ def count_changed(session: Session, *, start: int, after: Position | None = None
     return int(session.execute(query).scalar_one())
 
 
-def flag_marks(session: Session, hops: Sequence[Any]) -> dict[tuple[str, str], tuple[int, int]]:
-    """For each hop with flags: how many, and the last time one changed (one indexed query
-    for the page), so the exporter can tell a hop it already sent without rebuilding it."""
+HopFlagFacts = dict[tuple[str, str], tuple[tuple[int, int], list["FlagFact"]]]
+
+_PAGE_FLAGS = (
+    select(
+        FlagRow.iss,
+        FlagRow.hop,
+        FlagRow.id,
+        FlagRow.kind,
+        FlagRow.variant,
+        FlagRow.severity,
+        FlagRow.detail,
+        FlagRow.opened_at,
+        FlagRow.updated_at,
+        FlagRow.case_id,
+    )
+    .where(pairs_in(FlagRow.iss, FlagRow.hop))
+    .order_by(FlagRow.opened_at, FlagRow.id)
+)
+
+
+def page_flags(session: Session, hops: Sequence[Any]) -> HopFlagFacts:
+    """For each hop with flags: a mark (how many, and the last time one changed) that lets
+    the exporter tell a hop it already sent without rebuilding it, and the flags its span
+    shows (those of no envelope case). One indexed query for the page."""
     if not hops:
         return {}
-    rows = execute(
-        session,
-        select(FlagRow.iss, FlagRow.hop, func.count(), func.max(FlagRow.updated_at))
-        .where(pairs_in(FlagRow.iss, FlagRow.hop))
-        .group_by(FlagRow.iss, FlagRow.hop),
-        pair_params((h.iss, h.hop) for h in hops),
-    )
-    return {(r[0], r[1]): (int(r[2]), int(r[3] or 0)) for r in rows}
+    out: HopFlagFacts = {}
+    for f in execute(session, _PAGE_FLAGS, pair_params((h.iss, h.hop) for h in hops)):
+        (count, changed), facts = out.get((f.iss, f.hop), ((0, 0), []))
+        if f.case_id is None:
+            facts.append(
+                FlagFact(int(f.id or 0), f.kind, f.variant, f.severity, f.detail, f.opened_at)
+            )
+        out[(f.iss, f.hop)] = ((count + 1, max(changed, int(f.updated_at or 0))), facts)
+    return out
 
 
 def hops_since(session: Session, *, since: int, limit: int = 500) -> Iterator[list[HopRow]]:
@@ -177,8 +199,11 @@ def count_hops_since(session: Session, *, since: int) -> int:
     return int(session.execute(select(func.count()).where(HopRow.iat >= since)).scalar_one())
 
 
-def hop_traces(session: Session, hops: Sequence[Any]) -> list[HopTrace]:
-    """What the spans of ``hops`` say, in their order: one query per table for all."""
+def hop_traces(
+    session: Session, hops: Sequence[Any], flags: HopFlagFacts | None = None
+) -> list[HopTrace]:
+    """What the spans of ``hops`` say, in their order: one query per table for all (the
+    flags from ``flags`` when the caller has read them with ``page_flags``)."""
     if not hops:
         return []
     offers = [h.offer for h in hops]
@@ -187,7 +212,8 @@ def hop_traces(session: Session, hops: Sequence[Any]) -> list[HopTrace]:
     carriers = _carriers(session, offers)
     judged = _judgements(session, offers, [o for o in offers if o in prevs])
     statuses = _statuses(session, offers)
-    flags = _flags(session, [(h.iss, h.hop) for h in hops])
+    if flags is None:
+        flags = page_flags(session, hops)
     traces = []
     for h in hops:
         prev = prevs.get(h.offer)
@@ -202,41 +228,67 @@ def hop_traces(session: Session, hops: Sequence[Any]) -> list[HopTrace]:
                 fault=fault,
                 chain_length=length,
                 statuses=statuses.get(h.offer, []),
-                flags=flags.get((h.iss, h.hop), []),
+                flags=flags[(h.iss, h.hop)][1] if (h.iss, h.hop) in flags else [],
             )
         )
     return traces
 
 
+# The page's reads, built once (a statement built per call spent more CPU on coercing its
+# ``IN`` lists than the database spent answering it); ``d`` is the page's digests.
+_D = bindparam("d", expanding=True)
+_PREVS = select(LinkRow.offer, LinkRow.prev).where(LinkRow.offer.in_(_D))  # type: ignore[attr-defined]
+_DIALOGS = select(ElementRow.digest, ElementRow.dialog).where(ElementRow.digest.in_(_D))  # type: ignore[attr-defined]
+_FIRST = (
+    select(ObservationRow.digest, func.min(ObservationRow.id).label("first"))
+    .where(ObservationRow.digest.in_(_D), ObservationRow.via.is_(None))  # type: ignore[attr-defined,union-attr]
+    .group_by(ObservationRow.digest)
+    .subquery()
+)
+_CARRIERS = select(ObservationRow.digest, ObservationRow.carrier).join(
+    _FIRST, ObservationRow.id == _FIRST.c.first
+)
+_JUDGED = (
+    select(VerdictRow.digest, VerdictRow.valid, VerdictRow.fault)
+    .where(VerdictRow.digest.in_(_D))  # type: ignore[attr-defined]
+    .order_by(VerdictRow.id)
+)
+_CHAINS = (
+    select(VerdictRow.digest, VerdictRow.chain)
+    .where(VerdictRow.digest.in_(_D))  # type: ignore[attr-defined]
+    .order_by(VerdictRow.id)
+)
+_STATUSES = (
+    select(
+        ElementRow.offer,
+        ElementRow.digest,
+        ElementRow.state,
+        ElementRow.reason,
+        ElementRow.iat,
+        ElementRow.iss,
+    )
+    .where(ElementRow.offer.in_(_D), ElementRow.type == "status")  # type: ignore[union-attr]
+    .order_by(ElementRow.iat, ElementRow.digest)
+)
+_VALID = (
+    select(VerdictRow.digest)
+    .where(VerdictRow.digest.in_(_D), VerdictRow.valid.is_(True))  # type: ignore[attr-defined]
+    .distinct()
+)
+
+
 def _prevs(session: Session, offers: list[bytes]) -> dict[bytes, bytes]:
-    rows = execute(session, select(LinkRow.offer, LinkRow.prev).where(LinkRow.offer.in_(offers)))  # type: ignore[attr-defined]
-    return {r.offer: r.prev for r in rows}
+    return {r.offer: r.prev for r in execute(session, _PREVS, {"d": offers})}
 
 
 def _dialogs(session: Session, digests: list[bytes]) -> dict[bytes, str | None]:
     if not digests:
         return {}
-    rows = execute(
-        session,
-        select(ElementRow.digest, ElementRow.dialog).where(ElementRow.digest.in_(digests)),  # type: ignore[attr-defined]
-    )
-    return {r.digest: r.dialog for r in rows}
+    return {r.digest: r.dialog for r in execute(session, _DIALOGS, {"d": digests})}
 
 
 def _carriers(session: Session, offers: list[bytes]) -> dict[bytes, str | None]:
-    first = (
-        select(ObservationRow.digest, func.min(ObservationRow.id).label("first"))
-        .where(ObservationRow.digest.in_(offers), ObservationRow.via.is_(None))  # type: ignore[attr-defined,union-attr]
-        .group_by(ObservationRow.digest)
-        .subquery()
-    )
-    rows = execute(
-        session,
-        select(ObservationRow.digest, ObservationRow.carrier).join(
-            first, ObservationRow.id == first.c.first
-        ),
-    )
-    return {r.digest: r.carrier for r in rows}
+    return {r.digest: r.carrier for r in execute(session, _CARRIERS, {"d": offers})}
 
 
 def _judgements(
@@ -245,14 +297,8 @@ def _judgements(
     """Whether some receipt of each offer passed every check (else the first fault), and
     for the offers in ``chained`` (those with a ``prev``: only they can carry a chain) the
     length of the first carried chain."""
-    rows = execute(
-        session,
-        select(VerdictRow.digest, VerdictRow.valid, VerdictRow.fault)
-        .where(VerdictRow.digest.in_(offers))  # type: ignore[attr-defined]
-        .order_by(VerdictRow.id),
-    )
     judged: dict[bytes, tuple[bool, str | None]] = {}
-    for r in rows:
+    for r in execute(session, _JUDGED, {"d": offers}):
         valid, fault = judged.get(r.digest, (False, None))
         if r.valid:
             valid, fault = True, None
@@ -261,13 +307,7 @@ def _judgements(
         judged[r.digest] = (valid, fault)
     lengths: dict[bytes, int] = {}
     if chained:
-        rows = execute(
-            session,
-            select(VerdictRow.digest, VerdictRow.chain)
-            .where(VerdictRow.digest.in_(chained))  # type: ignore[attr-defined]
-            .order_by(VerdictRow.id),
-        )
-        for r in rows:
+        for r in execute(session, _CHAINS, {"d": chained}):
             chain: Any = r.chain
             if r.digest not in lengths and isinstance(chain, dict) and chain.get("carried"):
                 length = chain.get("length")
@@ -280,60 +320,14 @@ def _statuses(session: Session, offers: list[bytes]) -> dict[bytes, list[StatusF
     """The statuses of each offer that passed every check at least once (profile §6: only
     those change a hop), oldest first: the statuses by the offer index, then which of them
     were valid by the verdict index (a join against every valid verdict scanned them all)."""
-    rows = list(
-        execute(
-            session,
-            select(
-                ElementRow.offer,
-                ElementRow.digest,
-                ElementRow.state,
-                ElementRow.reason,
-                ElementRow.iat,
-                ElementRow.iss,
-            )
-            .where(ElementRow.offer.in_(offers), ElementRow.type == "status")  # type: ignore[union-attr]
-            .order_by(ElementRow.iat, ElementRow.digest),
-        )
-    )
+    rows = list(execute(session, _STATUSES, {"d": offers}))
     if not rows:
         return {}
-    valid = set(
-        execute(
-            session,
-            select(VerdictRow.digest)
-            .where(VerdictRow.digest.in_([r.digest for r in rows]), VerdictRow.valid.is_(True))  # type: ignore[attr-defined]
-            .distinct(),
-        ).scalars()
-    )
+    valid = set(execute(session, _VALID, {"d": [r.digest for r in rows]}).scalars())
     out: dict[bytes, list[StatusFact]] = defaultdict(list)
     for r in rows:
         if r.digest in valid:
             out[r.offer].append(StatusFact(r.digest, r.state or "", r.reason, r.iat, r.iss))
-    return out
-
-
-def _flags(session: Session, keys: list[tuple[str, str]]) -> dict[tuple[str, str], list[FlagFact]]:
-    rows = execute(
-        session,
-        select(
-            FlagRow.iss,
-            FlagRow.hop,
-            FlagRow.id,
-            FlagRow.kind,
-            FlagRow.variant,
-            FlagRow.severity,
-            FlagRow.detail,
-            FlagRow.opened_at,
-        )
-        .where(pairs_in(FlagRow.iss, FlagRow.hop), FlagRow.case_id.is_(None))  # type: ignore[union-attr]
-        .order_by(FlagRow.opened_at, FlagRow.id),
-        pair_params(keys),
-    )
-    out: dict[tuple[str, str], list[FlagFact]] = defaultdict(list)
-    for f in rows:
-        out[(f.iss, f.hop)].append(
-            FlagFact(int(f.id or 0), f.kind, f.variant, f.severity, f.detail, f.opened_at)
-        )
     return out
 
 
@@ -377,9 +371,9 @@ __all__ = [
     "count_changed",
     "count_hops_since",
     "dialog_for_trace",
-    "flag_marks",
     "hop_traces",
     "hops_for_span",
     "hops_since",
+    "page_flags",
     "stamp_changes",
 ]

@@ -250,9 +250,12 @@ def test_a_change_committed_after_a_later_one_is_not_passed_over(
             if postgresql:
                 with transaction(engine) as b:
                     _write_hop(b, 2)
-                    assert b.execute(select(HopRow.change)).scalar_one() > a.execute(
-                        select(HopRow.change).where(HopRow.hop == _hop(1)["hop"])
-                    ).scalar_one()
+                    assert (
+                        b.execute(select(HopRow.change)).scalar_one()
+                        > a.execute(
+                            select(HopRow.change).where(HopRow.hop == _hop(1)["hop"])
+                        ).scalar_one()
+                    )
             # B (committed on PostgreSQL) waits behind A's mark: nothing is exported yet.
             assert exporter.run_once() == 0 and receiver.taken == []
         assert exporter.run_once() == (2 if postgresql else 1)
