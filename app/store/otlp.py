@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select, text, tuple_
 from sqlmodel import Session
 
-from app.store.db import execute, pair_params, pairs_in
+from app.store.db import execute
 from app.store.models import ElementRow, FlagRow, HopRow, LinkRow, ObservationRow, VerdictRow
 
 # A hop's position in the export order: (change, iss, hop).
@@ -153,7 +153,12 @@ _PAGE_FLAGS = (
         FlagRow.updated_at,
         FlagRow.case_id,
     )
-    .where(pairs_in(FlagRow.iss, FlagRow.hop))
+    # Each column's own list finds the rows by the (iss, hop) index; the exact pairs are
+    # picked below (a row-value IN list beside them doubled the cost of rendering the query).
+    .where(
+        FlagRow.iss.in_(bindparam("i", expanding=True)),  # type: ignore[attr-defined]
+        FlagRow.hop.in_(bindparam("h", expanding=True)),  # type: ignore[attr-defined]
+    )
     .order_by(FlagRow.opened_at, FlagRow.id)
 )
 
@@ -164,8 +169,12 @@ def page_flags(session: Session, hops: Sequence[Any]) -> HopFlagFacts:
     shows (those of no envelope case). One indexed query for the page."""
     if not hops:
         return {}
+    keys = {(h.iss, h.hop) for h in hops}
+    params = {"i": sorted({i for i, _ in keys}), "h": sorted({h for _, h in keys})}
     out: HopFlagFacts = {}
-    for f in execute(session, _PAGE_FLAGS, pair_params((h.iss, h.hop) for h in hops)):
+    for f in execute(session, _PAGE_FLAGS, params):
+        if (f.iss, f.hop) not in keys:
+            continue
         (count, changed), facts = out.get((f.iss, f.hop), ((0, 0), []))
         if f.case_id is None:
             facts.append(
