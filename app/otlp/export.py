@@ -159,6 +159,16 @@ class ExporterStats:
     last_success: int = 0  # the clock when the receiver last took a request (0: never)
 
 
+@dataclass(frozen=True)
+class ExporterStatus:
+    """What ``/api/v1/metrics`` says of this process's exporter (docs/otlp.md, "Metrics")."""
+
+    spans: int
+    failures: int
+    last_success: int
+    backlog: int
+
+
 class Exporter:
     """The service's background exporter; ``run_once`` is one round (the app's lifespan
     calls it every ``HANDOFF_TRACE_OTLP_SECONDS`` from a worker thread). It exports the
@@ -198,6 +208,15 @@ class Exporter:
         """How many hops changed and are not exported yet (a read of the change index)."""
         with db.transaction(db.read_only(self.engine)) as session:
             return count_changed(session, start=self.start, after=self.after)
+
+    def status(self) -> ExporterStatus:
+        """The counters, and the backlog as the database has it now."""
+        return ExporterStatus(
+            spans=self.stats.spans,
+            failures=self.stats.failures,
+            last_success=self.stats.last_success,
+            backlog=self.backlog(),
+        )
 
     def run_once(self) -> int:
         """Export what changed since the last round; returns how many spans were taken.

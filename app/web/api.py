@@ -631,9 +631,11 @@ def get_metrics(request: Request, service: ServiceDep, credentials: Credentials)
         requires(Permission.METRICS)(request, service, credentials)
     with service.reading() as session:
         counts = store_counts(session, now=service.clock())
+    exporter = getattr(request.app.state, "otlp_exporter", None)
     body = metrics.exposition(
         counts,
         workers=request.app.state.metrics_multiprocess,
         sources=service.sources.status(),
+        otlp=None if exporter is None else exporter.status(),
     )
     return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from handoff_context import digest_text
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, select
 
 from app.cli.root import main
@@ -23,6 +25,7 @@ from app.store.models import HopRow
 from tests.conftest import World
 from tests.live.servers import serving
 from tests.store.builders import DIALOG, T0, bundle, digest, offer, rec, run, st, status, twin
+from tests.web.conftest import start
 
 
 @dataclass
@@ -265,6 +268,49 @@ def test_a_change_committed_after_a_later_one_is_not_passed_over(
         assert exporter.run_once() == 0 and exporter.backlog() == 0
     finally:
         exporter.close()
+
+
+def _metrics(api: Any) -> dict[str, float]:
+    text = api.get("/api/v1/metrics").text
+    return {
+        sample.name: float(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("handoff_trace_otlp_")
+    }
+
+
+def test_the_exporter_metrics_after_a_real_export(
+    databases: Any, world: World, trust_file: Path, sink: tuple[Sink, str]
+) -> None:
+    """``/api/v1/metrics`` tells what this process's exporter did: read after its rounds
+    against a real receiver (whichever round exported, the lifespan's first one at start or
+    the ones called here, the totals are the same)."""
+    receiver, base = sink
+    for api in start(databases.new("sqlite"), trust_file, otlp_endpoint=base, otlp_seconds=3600):
+        exporter = api.app.state.otlp_exporter
+        load_chain(api.engine, world)
+        exporter.run_once()
+        assert _metrics(api) == {
+            "handoff_trace_otlp_spans_exported_total": 3,
+            "handoff_trace_otlp_export_failures_total": 0,
+            "handoff_trace_otlp_last_success_timestamp_seconds": api.clock.now,
+            "handoff_trace_otlp_backlog": 0,
+        }
+        # The receiver fails: the new hop waits in the backlog, the failure is counted.
+        receiver.fail = [503]
+        y = offer(world.planner, world.coder, iat=T0 + 40, dialog="ctx-new")
+        run(api.engine, world.trust, [rec(bundle(y), T0 + 41, world.coder.iss)], now=T0 + 50)
+        exporter.run_once()
+        after = _metrics(api)
+        assert after["handoff_trace_otlp_export_failures_total"] == 1
+        assert after["handoff_trace_otlp_backlog"] == 1
+        assert after["handoff_trace_otlp_spans_exported_total"] == 3
+    assert len(receiver.spans()) == 3
+
+
+def test_no_exporter_no_exporter_metrics(sqlite_api: Any) -> None:
+    assert _metrics(sqlite_api) == {}
 
 
 def test_a_receiver_that_refuses_is_skipped_not_retried(
