@@ -189,10 +189,13 @@ class Exporter:
         self.page = page
         self.remembered = remembered
         self.stats = ExporterStats()
-        # The walk: hops whose change mark is in [start, end), past ``after``; ``end`` is
-        # the horizon taken when the walk began (None: no walk under way).
+        # The walk: hops whose change mark is in [start, end), past ``after`` (``end`` None:
+        # no walk under way). A walk ends at the horizon taken when the walk before it
+        # began (``settled``): a change waits one round, so a hop that changes again within
+        # it (its statuses close behind its offer) is built and sent once, as it is then.
         with db.transaction(db.read_only(engine)) as session:
             self.start = change_horizon(session)
+        self.settled = self.start
         self.end: int | None = None
         self.after: Position | None = None
         self.retry_at = 0.0
@@ -229,7 +232,7 @@ class Exporter:
             for _ in range(PAGES_PER_ROUND):
                 with db.transaction(db.read_only(self.engine)) as session:
                     if self.end is None:
-                        self.end = change_horizon(session)
+                        self.end, self.settled = self.settled, change_horizon(session)
                     rows = changed_hops(
                         session, start=self.start, end=self.end, after=self.after, limit=self.page
                     )
@@ -240,7 +243,7 @@ class Exporter:
                     self.stats.unchanged += len(rows) - len(fresh)
                     traces = hop_traces(session, [r for r, _ in fresh], flags)
                 if not rows:
-                    # Caught up to the horizon: the next walk starts there.
+                    # Caught up to the horizon.
                     self.start, self.end, self.after = self.end, None, None
                     break
                 try:
@@ -255,6 +258,10 @@ class Exporter:
                         return sent
                     log.error("OTLP export refused, these spans are skipped: %s", exc.detail)
                 self.attempts = 0
+                if len(rows) < self.page:
+                    # The last page of the walk: the next walk starts at its horizon.
+                    self.start, self.end, self.after = self.end, None, None
+                    break
                 last = rows[-1]
                 self.after = (last.change, last.iss, last.hop)
             return sent

@@ -176,6 +176,8 @@ def test_the_background_exporter_retries_and_sends_only_what_changed(
         receiver.fail = [503, 503]
         c = load_chain(engine, world, now=T0 + 30)
         assert exporter.backlog() == 3
+        # A change waits one round (a hop that changes again meanwhile is sent once).
+        assert exporter.run_once() == 0 and receiver.taken == [] and exporter.stats.failures == 0
         clock.now = T0 + 30
         assert exporter.run_once() == 0 and exporter.stats.failures == 1
         assert exporter.run_once() == 0 and exporter.stats.failures == 1  # backing off
@@ -195,11 +197,13 @@ def test_the_background_exporter_retries_and_sends_only_what_changed(
         # A retransmission derives its hop again to the same row: read, not built or sent.
         run(engine, world.trust, [rec(bundle(c.x1), T0 + 31, world.coder.iss)], now=T0 + 31)
         assert exporter.backlog() == 1
+        assert exporter.run_once() == 0 and exporter.stats.unchanged == 0
         assert exporter.run_once() == 0 and exporter.stats.unchanged == 1
         # A new hop: only its span goes out.
         y = offer(world.planner, world.coder, iat=T0 + 40, dialog="ctx-new")
         clock.now = T0 + 50
         run(engine, world.trust, [rec(bundle(y), T0 + 41, world.coder.iss)], now=T0 + 50)
+        assert exporter.run_once() == 0
         assert exporter.run_once() == 1
         assert receiver.spans()[-1].span_id == span_id(digest(y))
         assert exporter.stats.spans == 4 and exporter.backlog() == 0
@@ -259,8 +263,11 @@ def test_a_change_committed_after_a_later_one_is_not_passed_over(
                             select(HopRow.change).where(HopRow.hop == _hop(1)["hop"])
                         ).scalar_one()
                     )
-            # B (committed on PostgreSQL) waits behind A's mark: nothing is exported yet.
-            assert exporter.run_once() == 0 and receiver.taken == []
+            # B (committed on PostgreSQL) waits behind A's mark: nothing is exported yet,
+            # however many rounds pass (the second would send what the first settled).
+            assert exporter.run_once() == 0 and exporter.run_once() == 0
+            assert receiver.taken == [] and exporter.backlog() == (1 if postgresql else 0)
+        assert exporter.run_once() == 0  # A's change settles for a round
         assert exporter.run_once() == (2 if postgresql else 1)
         assert {s.span_id for s in receiver.spans()} == {
             span_id(bytes([n]) * 32) for n in ((1, 2) if postgresql else (1,))
@@ -290,6 +297,7 @@ def test_the_exporter_metrics_after_a_real_export(
     for api in start(databases.new("sqlite"), trust_file, otlp_endpoint=base, otlp_seconds=3600):
         exporter = api.app.state.otlp_exporter
         load_chain(api.engine, world)
+        exporter.run_once()  # the changes settle for a round
         exporter.run_once()
         assert _metrics(api) == {
             "handoff_trace_otlp_spans_exported_total": 3,
@@ -301,6 +309,7 @@ def test_the_exporter_metrics_after_a_real_export(
         receiver.fail = [503]
         y = offer(world.planner, world.coder, iat=T0 + 40, dialog="ctx-new")
         run(api.engine, world.trust, [rec(bundle(y), T0 + 41, world.coder.iss)], now=T0 + 50)
+        exporter.run_once()
         exporter.run_once()
         after = _metrics(api)
         assert after["handoff_trace_otlp_export_failures_total"] == 1
@@ -326,7 +335,9 @@ def test_a_receiver_that_refuses_is_skipped_not_retried(
         load_chain(engine, world, now=T0 + 30)
         receiver.fail = [400]
         clock.now = T0 + 30
+        assert exporter.run_once() == 0 and exporter.stats.failures == 0  # settling
         assert exporter.run_once() == 0 and exporter.stats.failures == 1
+        assert exporter.backlog() == 0  # skipped, not retried
         assert exporter.retry_at == 0.0 and receiver.taken == []
     finally:
         exporter.close()
