@@ -5,20 +5,21 @@ The background exporter never touches ingest: it reads, in read-only transaction
 own, the hops whose derivation committed since its last round, by the change sequence that
 derivation writes (``hop.change``, app/store/otlp.py says why no change is read twice or
 passed over, on PostgreSQL with several serve processes too). A round walks the marks from
-where the last walk ended up to the current horizon, builds the spans of the hops and posts
-them in requests of at most ``PAGE`` spans. A hop derived again to the same row and flags
-(another item of a later batch touched it) is not built again, and a span equal to the one
-last sent for its hop is not sent again (a bounded memory of ``REMEMBERED`` hops); ids are
-deterministic, so one sent twice changes nothing anyway. When the receiver fails (no
-connection, a timeout, 408/429/5xx) the walk stays where it is and is tried again after a
-delay that doubles up to ``MAX_BACKOFF``, with jitter: the backlog waits in the database,
-so memory stays bounded however long the receiver is down. A request the receiver refuses
-outright (another 4xx) cannot succeed if sent again: it is logged and skipped.
+where the last walk ended up to the horizon the round before took (a change waits one
+round, so a hop whose statuses follow close behind its offer is built and sent once),
+builds the spans of the hops and posts them in requests of at most ``PAGE`` spans. A hop
+derived again to the same row and flags (another item of a later batch touched it) is not
+built or sent again (a bounded memory of ``REMEMBERED`` hops); ids are deterministic, so a
+span sent twice changes nothing anyway.
+When the receiver fails (no connection, a timeout, 408/429/5xx) the walk stays where it is
+and is tried again after a delay that doubles up to ``MAX_BACKOFF``, with jitter: the
+backlog waits in the database, so memory stays bounded however long the receiver is down.
+A request the receiver refuses outright (another 4xx) cannot succeed if sent again: it is
+logged and skipped.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import threading
@@ -154,7 +155,7 @@ def export_since(
 @dataclass
 class ExporterStats:
     spans: int = 0  # spans the receiver took
-    unchanged: int = 0  # spans not sent again: equal to the last sent for their hop
+    unchanged: int = 0  # hops read again but not built: the same as when last sent
     failures: int = 0  # requests that failed (each retried or skipped)
     last_success: int = 0  # the clock when the receiver last took a request (0: never)
 
@@ -200,8 +201,8 @@ class Exporter:
         self.after: Position | None = None
         self.retry_at = 0.0
         self.attempts = 0
-        # Per hop: its row's key (``_row_key``) and the hash of the span last sent.
-        self._sent: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], bytes]] = OrderedDict()
+        # Per hop: its row's key (``_row_key``) when its span was last sent.
+        self._sent: OrderedDict[tuple[str, str], tuple[Any, ...]] = OrderedDict()
         self._lock = threading.Lock()  # one round at a time
 
     def close(self) -> None:
@@ -267,29 +268,21 @@ class Exporter:
             return sent
 
     def _known(self, row: Any) -> tuple[Any, ...] | None:
-        seen = self._sent.get((row.iss, row.hop))
-        return None if seen is None else seen[0]
+        return self._sent.get((row.iss, row.hop))
 
     def _send_changed(self, traces: list[HopTrace], keys: list[tuple[Any, ...]]) -> int:
-        """Send the spans that differ from the last sent for their hop; remember them all."""
+        """Send the spans of ``traces`` in one request; remember what each hop was."""
         request, into = new_request()
-        remember: list[tuple[tuple[str, str], tuple[Any, ...], bytes]] = []
-        for t, row_key in zip(traces, keys, strict=True):
-            key = (t.hop.iss, t.hop.hop)
-            span = hop_span(t, into.add())
-            mark = hashlib.sha256(span.SerializeToString(deterministic=True)).digest()
-            seen = self._sent.get(key)
-            if seen is not None and seen[1] == mark:
-                self.stats.unchanged += 1
-                del into[-1]
-            remember.append((key, row_key, mark))
+        for t in traces:
+            hop_span(t, into.add())
         sent = 0
         if len(into):
             sent = self.sender.post(request.SerializeToString(), len(into))
             self.stats.spans += sent
             self.stats.last_success = self.clock()
-        for key, row_key, mark in remember:
-            self._sent[key] = (row_key, mark)
+        for t, row_key in zip(traces, keys, strict=True):
+            key = (t.hop.iss, t.hop.hop)
+            self._sent[key] = row_key
             self._sent.move_to_end(key)
         while len(self._sent) > self.remembered:
             self._sent.popitem(last=False)
