@@ -257,15 +257,26 @@ _FIRST = (
 _CARRIERS = select(ObservationRow.digest, ObservationRow.carrier).join(
     _FIRST, ObservationRow.id == _FIRST.c.first
 )
+# Each receipt's judgement of the page's offers, with what the chain it carried says (read
+# in the database, not decoded whole for two members).
 _JUDGED = (
-    select(VerdictRow.digest, VerdictRow.valid, VerdictRow.fault)
+    select(
+        VerdictRow.digest,
+        VerdictRow.valid,
+        VerdictRow.fault,
+        VerdictRow.chain["carried"].as_boolean().label("carried"),  # type: ignore[index]
+        VerdictRow.chain["length"].as_integer().label("length"),  # type: ignore[index]
+    )
     .where(VerdictRow.digest.in_(_D))  # type: ignore[attr-defined]
     .order_by(VerdictRow.id)
 )
-_CHAINS = (
-    select(VerdictRow.digest, VerdictRow.chain)
-    .where(VerdictRow.digest.in_(_D))  # type: ignore[attr-defined]
-    .order_by(VerdictRow.id)
+# The verified statuses of the page's offers: a status counts once some receipt of it
+# passed every check (an index probe of the verdicts per status; a join against every
+# valid verdict scanned them all).
+_VERIFIED = (
+    select(VerdictRow.digest)
+    .where(VerdictRow.digest == ElementRow.digest, VerdictRow.valid.is_(True))  # type: ignore[arg-type]
+    .exists()
 )
 _STATUSES = (
     select(
@@ -276,13 +287,8 @@ _STATUSES = (
         ElementRow.iat,
         ElementRow.iss,
     )
-    .where(ElementRow.offer.in_(_D), ElementRow.type == "status")  # type: ignore[union-attr]
+    .where(ElementRow.offer.in_(_D), ElementRow.type == "status", _VERIFIED)  # type: ignore[union-attr]
     .order_by(ElementRow.iat, ElementRow.digest)
-)
-_VALID = (
-    select(VerdictRow.digest)
-    .where(VerdictRow.digest.in_(_D), VerdictRow.valid.is_(True))  # type: ignore[attr-defined]
-    .distinct()
 )
 
 
@@ -307,6 +313,8 @@ def _judgements(
     for the offers in ``chained`` (those with a ``prev``: only they can carry a chain) the
     length of the first carried chain."""
     judged: dict[bytes, tuple[bool, str | None]] = {}
+    lengths: dict[bytes, int] = {}
+    with_chain = set(chained)
     for r in execute(session, _JUDGED, {"d": offers}):
         valid, fault = judged.get(r.digest, (False, None))
         if r.valid:
@@ -314,29 +322,18 @@ def _judgements(
         elif not valid and fault is None:
             fault = r.fault
         judged[r.digest] = (valid, fault)
-    lengths: dict[bytes, int] = {}
-    if chained:
-        for r in execute(session, _CHAINS, {"d": chained}):
-            chain: Any = r.chain
-            if r.digest not in lengths and isinstance(chain, dict) and chain.get("carried"):
-                length = chain.get("length")
-                if isinstance(length, int):
-                    lengths[r.digest] = length
+        first = r.digest in with_chain and r.digest not in lengths
+        if first and r.carried and isinstance(r.length, int):
+            lengths[r.digest] = r.length
     return {d: (*judged[d], lengths.get(d)) for d in judged}
 
 
 def _statuses(session: Session, offers: list[bytes]) -> dict[bytes, list[StatusFact]]:
-    """The statuses of each offer that passed every check at least once (profile §6: only
-    those change a hop), oldest first: the statuses by the offer index, then which of them
-    were valid by the verdict index (a join against every valid verdict scanned them all)."""
-    rows = list(execute(session, _STATUSES, {"d": offers}))
-    if not rows:
-        return {}
-    valid = set(execute(session, _VALID, {"d": [r.digest for r in rows]}).scalars())
+    """The verified statuses of each offer (profile §6: only those change a hop), oldest
+    first."""
     out: dict[bytes, list[StatusFact]] = defaultdict(list)
-    for r in rows:
-        if r.digest in valid:
-            out[r.offer].append(StatusFact(r.digest, r.state or "", r.reason, r.iat, r.iss))
+    for r in execute(session, _STATUSES, {"d": offers}):
+        out[r.offer].append(StatusFact(r.digest, r.state or "", r.reason, r.iat, r.iss))
     return out
 
 
