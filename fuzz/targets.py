@@ -197,6 +197,34 @@ def otlp_body(data: bytes, shape: tuple[str, str | None, bool]) -> None:
     assert all(p.detail for p in received.problems)
 
 
+# (body, headers) -> response of ``POST /v1/traces`` with an ingest token
+OtlpPost = Callable[[bytes, dict[str, str]], Any]
+
+
+def http_otlp(data: bytes, shape: tuple[str, str | None, bool], post: OtlpPost) -> None:
+    """``POST /v1/traces`` never answers 5xx: 200 with an ExportTraceServiceResponse in the
+    request's encoding, or a documented 4xx in the service's error shape."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
+
+    media, coding, compress = shape
+    headers = {"Content-Type": media} | ({"Content-Encoding": coding} if coding else {})
+    response = post(gzip.compress(data, mtime=0) if compress else data, headers)
+    assert response.status_code < 500, (response.status_code, response.text[:500])
+    if response.status_code == 200:
+        answer = ExportTraceServiceResponse()
+        if media == "application/json":
+            json_format.Parse(response.text, answer)
+        else:
+            answer.ParseFromString(response.content)
+    else:
+        assert response.status_code in {*OTLP_STATUSES, 401, 403}, response.status_code
+        body = response.json()
+        assert set(body) == {"error"} and body["error"]["code"], body
+
+
 # --- the HTTP endpoints: never 5xx -------------------------------------------------------
 
 
