@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from handoff_context import Element, Offer
-from sqlalchemy import insert, text
+from sqlalchemy import text
 from sqlmodel import Session
 
-from app.store.db import execute, insert_ignore_many
+from app.store.db import execute, insert_ignore_many, insert_many
 from app.store.models import (
     ElementRow,
     HostStateRow,
@@ -38,10 +38,6 @@ from app.store.models import (
 )
 from app.store.records import Observed, without_chain
 
-_ADD_OBSERVATIONS = insert(ObservationRow)
-_ADD_VERDICTS = insert(VerdictRow)
-_ADD_REFS = insert(RefOutcomeRow)
-_ADD_HOST = insert(HostStateRow)
 _MAX_ID = {
     "observation": text("SELECT coalesce(max(id), 0) FROM observation"),
     "verdict": text("SELECT coalesce(max(id), 0) FROM verdict"),
@@ -275,15 +271,15 @@ class BatchWrites:
         elements = list(self._element_rows.values())
         insert_ignore_many(self.session, ElementRow, elements, ["digest"])
         insert_ignore_many(self.session, LinkRow, list(self._link_rows.values()), ["offer"])
-        connection = self.session.connection()
-        for statement, rows in (
-            (_ADD_HOST, self._host),
-            (_ADD_OBSERVATIONS, self._observations),
-            (_ADD_VERDICTS, [v.row for v in self._verdicts.values()]),
-            (_ADD_REFS, [r for v in self._verdicts.values() for r in v.refs]),
+        # The driver's executemany with rows converted once (``insert_many``): through
+        # SQLAlchemy's compiled INSERT each row cost ~10 us of parameter handling.
+        for model, rows in (
+            (HostStateRow, self._host),
+            (ObservationRow, self._observations),
+            (VerdictRow, [v.row for v in self._verdicts.values()]),
+            (RefOutcomeRow, [r for v in self._verdicts.values() for r in v.refs]),
         ):
-            if rows:
-                connection.execute(statement, rows)
+            insert_many(self.session, model, rows)
         self._element_rows.clear()
         self._link_rows.clear()
         self._observations.clear()
