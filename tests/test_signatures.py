@@ -5,6 +5,8 @@ in-order check exactly as a serial run reports it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from handoff_context import (
@@ -75,3 +77,72 @@ def test_only_what_verifies_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
         serial_ok.append(e)
     assert marked == serial_ok
     assert 0 < len(marked) < len(elements)
+
+
+def test_a_forked_helper_changes_no_verdict_and_is_reaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.ingest import forked
+
+    trust, data = capture()
+    serial = verdicts(trust, data)
+    monkeypatch.setattr(forked, "workers", lambda: 2)
+    monkeypatch.setattr(forked, "MIN_OCTETS", 0)
+    monkeypatch.setattr(forked, "batched", lambda items: batches_of_7(items))
+    marked: list[int] = []
+    helpers: list[forked.Helper] = []
+    real_before, real_start = forked.Helper.before, forked.Helper.start.__func__  # type: ignore[attr-defined]
+
+    def start(cls: type[forked.Helper], *args: object, **kw: object) -> forked.Helper | None:
+        helper = real_start(cls, *args, **kw)
+        helpers.append(helper)
+        return helper
+
+    def before(self: forked.Helper, cache: object) -> int:
+        marked.append(real_before(self, cache))  # type: ignore[arg-type]
+        return marked[-1]
+
+    monkeypatch.setattr(forked.Helper, "start", classmethod(start))
+    monkeypatch.setattr(forked.Helper, "before", before)
+    import app.ingest.verifying as verifying
+
+    monkeypatch.setattr(verifying, "batched", lambda items: batches_of_7(items))
+    report = verify_inputs(
+        [("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0), fork=True
+    )
+    assert json.dumps([v.to_json() for v in report.verdicts]) == json.dumps(serial)
+    # Six batches of 7 items (the last of 5); the child verified two items in three of
+    # each, only those whose signature verifies.
+    assert len(marked) == 6 and all(marked)
+    assert sum(marked) < sum(v["outcome"] == "accept" for v in serial)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(helpers[0].pid, os.WNOHANG)  # reaped: no zombie left behind
+
+
+def test_a_forked_helper_that_dies_leaves_the_work_to_the_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.ingest import forked
+
+    trust, data = capture()
+    serial = verdicts(trust, data)
+    monkeypatch.setattr(forked, "workers", lambda: 2)
+    monkeypatch.setattr(forked, "MIN_OCTETS", 0)
+    real_start = forked.Helper.start.__func__  # type: ignore[attr-defined]
+
+    def start_and_kill(cls: type[forked.Helper], *args: object, **kw: object) -> object:
+        helper = real_start(cls, *args, **kw)
+        os.kill(helper.pid, signal.SIGKILL)
+        return helper
+
+    monkeypatch.setattr(forked.Helper, "start", classmethod(start_and_kill))
+    report = verify_inputs(
+        [("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0), fork=True
+    )
+    assert json.dumps([v.to_json() for v in report.verdicts]) == json.dumps(serial)
+
+
+def batches_of_7(items: object) -> object:
+    from app.ingest.batches import batched
+
+    return batched(items, 7)  # type: ignore[arg-type]
