@@ -1,24 +1,26 @@
 """The signature step on a second core, in a forked process (``verify`` on the command line).
 
-``cryptography`` holds the GIL while OpenSSL verifies (bench/lean_path.py: two threads
-verifying take longer than one), so the thread pool of ``app.ingest.signatures`` cannot put a
+``cryptography`` holds the GIL while OpenSSL verifies (two threads verifying take longer
+than one on this machine), so the thread pool of ``app.ingest.signatures`` cannot put a
 second core to work. A process can. ``verify`` holds its inputs in memory before it judges
 them, so a child forked at the start has them too, for nothing: it reads the same capture
-the same way (``read_capture`` and ``batched``, so its batches are the parent's), verifies
-the signatures of each batch (each item's element and its carried chain) and sends back
-only the SHA-256 digests of the elements whose signature verified. The parent marks those
-in its signature cache before it judges the batch in input order, and the in-order checks
-find them there (``Verifier.check_signature``). As with the threads, a signature that does
-not verify is not sent; the in-order check verifies it again and reports the failure as a
-serial run does, so verdicts are byte-identical with or without the helper.
+the same way (``read_capture``, so its items are the parent's, in the same order), verifies
+the signatures of items ahead of the parent (each item's element and its carried chain)
+and sends back only the SHA-256 digests of the elements whose signature verified. Before
+each batch the parent marks whatever has arrived in its signature cache, and the in-order
+checks find those there (``Verifier.check_signature``); what has not arrived they verify
+themselves. As with the threads, a signature that does not verify is never sent, and the
+in-order check reports its failure as a serial run does: verdicts are byte-identical with
+or without the helper.
 
-The two share each batch by position: the child verifies the signatures of two items in
-three, and the parent's in-order checks verify the third's themselves while the child is
-already working on the next batch. Per element the child then reads the capture and
-parses and verifies two thirds of the elements, the parent reads, parses and judges every
-element and verifies a third: about the same time each (BENCHMARKS.md), so neither waits
-long for the other. A child that ends early (killed, out of memory) only makes the parent
-verify everything itself from then on.
+The parent never waits for the child. It writes how far it has got (the index of the first
+item of the batch it is about to judge) into a page both processes share, and the child
+verifies only items at least one batch beyond that: an item the parent will reach before
+the child could answer is skipped (read, not parsed). So the child always works ahead, and
+the share of the work each does follows the load: when the child is slow (another process
+has its core) the parent verifies more itself, and the child, reading only, catches up.
+The pipe bounds how far ahead the child gets (a full pipe blocks it until the parent
+reads). A child that ends early (killed, out of memory) only leaves the rest to the parent.
 
 Fork is safe here because the ``verify`` command runs one thread. The HTTP API's ``verify``
 runs inside a server with threads and does not use this module.
@@ -27,6 +29,7 @@ runs inside a server with threads and does not use this module.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import signal
 import struct
@@ -38,17 +41,17 @@ from handoff_context._signature import verify_element
 from handoff_context.errors import HandoffError
 
 from app.capture.carriers import CarrierError, ExtractStats, read_capture
-from app.ingest.batches import batched
+from app.ingest.batches import BATCH_ITEMS
 from app.ingest.signatures import elements_of, workers
 
 # Below this many octets of input the fork costs more than the second core gives back.
 MIN_OCTETS = 256 * 1024
-
-# The child verifies the items of a batch whose position is not a multiple of this; the
-# parent the others.
-SHARE = 3
-_HEAD = struct.Struct("qi")  # an answer: batch index, then how many digests follow
+# The child verifies items at least this far beyond the first item of the parent's
+# current batch: the parent reads the answers before each batch.
+AHEAD = BATCH_ITEMS
+_POSITION = struct.Struct("q")  # the parent's position, at the start of the shared page
 _DIGEST = 32
+_SEND_EVERY = 16  # digests per write: fewer system calls, answers still early
 # Digests the child remembers having sent (chain elements recur), as the parent's cache.
 _REMEMBERED = 65_536
 
@@ -58,10 +61,11 @@ class Helper:
     """The forked child and the parent's end of it (``start``)."""
 
     pid: int
-    answers: int  # the read end of the pipe
+    answers: int  # the read end of the pipe, non-blocking
+    shared: mmap.mmap
     fingerprint: str
-    batch: int = -1  # the parent's current batch
     alive: bool = True
+    marked: int = 0  # digests marked so far
     buffer: bytearray = field(default_factory=bytearray, repr=False)  # read, not yet used
 
     @classmethod
@@ -77,6 +81,8 @@ class Helper:
         """Fork the child, or None where one would not help (one core, a small input)."""
         if workers() < 2 or sum(len(data) for _, data in inputs) < MIN_OCTETS:
             return None
+        shared = mmap.mmap(-1, _POSITION.size)  # anonymous, shared with the child
+        shared[:] = _POSITION.pack(0)
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's coverage is not collected
@@ -84,48 +90,36 @@ class Helper:
             try:
                 os.close(read_end)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
-                _child(inputs, trust, max_element, skew, content_type, write_end)
+                _child(inputs, trust, max_element, skew, content_type, shared, write_end)
                 code = 0
             finally:
                 os._exit(code)
         os.close(write_end)
-        return cls(pid=pid, answers=read_end, fingerprint=trust.fingerprint)
+        os.set_blocking(read_end, False)
+        return cls(pid=pid, answers=read_end, shared=shared, fingerprint=trust.fingerprint)
 
-    def before(self, cache: SignatureCache) -> int:
-        """Called before each batch is judged, in order: waits for the child's answer for
-        the batch and marks what verified. Returns how many digests were marked."""
-        self.batch += 1
-        while self.alive:
-            answer = self._answer()
-            if answer is None:  # the child is gone: the in-order checks verify
+    def before(self, position: int, cache: SignatureCache) -> int:
+        """Called before each batch is judged, with the index of its first item: tells the
+        child, and marks in ``cache`` every digest the child has sent so far (never
+        waiting for more). Returns how many were marked."""
+        self.shared[:] = _POSITION.pack(position)
+        if not self.alive:
+            return 0
+        while True:
+            try:
+                chunk = os.read(self.answers, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:  # the child has finished, or is gone
                 self.alive = False
                 break
-            index, digests = answer
-            if index == self.batch:
-                for digest in digests:
-                    cache.mark_verified(digest, self.fingerprint)
-                return len(digests)
-        return 0
-
-    def _answer(self) -> tuple[int, list[bytes]] | None:
-        head = self._read(_HEAD.size)
-        if head is None:
-            return None
-        index, count = _HEAD.unpack(head)
-        body = self._read(count * _DIGEST)
-        if body is None:
-            return None
-        return index, [body[i : i + _DIGEST] for i in range(0, len(body), _DIGEST)]
-
-    def _read(self, n: int) -> bytes | None:
-        while len(self.buffer) < n:
-            chunk = os.read(self.answers, max(65536, n))
-            if not chunk:
-                return None
             self.buffer += chunk
-        out = bytes(self.buffer[:n])
-        del self.buffer[:n]  # a bytearray drops its head without copying the rest
-        return out
+        whole = len(self.buffer) - len(self.buffer) % _DIGEST
+        for i in range(0, whole, _DIGEST):
+            cache.mark_verified(bytes(self.buffer[i : i + _DIGEST]), self.fingerprint)
+        del self.buffer[:whole]
+        self.marked += whole // _DIGEST
+        return whole // _DIGEST
 
     def stop(self) -> None:
         """End the child (finished or not) and reap it."""
@@ -136,6 +130,7 @@ class Helper:
             os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+        self.shared.close()
 
 
 def _child(  # pragma: no cover - runs in the forked child
@@ -144,30 +139,38 @@ def _child(  # pragma: no cover - runs in the forked child
     max_element: int,
     skew: int,
     content_type: str | None,
+    shared: mmap.mmap,
     out: int,
 ) -> None:
     verified: set[bytes] = set()
+    found: list[bytes] = []
+
+    def send() -> None:
+        view = memoryview(b"".join(found))
+        while view:
+            view = view[os.write(out, view) :]
+        found.clear()
+
     index = -1
     for name, data in inputs:
-        items = read_capture(data, name=name, content_type=content_type, stats=ExtractStats())
-        for batch in batched(items):
+        for item in read_capture(data, name=name, content_type=content_type, stats=ExtractStats()):
             index += 1
-            found: list[bytes] = []
-            for position, item in enumerate(batch):
-                if position % SHARE == SHARE - 1 or isinstance(item, CarrierError):
-                    continue  # the parent's, or nothing to verify
-                for element in elements_of(item.value, max_element=max_element):
-                    if element.digest in verified:
-                        continue
-                    try:
-                        verify_element(element, trust, skew=skew)
-                    except HandoffError:
-                        continue
-                    if len(verified) >= _REMEMBERED:
-                        verified.clear()
-                    verified.add(element.digest)
-                    found.append(element.digest)
-            message = _HEAD.pack(index, len(found)) + b"".join(found)
-            view = memoryview(message)
-            while view:
-                view = view[os.write(out, view) :]
+            if isinstance(item, CarrierError):
+                continue
+            (position,) = _POSITION.unpack(shared[:])
+            if index < position + AHEAD:
+                continue  # the parent gets there before an answer could
+            for element in elements_of(item.value, max_element=max_element):
+                if element.digest in verified:
+                    continue
+                try:
+                    verify_element(element, trust, skew=skew)
+                except HandoffError:
+                    continue
+                if len(verified) >= _REMEMBERED:
+                    verified.clear()
+                verified.add(element.digest)
+                found.append(element.digest)
+            if len(found) >= _SEND_EVERY:
+                send()
+    send()

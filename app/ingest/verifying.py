@@ -195,6 +195,7 @@ def _verify_inputs(
                 session.add(item.value, context_for(item, options), source=item.source)
         hand_on()
 
+    position = 0  # items handed to ``judge`` so far, over every input (the helper's index)
     for name, data in inputs:
         items = read_capture(data, name=name, content_type=content_type, stats=stats)
         # The signatures of the next batch are verified on every core while this one is
@@ -202,7 +203,8 @@ def _verify_inputs(
         previous: tuple[list[Carried | CarrierError], Ahead] | None = None
         for batch in batched(items):
             if helper is not None:
-                helper.before(cache)  # the child verified this batch ahead, or leaves it
+                helper.before(position, cache)  # what the child verified ahead so far
+                position += len(batch)
                 judge(batch, Ahead())
                 continue
             found = (i for i in batch if not isinstance(i, CarrierError))
