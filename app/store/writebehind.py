@@ -131,6 +131,11 @@ class BatchWrites:
         self._observations: list[dict[str, Any]] = []
         self._host: list[dict[str, Any]] = []
         self._verdicts: dict[int, _Verdict] = {}
+        # Buffered status verdicts by the offer they name (ids, in the order added): every
+        # item asks for the pending statuses its offers complete, and scanning every
+        # buffered verdict for each made a batch quadratic in its items. An id may be
+        # stale (rolled back, or reused for another verdict): readers check the verdict.
+        self._statuses: dict[bytes, dict[int, None]] = {}
         self._undo: list[tuple[int, _Verdict]] = []
         self.flushes = 0
 
@@ -176,6 +181,8 @@ class BatchWrites:
         """A verdict row, with its id (``verdict_id``) in ``row``, ``refs`` and
         ``observed``; ``kind`` and ``offer`` say what it judged (a status: its offer)."""
         self._verdicts[row["id"]] = _Verdict(row, refs, observed, kind, offer)
+        if kind == "status" and offer is not None:
+            self._statuses.setdefault(offer, {})[row["id"]] = None
 
     def holds_verdict(self, verdict_id: int) -> bool:
         return verdict_id in self._verdicts
@@ -209,11 +216,20 @@ class BatchWrites:
         }
 
     def pending_statuses(self, offers: Collection[bytes]) -> list[Observed]:
-        return [
-            v.observed
-            for v in self._verdicts.values()
-            if v.kind == "status" and v.observed.outcome == "pending" and v.offer in offers
-        ]
+        """The buffered pending statuses naming one of ``offers`` (callers order them by
+        observation, ``by_observation``)."""
+        found = []
+        for offer in offers:
+            for verdict_id in self._statuses.get(offer, ()):
+                v = self._verdicts.get(verdict_id)
+                if (
+                    v is not None
+                    and v.kind == "status"
+                    and v.offer == offer
+                    and v.observed.outcome == "pending"
+                ):
+                    found.append(v.observed)
+        return found
 
     def offers_without_chain(self, offers: Collection[bytes]) -> list[Observed]:
         return [
@@ -285,6 +301,7 @@ class BatchWrites:
         self._observations.clear()
         self._host.clear()
         self._verdicts.clear()
+        self._statuses.clear()
         self._undo.clear()
 
 
