@@ -1,12 +1,15 @@
 """The signature step on a second core, in a forked process (``verify`` on the command line).
 
-``cryptography`` holds the GIL while OpenSSL verifies (two threads verifying take longer
-than one on this machine), so the thread pool of ``app.ingest.signatures`` cannot put a
-second core to work. A process can. ``verify`` holds its inputs in memory before it judges
-them, so a child forked at the start has them too, for nothing: it reads the same capture
-the same way (``read_capture``, so its items are the parent's, in the same order), verifies
-the signatures of items ahead of the parent (each item's element and its carried chain)
-and sends back only the SHA-256 digests of the elements whose signature verified. Before
+``cryptography`` releases the GIL while OpenSSL verifies, but a thread of the pool in
+``app.ingest.signatures`` needs it back after every call, and while ``verify`` judges the
+previous batch in input order its main thread holds it: a pool thread then waits up to
+the interpreter's switch interval (5 ms) per signature, and the second core stays mostly
+idle (0.43 x raw verify with the pool against 0.41 x without, BENCHMARKS.md). A process
+has a GIL of its own. ``verify`` holds its inputs in memory before it judges them, so a
+child forked at the start has them too, for nothing: it reads the same capture the same
+way (``read_capture``, so its items are the parent's, in the same order), verifies the
+signatures of items ahead of the parent (each item's element and its carried chain) and
+sends back only the SHA-256 digests of the elements whose signature verified. Before
 each batch the parent marks whatever has arrived in its signature cache, and the in-order
 checks find those there (``Verifier.check_signature``); what has not arrived they verify
 themselves. As with the threads, a signature that does not verify is never sent, and the
