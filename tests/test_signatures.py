@@ -92,7 +92,7 @@ def test_a_forked_helper_changes_no_verdict_and_is_reaped(
 
     trust, data = capture()
     serial = verdicts(trust, data)
-    monkeypatch.setattr(forked, "workers", lambda: 2)
+    monkeypatch.setattr(forked, "idle_core", lambda: True)
     monkeypatch.setattr(forked, "MIN_OCTETS", 0)
     monkeypatch.setattr(forked, "AHEAD", 7)
     monkeypatch.setattr(verifying, "batched", lambda items: batched(items, 7))
@@ -139,7 +139,7 @@ def test_a_forked_helper_that_dies_leaves_the_work_to_the_checks(
 
     trust, data = capture()
     serial = verdicts(trust, data)
-    monkeypatch.setattr(forked, "workers", lambda: 2)
+    monkeypatch.setattr(forked, "idle_core", lambda: True)
     monkeypatch.setattr(forked, "MIN_OCTETS", 0)
     real_start = forked.Helper.start.__func__  # type: ignore[attr-defined]
 

@@ -467,7 +467,7 @@ def test_verify_with_its_forked_signature_helper_prints_the_same_bytes(
         started.append(helper.pid)
         return helper
 
-    monkeypatch.setattr(forked, "workers", lambda: 2)
+    monkeypatch.setattr(forked, "idle_core", lambda: True)
     monkeypatch.setattr(forked, "MIN_OCTETS", 0)
     monkeypatch.setattr(forked, "AHEAD", 0)
     monkeypatch.setattr(forked.Helper, "start", classmethod(start))
