@@ -38,6 +38,7 @@ agent's own delegations, issue 22 item 3) is not built.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections import OrderedDict
@@ -86,6 +87,11 @@ class Enforcer:
         self.pb = a2a_pb2
         self.tasks: OrderedDict[str, Received] = OrderedDict()
         self.by_offer: dict[bytes, str] = {}
+        # The offers taken on, by dialog (the offer's, and the task's contextId once an
+        # answer shows it): what ``handoff-trace tap --egress`` ties an outgoing call to.
+        self.dialogs: OrderedDict[str, dict[bytes, Received]] = OrderedDict()
+        # MCP tool calls taken on, by (session, request id): what a cancel names.
+        self.calls: OrderedDict[tuple[str, Any], Received] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -93,7 +99,7 @@ class Enforcer:
             return
         path = scope.get("raw_path") or scope["path"].encode()
         if path.split(b"?")[0].endswith((b"message:send", b"message:stream")):
-            await _plain_error(
+            await plain_error(
                 send, "the enforcing tap checks A2A JSON-RPC only: use the JSON-RPC binding"
             )
             return
@@ -104,7 +110,7 @@ class Enforcer:
                 return
             body += message.get("body", b"")
             if len(body) > MAX_BODY:
-                await _plain_error(send, "the request body is too large to check", status=413)
+                await plain_error(send, "the request body is too large to check", status=413)
                 return
             if not message.get("more_body", False):
                 break
@@ -114,18 +120,23 @@ class Enforcer:
         except (ValueError, UnicodeDecodeError):
             # What the tap cannot read it cannot check, and an upstream with another JSON
             # parser might read it: answered here, never forwarded.
-            await _rpc_error(send, None, Refusal(-32700, "the request body is not JSON"))
+            await rpc_error(send, None, Refusal(-32700, "the request body is not JSON"))
             return
         received: Received | None = None
         if isinstance(request, list):
-            await _rpc_error(send, None, Refusal(-32600, "JSON-RPC batches are not checked"))
+            await rpc_error(send, None, Refusal(-32600, "JSON-RPC batches are not checked"))
             return
         if isinstance(request, dict):
             request_id = request.get("id")
+            session = header(scope["headers"], b"mcp-session-id", lower=False).decode("latin-1")
             try:
-                early = self._admit(request)
+                early = self._admit(request, session)
             except Refusal as exc:
-                await _rpc_error(send, request_id, exc)
+                # A refused notification has no id to answer: the Streamable HTTP
+                # transport answers it with an HTTP error (MCP 2025-11-25, "Sending
+                # Messages to the Server").
+                status = 200 if "id" in request else 400
+                await rpc_error(send, request_id, exc, status=status)
                 return
             if isinstance(early, tuple):
                 await self._reply(send, request, early)
@@ -143,20 +154,29 @@ class Enforcer:
 
         inner = dict(scope)
         inner["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
-        call = (request.get("id"), received) if _is_tool_call(request) else None
-        rewriter = _Rewriter(send, self, None if call else received, call)
-        await self.app(inner, again, rewriter.send)
+        if _is_tool_call(request):
+            if received is not None:
+                self._keep_call((session, request_id), received)
+            handle: Callable[[Any], bool] = functools.partial(
+                self.answer_tool, request_id, received
+            )
+        else:
+            handle = functools.partial(self.sign, received=received)
+        await self.app(inner, again, AnswerReader(send, handle).send)
 
     # -- requests -------------------------------------------------------------------------
 
-    def _admit(self, request: dict[str, Any]) -> Received | tuple[Any, ...] | None:
+    def _admit(self, request: dict[str, Any], session: str) -> Received | tuple[Any, ...] | None:
         """None or the Received to forward the request with; a tuple (the retransmission
         reply) to answer it here; raises Refusal."""
         method = request.get("method")
         if method in _UNCHECKED:
-            raise _invalid(str(_UNCHECKED[method]), {"reason": Reason.POLICY.value})
+            raise invalid_params(str(_UNCHECKED[method]), {"reason": Reason.POLICY.value})
         if method == "tools/call":
             return self._tool_call(request)
+        if method == "notifications/cancelled":
+            self._tool_cancel(request.get("params"), session)
+            return None
         if method == "CancelTask":
             self._cancel(request.get("params"))
             return None
@@ -172,7 +192,7 @@ class Enforcer:
                 ignore_unknown_fields=True,
             )
         except (json_format.ParseError, TypeError, ValueError) as exc:
-            raise _invalid(f"invalid params: {str(exc)[:200]}", None) from None
+            raise invalid_params(f"invalid params: {str(exc)[:200]}", None) from None
         message = params.message
         value = carried(message.metadata)
         dialog = message.context_id or None
@@ -183,6 +203,8 @@ class Enforcer:
         else:
             decision = self.agent.check_offer(value, dialog=dialog)
         if decision.run:
+            if decision.received is not None:
+                self.working_in(decision.received.payload.dialog, decision.received)
             return decision.received
         if decision.retransmission:
             return ("retransmission", decision, message.context_id)
@@ -203,6 +225,8 @@ class Enforcer:
             # MCP names no dialog of its own: the carrier dialog is unknown (profile §6.5).
             decision = self.agent.check_offer(value, dialog=None, carrier="mcp")
         if decision.run:
+            if decision.received is not None:
+                self.working_in(decision.received.payload.dialog, decision.received)
             return decision.received
         if decision.retransmission:
             return ("mcp", decision)
@@ -227,9 +251,38 @@ class Enforcer:
             reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
             detail = verdict.detail or ""
         if not ok and self.agent.mode is Mode.ENFORCE:
-            raise _invalid(
+            raise invalid_params(
                 f"cancel refused ({reason}): {detail}", {"reason": reason, "detail": detail}
             )
+
+    def _tool_cancel(self, params: Any, session: str) -> None:
+        """MCP ``notifications/cancelled`` for a tool call that arrived with an offer: it
+        must carry the delegator's signed ``canceled`` in ``params._meta`` (profile §9),
+        checked as the mcp integration checks it. Unlike the in-process integration, which
+        sees the cancel only after the SDK acted on it, the sidecar sees it first: a
+        forged or unsigned cancel is refused (HTTP 400) and never reaches the tool."""
+        if not isinstance(params, dict):
+            return
+        received = self.calls.get((session, params.get("requestId")))
+        if received is None:
+            return
+        from handoff_context import Outcome
+        from handoff_context.carry import MCP_META_KEY
+
+        meta = params.get("_meta")
+        value = meta.get(MCP_META_KEY) if isinstance(meta, dict) else None
+        if value is None:
+            reason, detail, ok = Reason.POLICY.value, "the cancel carries no signed canceled", False
+        else:
+            verdict = self.agent.check_cancel(received, value)
+            ok = verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE)
+            reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
+            detail = verdict.detail or ""
+        if not ok and self.agent.mode is Mode.ENFORCE:
+            from mcp_types.jsonrpc import INVALID_PARAMS
+
+            message = f"cancel refused ({reason}): {detail}"
+            raise Refusal(INVALID_PARAMS, message, {"reason": reason, "detail": detail})
 
     async def _reply(self, send: Send, request: dict[str, Any], early: tuple[Any, ...]) -> None:
         from google.protobuf import json_format
@@ -241,7 +294,7 @@ class Enforcer:
             result = retransmission_result(early[1])
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": dumped}
-            await _send_whole(send, _dumps(answer), "application/json")
+            await _send_whole(send, compact_json(answer), "application/json")
             return
         _, decision, context_id = early
         task_id = self.by_offer.get(decision.verdict.digest or b"")
@@ -249,11 +302,21 @@ class Enforcer:
         result = {"message": json_format.MessageToDict(reply, preserving_proto_field_name=False)}
         answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": result}
         if request.get("method") == "SendStreamingMessage":
-            await _send_whole(send, b"data: " + _dumps(answer) + b"\r\n\r\n", "text/event-stream")
+            await _send_whole(
+                send, b"data: " + compact_json(answer) + b"\r\n\r\n", "text/event-stream"
+            )
         else:
-            await _send_whole(send, _dumps(answer), "application/json")
+            await _send_whole(send, compact_json(answer), "application/json")
 
     # -- answers --------------------------------------------------------------------------
+
+    def working_in(self, dialog: str, received: Received) -> None:
+        """Remember that ``received`` is worked on in ``dialog`` (bounded, oldest out)."""
+        offers = self.dialogs.setdefault(dialog, {})
+        offers[received.offer.digest] = received
+        self.dialogs.move_to_end(dialog)
+        while len(self.dialogs) > _KEEP_TASKS:
+            self.dialogs.popitem(last=False)
 
     def keep(self, task_id: str, received: Received) -> None:
         received.task_id = received.task_id or task_id
@@ -263,6 +326,28 @@ class Enforcer:
         while len(self.tasks) > _KEEP_TASKS:
             _, dropped = self.tasks.popitem(last=False)
             self.by_offer.pop(dropped.offer.digest, None)
+
+    def _keep_call(self, key: tuple[str, Any], received: Received) -> None:
+        self.calls[key] = received
+        self.calls.move_to_end(key)
+        while len(self.calls) > _KEEP_TASKS:
+            self.calls.popitem(last=False)
+
+    def answer_tool(self, request_id: Any, received: Received | None, answer: Any) -> bool:
+        """Sign, in the answer to an MCP tool call that arrived with an offer, the status its
+        result calls for (the mcp integration's ``answered_result``). True when changed."""
+        if received is None or not isinstance(answer, dict) or answer.get("id") != request_id:
+            return False
+        from handoff_context.mcp import answered_result
+
+        if isinstance(answer.get("result"), dict):
+            answer["result"] = answered_result(self.agent, received, answer["result"])
+            return True
+        if "error" in answer:  # the tool call failed: a signed failed, the error unchanged
+            from handoff_context import StatusState
+
+            self.agent.answer(received, StatusState.FAILED)
+        return False
 
     def sign(self, answer: Any, received: Received | None) -> bool:
         """Sign, in a JSON-RPC answer, the task states of a task that arrived with an offer.
@@ -290,27 +375,23 @@ class Enforcer:
         owner = self.tasks.get(task_id)
         if owner is None:
             return False
+        if context_id and context_id != owner.payload.dialog:
+            self.working_in(context_id, owner)
         if not sign_task_status(self.agent, owner, status, task_id=task_id, context_id=context_id):
             return False
         answer["result"] = json_format.MessageToDict(event, preserving_proto_field_name=False)
         return True
 
 
-class _Rewriter:
-    """The upstream's answer on its way back: JSON and event-stream answers are read so
-    that ``Enforcer.sign`` can put signed statuses in; anything else passes untouched."""
+class AnswerReader:
+    """An upstream's answer on its way back: JSON and event-stream answers are read and
+    each JSON-RPC answer in them is given to ``handle``, which may change it in place
+    (``Enforcer`` puts signed statuses in) and says so; anything else passes untouched.
+    The egress proxy (``app.cli.egress``) reads its delegates' answers with it too."""
 
-    def __init__(
-        self,
-        send: Send,
-        enforcer: Enforcer,
-        received: Received | None,
-        call: tuple[Any, Received | None] | None = None,
-    ) -> None:
+    def __init__(self, send: Send, handle: Callable[[Any], bool]) -> None:
         self._send = send
-        self.enforcer = enforcer
-        self.received = received
-        self.call = call  # an MCP tool call: its request id and the offer it took on
+        self.handle = handle
         self.kind = ""
         self.start: MutableMapping[str, Any] = {}
         self.buffer = b""
@@ -318,8 +399,8 @@ class _Rewriter:
     async def send(self, message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             headers = message.get("headers", [])
-            media = _header(headers, b"content-type")
-            encoded = _header(headers, b"content-encoding") not in (b"", b"identity")
+            media = header(headers, b"content-type")
+            encoded = header(headers, b"content-encoding") not in (b"", b"identity")
             if encoded or message["status"] != 200:
                 self.kind = "pass"
             elif media.startswith(b"text/event-stream"):
@@ -376,24 +457,7 @@ class _Rewriter:
             answer = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             return body
-        return _dumps(answer) if self._sign(answer) else body
-
-    def _sign(self, answer: Any) -> bool:
-        if self.call is None:
-            return self.enforcer.sign(answer, self.received)
-        request_id, received = self.call
-        if received is None or not isinstance(answer, dict) or answer.get("id") != request_id:
-            return False
-        from handoff_context.mcp import answered_result
-
-        if isinstance(answer.get("result"), dict):
-            answer["result"] = answered_result(self.enforcer.agent, received, answer["result"])
-            return True
-        if "error" in answer:  # the tool call failed: a signed failed, the error unchanged
-            from handoff_context import StatusState
-
-            self.enforcer.agent.answer(received, StatusState.FAILED)
-        return False
+        return compact_json(answer) if self.handle(answer) else body
 
     def _event(self, block: bytes, sep: bytes) -> bytes:
         line_sep = sep[: len(sep) // 2]
@@ -405,10 +469,10 @@ class _Rewriter:
             answer = json.loads(b"\n".join(data))
         except (ValueError, UnicodeDecodeError):
             return block
-        if not self._sign(answer):
+        if not self.handle(answer):
             return block
         rest = [line for line in lines if not line.startswith(b"data:")]
-        return line_sep.join([*rest, b"data: " + _dumps(answer)])
+        return line_sep.join([*rest, b"data: " + compact_json(answer)])
 
 
 def _is_tool_call(request: Any) -> bool:
@@ -421,14 +485,15 @@ def _event_end(buffer: bytes) -> tuple[int, bytes]:
     return min(found) if found else (-1, b"")
 
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
+def header(headers: list[tuple[bytes, bytes]], name: bytes, *, lower: bool = True) -> bytes:
     for key, value in headers:
         if key.lower() == name:
-            return bytes(value).strip().lower()
+            value = bytes(value).strip()
+            return value.lower() if lower else value
     return b""
 
 
-def _dumps(value: Any) -> bytes:
+def compact_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -439,7 +504,7 @@ def _refused(decision: Decision) -> Refusal:
     return _rendered(refused(decision))
 
 
-def _invalid(message: str, data: dict[str, Any] | None) -> Refusal:
+def invalid_params(message: str, data: dict[str, Any] | None) -> Refusal:
     from a2a.utils.errors import InvalidParamsError
 
     return _rendered(InvalidParamsError(message=message, data=data))
@@ -453,16 +518,16 @@ def _rendered(error: Any) -> Refusal:
     return Refusal(body["code"], body["message"], body.get("data"))
 
 
-async def _rpc_error(send: Send, request_id: Any, exc: Refusal) -> None:
+async def rpc_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 200) -> None:
     error: dict[str, Any] = {"code": exc.code, "message": exc.message}
     if exc.data is not None:
         error["data"] = exc.data
     answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
-    await _send_whole(send, _dumps(answer), "application/json")
+    await _send_whole(send, compact_json(answer), "application/json", status=status)
 
 
-async def _plain_error(send: Send, detail: str, *, status: int = 400) -> None:
-    await _send_whole(send, _dumps({"detail": detail}), "application/json", status=status)
+async def plain_error(send: Send, detail: str, *, status: int = 400) -> None:
+    await _send_whole(send, compact_json({"detail": detail}), "application/json", status=status)
 
 
 async def _send_whole(send: Send, body: bytes, media: str, *, status: int = 200) -> None:
