@@ -438,8 +438,6 @@ def enforcing_agent(args: argparse.Namespace, reporter: Reporter) -> Any:
 def egress_of(args: argparse.Namespace, app: Any, client: httpx.AsyncClient) -> Any:
     """The egress proxy for ``--egress-listen``, or None. Raises UsageError."""
     if args.egress_listen is None:
-        if args.delegate:
-            raise UsageError("--delegate is for --egress-listen")
         return None
     from app.cli.egress import Egress, delegates_of, loopback
 
@@ -514,8 +512,10 @@ def cmd_tap(args: argparse.Namespace) -> int:
     agent = enforcing_agent(args, reporter)
     client = upstream_client(args.idle_timeout)
     egress = None
+    if args.delegate and args.egress_listen is None:
+        raise UsageError("--delegate is for --egress-listen")
     if agent is None:
-        if args.egress_listen is not None or args.delegate:
+        if args.egress_listen is not None:
             raise UsageError("--egress-listen needs --enforce and the agent's --key-file")
         app: Any = build_tap(args.upstream, reporter, client, forwarded_host=args.forwarded_host)
     else:
