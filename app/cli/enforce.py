@@ -32,8 +32,14 @@ A2A 0.3 methods (``message/send``, ``message/stream``), the HTTP+JSON binding's
 ``message:send`` / ``message:stream`` and JSON-RPC batches are refused with a clear error.
 Everything else (agent card, ``GetTask``, ``ListTasks``, ...) is forwarded; answers about
 a known task are signed too. A guarded request goes upstream without the client's
-``Accept-Encoding``, so that its answer can be read and signed. Egress signing (the
-agent's own delegations, issue 22 item 3) is not built.
+``Accept-Encoding``, so that its answer can be read and signed.
+
+- MCP ``notifications/cancelled`` for a tool call that arrived with an offer must carry the
+  delegator's signed ``canceled``: a forged or unsigned one is refused (HTTP 400) and
+  never reaches the tool.
+
+The offers taken on are kept by task and by dialog (``tasks``, ``dialogs``): the egress
+proxy (``app.cli.egress``) continues them in the agent's own delegations.
 """
 
 from __future__ import annotations

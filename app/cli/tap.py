@@ -36,7 +36,10 @@ With ``--enforce`` the tap is the agent's handoff side instead of a watcher: the
 app sits behind ``app.cli.enforce.Enforcer``, which checks every A2A send with the agent's
 ``handoff_context.agent.Agent`` (``--receiver``, ``--trust``, optionally its key from
 ``--key-file``) before it is forwarded and signs the statuses of the task states the
-answers show; the agent's reports replace the watching tap's.
+answers show; the agent's reports replace the watching tap's. With ``--egress-listen`` the
+same process also listens, on loopback, as the agent's HTTP proxy to its ``--delegate``
+peers and signs its delegations (``app.cli.egress.Egress``): one uvicorn server with two
+sockets (``Listeners`` tells them apart), so one shutdown covers both.
 """
 
 from __future__ import annotations
