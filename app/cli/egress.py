@@ -369,7 +369,7 @@ class Egress:
 
         error = answer.get("error")
         if isinstance(error, dict):
-            check_refusal(self.agent, delegation, error.get("data"))
+            check_refusal(self.agent, delegation, error_data(error))
             return False
         if not isinstance(answer.get("result"), dict):
             return False
@@ -396,13 +396,26 @@ class Egress:
         if isinstance(error, dict):
             from handoff_context.a2a import check_refusal
 
-            check_refusal(self.agent, delegation, error.get("data"))
+            check_refusal(self.agent, delegation, error_data(error))
         elif isinstance(result, dict):
             meta = result.get("_meta")
             value = meta.get(MCP_META_KEY) if isinstance(meta, dict) else None
             if value is not None:
                 self.agent.check_reply(delegation, value)
         return False
+
+
+def error_data(error: dict[str, Any]) -> Any:
+    """A JSON-RPC error's ``data`` as the SDK clients hand it over: the a2a-sdk renders it
+    as a list holding a ``google.rpc.ErrorInfo`` whose ``metadata`` is the data (its
+    client unwraps it so); the mcp SDK sends the map itself."""
+    data = error.get("data")
+    if isinstance(data, list):
+        for item in data:
+            if isinstance(item, dict) and str(item.get("@type", "")).endswith("rpc.ErrorInfo"):
+                return item.get("metadata")
+        return None
+    return data
 
 
 def _untouched(answer: Any) -> bool:

@@ -1,0 +1,358 @@
+"""The sidecar's egress (``handoff-trace tap --egress-listen``, issue 22 item 3) and the MCP
+cancel check of ``--enforce``, case by case, with the sidecar's own objects in process
+(``Enforcer``, ``Egress``, ``Listeners`` on one uvicorn server with two sockets, as
+``cmd_tap`` builds them) between real a2a-sdk and mcp servers and clients. The whole
+command, with a real service, is tests/live/test_tap_enforce.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError
+from handoff_context import (
+    Form,
+    InMemoryState,
+    Policy,
+    StatusState,
+    continue_handoff,
+    handoff_object,
+    make_offer,
+    make_status,
+    parse_element,
+    status_object,
+)
+from handoff_context.agent import Agent
+from mcp.server.mcpserver import MCPServer
+
+from app.capture.carriers import MCP_META_KEY
+from app.cli.egress import Delegate, Egress
+from app.cli.enforce import Enforcer
+from app.cli.tap import Listeners, forwarding_app, upstream_client
+
+from .agents import Worker, a2a_app, card, offer_of
+from .hostile import message
+from .servers import free_port, serving, serving_twice, wait_until
+from .system import CLIENT, CODER, PLANNER, TESTER, TOOL, TRUST_STORE
+from .test_enforce import MCP_HEADERS, a2a_sender, forged_cancel, rpc, send
+from .test_tap_enforce import planner_client
+
+
+@dataclass
+class Sidecar:
+    """The coder's sidecar: its ingress URL, its egress proxy and what its agent judged."""
+
+    ingress: str
+    proxy: str
+    verdicts: list[Any] = field(default_factory=list)
+
+
+class Recording(Worker):
+    """The tester's executor: as ``Worker``, and it keeps the offer each run came with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offers: list[Any] = []
+
+    async def execute(self, context: Any, event_queue: Any) -> None:
+        offer = offer_of(context.message)
+        self.offers.append(None if offer is None else parse_element(offer, Form.JWS).payload)
+        await super().execute(context, event_queue)
+
+
+@dataclass
+class Downstream:
+    """The coder's delegate, with the in-process integration (``HandoffRequestHandler``):
+    a chain of at most two offers (planner -> coder -> tester)."""
+
+    url: str
+    worker: Recording
+    verdicts: list[Any]
+
+    def offers(self) -> list[Any]:
+        return [v for v in self.verdicts if v.element == "offer"]
+
+
+@contextlib.contextmanager
+def delegate_tester() -> Iterator[Downstream]:
+    verdicts: list[Any] = []
+    agent = Agent(
+        TESTER,
+        TRUST_STORE,
+        state=InMemoryState(),
+        policy=Policy(max_chain=2),
+        on_verdict=verdicts.append,
+    )
+    worker = Recording()
+    with serving(a2a_app(worker, card("http://tester/"), agent)) as url:
+        yield Downstream(url, worker, verdicts)
+
+
+@contextlib.contextmanager
+def sidecar(upstream_app: Any, *delegates: Delegate, untied: str = "refuse") -> Iterator[Sidecar]:
+    """The coder (``upstream_app``, no handoff code) behind its sidecar, built as
+    ``handoff-trace tap --enforce --key-file --egress-listen`` builds it."""
+    verdicts: list[Any] = []
+    agent = Agent(CODER, TRUST_STORE, state=InMemoryState(), on_verdict=verdicts.append)
+    client = upstream_client(30.0)  # closed by the ingress side's lifespan
+    with serving(upstream_app, lifespan="on") as upstream:
+        enforcer = Enforcer(forwarding_app(upstream, client), agent)
+        egress = Egress(
+            enforcer, delegates, lambda origin: forwarding_app(origin, client), untied=untied
+        )
+        ports = (free_port(), free_port())
+        app = Listeners(enforcer, egress, ("127.0.0.1", ports[1]))
+        with serving_twice(app, ports) as (ingress, proxy):
+            yield Sidecar(ingress, proxy, verdicts)
+
+
+@contextlib.asynccontextmanager
+async def through(proxy: str, to: str, **headers: str) -> Any:
+    """A plain a2a-sdk client (the coder's, no handoff code) that reaches ``to`` through
+    the egress proxy."""
+    from a2a.client import ClientConfig, ClientFactory
+
+    async with httpx.AsyncClient(proxy=proxy, headers=headers, timeout=30) as http:
+        config = ClientConfig(httpx_client=http, streaming=False)
+        yield ClientFactory(config).create(card(to + "/"))
+
+
+async def working(ingress: str, dialog: str, carried: dict[str, Any] | None = None) -> str:
+    """A task the coder takes on (it stops at input-required, its offer still live); with
+    ``carried``, that handoff, else the planner's own. Returns the task id."""
+    if carried is not None:
+        async with a2a_sender(ingress) as client:
+            events = await send(client, message("lost", dialog, carried))
+        return str(events[-1].task.id)
+    async with planner_client(ingress, streaming=False) as planner:
+        delegation = await planner.delegate(
+            pb.SendMessageRequest(message=message("lost", dialog, None))
+        )
+    assert delegation.task_id
+    return delegation.task_id
+
+
+def prev_of(payload: Any, offers: dict[str, bytes | None]) -> str | None:
+    """Which of ``offers`` (digests, by name) the offer ``payload`` continues (its prev)."""
+    return next((n for n, digest in offers.items() if digest == payload.prev), None)
+
+
+def test_only_the_delegates_are_reached() -> None:
+    with (
+        delegate_tester() as t,
+        sidecar(a2a_app(Worker(), card("http://coder/")), Delegate(TESTER.iss, t.url)) as s,
+    ):
+        with httpx.Client(proxy=s.proxy, timeout=30) as http:
+            # Another host: nothing is fetched for it.
+            other = http.get("http://127.0.0.1:1/.well-known/agent-card.json")
+            assert other.status_code == 403 and "--delegate" in other.json()["detail"]
+            # The delegate itself: passed through unchanged (its agent card).
+            assert http.get(t.url + "/.well-known/agent-card.json").json()["name"] == "delegate"
+        # A direct request that names no delegate in Host.
+        assert httpx.get(s.proxy + "/", timeout=30).status_code == 403
+        # A tunnel cannot be read, nor signed: refused.
+        with httpx.Client(proxy=s.proxy, timeout=30) as http, pytest.raises(httpx.ProxyError):
+            http.get("https://127.0.0.1:1/")
+    assert t.worker.runs == []
+
+
+def test_a_call_continues_the_handoff_it_names_and_no_other() -> None:
+    """Two tasks of one dialog are live at the coder: a call naming only the dialog is
+    ambiguous and refused; one naming a task (referenceTaskIds, or the Handoff-Context
+    header) continues that task's offer; a call in another dialog is refused (untied).
+    A cancel of a delegation gets the coder's signed canceled from the sidecar."""
+    with (
+        delegate_tester() as t,
+        sidecar(a2a_app(Worker(), card("http://coder/")), Delegate(TESTER.iss, t.url)) as s,
+    ):
+
+        async def scenario() -> None:
+            first = await working(s.ingress, "two")
+            second = await working(s.ingress, "two")
+            async with through(s.proxy, t.url) as client:
+                with pytest.raises(InvalidParamsError) as refused:
+                    await send(client, message("complete", "two", None))
+                assert "holds 2 handoffs" in str((refused.value.data or {})["detail"])
+                named = message("complete", "two", None)
+                named.reference_task_ids.append(first)
+                events = await send(client, named)
+                assert events[-1].task.status.state == pb.TaskState.TASK_STATE_COMPLETED
+                with pytest.raises(InvalidParamsError) as refused:
+                    await send(client, message("complete", "elsewhere", None))
+                assert (refused.value.data or {})["reason"] == "policy"
+            async with through(s.proxy, t.url, **{"Handoff-Context": second}) as client:
+                events = await send(client, message("wait", "two", None), immediately=True)
+                task_id = events[-1].task.id
+                await asyncio.to_thread(
+                    wait_until, lambda: t.worker.runs[-1:] == ["wait"], what="the wait task"
+                )
+                # The coder cancels as any A2A client does; the sidecar signs the canceled
+                # the tester's integration requires.
+                task = await client.cancel_task(pb.CancelTaskRequest(id=task_id))
+                assert task.status.state == pb.TaskState.TASK_STATE_CANCELED
+            return first, second
+
+        asyncio.run(scenario())
+    taken = [v for v in s.verdicts if v.element == "offer"]  # the two the coder took on
+    assert [v.outcome.value for v in taken] == ["accept", "accept"]
+    by_name = {"first": taken[0].digest, "second": taken[1].digest}
+    assert [v.outcome.value for v in t.offers()] == ["accept", "accept"]
+    # Each continues the offer of the task its call named, in the dialog of both.
+    assert [(prev_of(o, by_name), o.iss, o.dialog) for o in t.worker.offers] == [
+        ("first", CODER.iss, "two"),
+        ("second", CODER.iss, "two"),
+    ]
+    assert t.worker.runs == ["complete", "wait"]
+    cancel = [v for v in t.verdicts if v.source == "cancel"]
+    assert [(v.outcome.value, v.iss) for v in cancel] == [("accept", CODER.iss)]
+
+
+def test_an_untied_call_starts_a_new_dialog_with_the_flag() -> None:
+    with (
+        delegate_tester() as t,
+        sidecar(
+            a2a_app(Worker(), card("http://coder/")),
+            Delegate(TESTER.iss, t.url),
+            untied="new-dialog",
+        ) as s,
+    ):
+
+        async def scenario() -> None:
+            async with through(s.proxy, t.url) as client:
+                events = await send(client, message("complete", "fresh", None))
+                assert events[-1].task.status.state == pb.TaskState.TASK_STATE_COMPLETED
+
+        asyncio.run(scenario())
+    (judged,) = t.offers()
+    assert judged.outcome.value == "accept"
+    (offer,) = t.worker.offers
+    assert (offer.iss, offer.dialog, offer.prev) == (CODER.iss, "fresh", None)
+
+
+def test_a_chain_too_deep_for_the_delegate_is_refused_there_and_checked() -> None:
+    """The coder took on a handoff with a chain (client -> planner -> coder); its
+    delegation would make the chain three offers long, one more than the tester takes:
+    the tester refuses it (too-deep) with a signed rejected, which the sidecar checks."""
+    now = int(time.time())
+    root = make_offer(CLIENT, aud=PLANNER.iss, dialog="deep", iat=now)
+    carried = continue_handoff(PLANNER, handoff_object(root), aud=CODER.iss, iat=now)
+    with (
+        delegate_tester() as t,
+        sidecar(a2a_app(Worker(), card("http://coder/")), Delegate(TESTER.iss, t.url)) as s,
+    ):
+
+        async def scenario() -> Any:
+            await working(s.ingress, "deep", carried)
+            async with through(s.proxy, t.url) as client:
+                with pytest.raises(InvalidParamsError) as refused:
+                    await send(client, message("complete", "deep", None))
+            return refused.value.data
+
+        data = asyncio.run(scenario())
+    assert data["reason"] == "too-deep"
+    rejected = parse_element(data["status"].encode("ascii"), Form.JWS).payload
+    assert (rejected.iss, rejected.state) == (TESTER.iss, StatusState.REJECTED)
+    statuses = [v for v in s.verdicts if v.element == "status"]
+    assert [(v.outcome.value, v.iss) for v in statuses] == [("accept", TESTER.iss)]
+    assert t.worker.runs == []
+
+
+# --- the MCP cancel through --enforce (issue 22, item 2 leftover) -------------------------
+
+
+class HoldingTool:
+    """A plain mcp tool (no handoff code) that works until it is cancelled; ``cancels``
+    counts the cancel notifications that reach it."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+        self.cancels = 0
+        server = MCPServer("holder")
+
+        @server.tool()
+        async def hold(target: str) -> str:
+            self.started.append(target)
+            try:
+                await anyio.sleep(60)
+            except anyio.get_cancelled_exc_class():
+                self.cancelled.append(target)
+                raise
+            return "done"
+
+        inner = server.streamable_http_app()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await inner(scope, receive, send)
+                return
+            body = b""
+
+            async def counting() -> Any:
+                nonlocal body
+                message = await receive()
+                body += message.get("body", b"")
+                if b"notifications/cancelled" in body and not message.get("more_body"):
+                    self.cancels += 1
+                return message
+
+            await inner(scope, counting, send)
+
+        self.app = app
+
+
+def test_a_forged_mcp_cancel_never_reaches_the_tool() -> None:
+    tool = HoldingTool()
+    now = int(time.time())
+    offer = make_offer(PLANNER, aud=TOOL.iss, dialog="tap-mcp-cancel", iat=now)
+    forged = forged_cancel(offer, by=CODER, iat=now)
+    real = make_status(PLANNER, offer_octets=offer, state="canceled", iat=now)
+    agent = Agent(TOOL, TRUST_STORE, state=InMemoryState())
+    client = upstream_client(30.0)
+
+    async def session(url: str) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+            hello["clientInfo"] = {"name": "planner", "version": "1"}
+            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+            answer = await rpc(http, MCP_HEADERS, init)
+            headers = {
+                **MCP_HEADERS,
+                "mcp-session-id": answer.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-11-25",
+            }
+            await rpc(http, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            params = {"name": "hold", "arguments": {"target": "1"}}
+            params["_meta"] = {MCP_META_KEY: handoff_object(offer)}
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+            pending = asyncio.create_task(rpc(http, headers, call))
+            await asyncio.to_thread(wait_until, lambda: tool.started == ["1"], what="the tool")
+
+            def cancel(status: bytes | None) -> dict[str, Any]:
+                note: dict[str, Any] = {"requestId": 1}
+                if status is not None:
+                    note["_meta"] = {MCP_META_KEY: status_object(status)}
+                return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": note}
+
+            for bad in (forged, None):
+                refused = await rpc(http, headers, cancel(bad))
+                assert refused.status_code == 400, refused.text
+                assert refused.json()["error"]["data"]["reason"] == "policy"
+            assert (await rpc(http, headers, cancel(real))).status_code == 202
+            await pending
+
+    with (
+        serving(tool.app, lifespan="on") as upstream,
+        serving(Enforcer(forwarding_app(upstream, client), agent), lifespan="on") as url,
+    ):
+        asyncio.run(session(url))
+    assert tool.cancels == 1  # only the delegator's own cancel reached the tool
+    assert tool.cancelled == ["1"]
