@@ -27,9 +27,14 @@ SDK's calls, through the same functions:
   reported, the error unchanged; a retransmission gets an ``isError`` result carrying the
   last status (the sidecar keeps no tool results).
 
+- the HTTP+JSON binding's ``message:send``, ``message:stream`` and ``tasks/ID:cancel`` are
+  checked as their JSON-RPC twins (the body is the same request message); a refusal is
+  the error as the SDK's REST server renders it (HTTP 400, a ``google.rpc.ErrorInfo``
+  whose ``metadata`` is the data), and answers (the result itself) are signed alike.
+
 What it cannot check it does not let through: a POST body that is not JSON (-32700), the
-A2A 0.3 methods (``message/send``, ``message/stream``), the HTTP+JSON binding's
-``message:send`` / ``message:stream`` and JSON-RPC batches are refused with a clear error.
+A2A 0.3 methods (``message/send``, ``message/stream``) and JSON-RPC batches are refused
+with a clear error.
 Everything else (agent card, ``GetTask``, ``ListTasks``, ...) is forwarded; answers about
 a known task are signed too. A guarded request goes upstream without the client's
 ``Accept-Encoding``, so that its answer can be read and signed.
@@ -47,6 +52,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -77,9 +83,10 @@ class Refusal(HandoffTraceError):
 
     reason = "refused"
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: Any = None, error: Any = None) -> None:
         super().__init__(message)
         self.code, self.message, self.data = code, message, data
+        self.error = error  # the a2a-sdk error, when it is one (the HTTP+JSON rendering)
 
 
 class Enforcer:
@@ -104,11 +111,7 @@ class Enforcer:
             await self.app(scope, receive, send)
             return
         path = scope.get("raw_path") or scope["path"].encode()
-        if path.split(b"?")[0].endswith((b"message:send", b"message:stream")):
-            await plain_error(
-                send, "the enforcing tap checks A2A JSON-RPC only: use the JSON-RPC binding"
-            )
-            return
+        rest = rest_call(path.split(b"?")[0])
         body = b""
         while True:
             message = await receive()
@@ -120,32 +123,43 @@ class Enforcer:
                 return
             if not message.get("more_body", False):
                 break
+        fail = rpc_error if rest is None else _rest_error
         request_id: Any = None
         try:
             request = json.loads(body) if body.strip() else None
         except (ValueError, UnicodeDecodeError):
             # What the tap cannot read it cannot check, and an upstream with another JSON
             # parser might read it: answered here, never forwarded.
-            await rpc_error(send, None, Refusal(-32700, "the request body is not JSON"))
+            await fail(send, None, Refusal(-32700, "the request body is not JSON"))
             return
+        if rest is not None:
+            # The HTTP+JSON binding's send or cancel: checked as its JSON-RPC twin.
+            method, task_id = rest
+            if not isinstance(request, dict) and request is not None:
+                await fail(send, None, Refusal(-32600, "the request body is not a JSON object"))
+                return
+            params = dict(request or {})
+            if task_id is not None:
+                params["id"] = task_id
+            request = {"method": method, "params": params}
         received: Received | None = None
+        session = header(scope["headers"], b"mcp-session-id", lower=False).decode("latin-1")
         if isinstance(request, list):
-            await rpc_error(send, None, Refusal(-32600, "JSON-RPC batches are not checked"))
+            await fail(send, None, Refusal(-32600, "JSON-RPC batches are not checked"))
             return
         if isinstance(request, dict):
             request_id = request.get("id")
-            session = header(scope["headers"], b"mcp-session-id", lower=False).decode("latin-1")
             try:
                 early = self._admit(request, session)
             except Refusal as exc:
                 # A refused notification has no id to answer: the Streamable HTTP
                 # transport answers it with an HTTP error (MCP 2025-11-25, "Sending
                 # Messages to the Server").
-                status = 200 if "id" in request else 400
-                await rpc_error(send, request_id, exc, status=status)
+                status = 200 if "id" in request or rest is not None else 400
+                await fail(send, request_id, exc, status=status)
                 return
             if isinstance(early, tuple):
-                await self._reply(send, request, early)
+                await self._reply(send, request, early, rest=rest is not None)
                 return
             received = early
 
@@ -166,6 +180,8 @@ class Enforcer:
             handle: Callable[[Any], bool] = functools.partial(
                 self.answer_tool, request_id, received
             )
+        elif rest is not None:
+            handle = functools.partial(self.sign_bare, received=received)
         else:
             handle = functools.partial(self.sign, received=received)
         await self.app(inner, again, AnswerReader(send, handle).send)
@@ -290,7 +306,9 @@ class Enforcer:
             message = f"cancel refused ({reason}): {detail}"
             raise Refusal(INVALID_PARAMS, message, {"reason": reason, "detail": detail})
 
-    async def _reply(self, send: Send, request: dict[str, Any], early: tuple[Any, ...]) -> None:
+    async def _reply(
+        self, send: Send, request: dict[str, Any], early: tuple[Any, ...], *, rest: bool = False
+    ) -> None:
         from google.protobuf import json_format
         from handoff_context.a2a import retransmission_reply
 
@@ -307,6 +325,8 @@ class Enforcer:
         reply = retransmission_reply(decision, context_id=context_id, task_id=task_id)
         result = {"message": json_format.MessageToDict(reply, preserving_proto_field_name=False)}
         answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": result}
+        if rest:  # the HTTP+JSON binding answers with the result itself
+            answer = result
         if request.get("method") == "SendStreamingMessage":
             await _send_whole(
                 send, b"data: " + compact_json(answer) + b"\r\n\r\n", "text/event-stream"
@@ -354,6 +374,17 @@ class Enforcer:
 
             self.agent.answer(received, StatusState.FAILED)
         return False
+
+    def sign_bare(self, answer: Any, received: Received | None) -> bool:
+        """``sign`` for the HTTP+JSON binding, whose answers are the result itself."""
+        if not isinstance(answer, dict) or "error" in answer:
+            return False
+        wrapped = {"result": answer}
+        if not self.sign(wrapped, received):
+            return False
+        answer.clear()
+        answer.update(wrapped["result"])
+        return True
 
     def sign(self, answer: Any, received: Received | None) -> bool:
         """Sign, in a JSON-RPC answer, the task states of a task that arrived with an offer.
@@ -411,7 +442,8 @@ class AnswerReader:
                 self.kind = "pass"
             elif media.startswith(b"text/event-stream"):
                 self.kind = "events"
-            elif media.startswith(b"application/json"):
+            elif media.startswith(b"application/json") or media.split(b";")[0].endswith(b"+json"):
+                # application/a2a+json: the A2A HTTP+JSON binding's answers.
                 self.kind = "json"
             else:
                 self.kind = "pass"
@@ -521,7 +553,7 @@ def _rendered(error: Any) -> Refusal:
     from a2a.server.request_handlers.response_helpers import build_error_response
 
     body = build_error_response(None, error)["error"]
-    return Refusal(body["code"], body["message"], body.get("data"))
+    return Refusal(body["code"], body["message"], body.get("data"), error)
 
 
 async def rpc_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 200) -> None:
@@ -530,6 +562,34 @@ async def rpc_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 
         error["data"] = exc.data
     answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
     await _send_whole(send, compact_json(answer), "application/json", status=status)
+
+
+def rest_call(path: bytes) -> tuple[str, str | None] | None:
+    """The A2A HTTP+JSON call a POST to ``path`` is, as its JSON-RPC method and the task
+    id the path names: ``.../message:send``, ``.../message:stream``, ``.../tasks/ID:cancel``
+    (any prefix, a tenant's included); None for any other path."""
+    if path.endswith(b"/message:send"):
+        return "SendMessage", None
+    if path.endswith(b"/message:stream"):
+        return "SendStreamingMessage", None
+    head, slash, last = path.rpartition(b"/")
+    if slash and last.endswith(b":cancel") and head.endswith(b"/tasks") and len(last) > 7:
+        return "CancelTask", urllib.parse.unquote(last[:-7].decode("latin-1"))
+    return None
+
+
+async def _rest_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 400) -> None:
+    """A refusal as the a2a-sdk's HTTP+JSON server renders its error (what its REST client
+    raises: ``InvalidParamsError`` with the same ``data``), with that error's own HTTP
+    status (``request_id`` and ``status``: unused, ``rpc_error``'s signature)."""
+    from a2a.utils.error_handlers import build_rest_error_payload
+
+    if exc.error is not None:
+        payload = build_rest_error_payload(exc.error)
+    else:
+        payload = {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": exc.message}}
+    code = payload["error"].get("code", 400)
+    await _send_whole(send, compact_json(payload), "application/json", status=int(code))
 
 
 async def plain_error(send: Send, detail: str, *, status: int = 400) -> None:

@@ -30,20 +30,21 @@ from handoff_context import (
     parse_element,
     status_object,
 )
+from handoff_context.a2a import HandoffClient
 from handoff_context.agent import Agent
 from mcp.server.mcpserver import MCPServer
 
-from app.capture.carriers import MCP_META_KEY
+from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 from app.cli.egress import Delegate, Egress
 from app.cli.enforce import Enforcer
 from app.cli.tap import Listeners, forwarding_app, upstream_client
 
 from .agents import Worker, a2a_app, card, offer_of
-from .hostile import message
+from .hostile import hostile_offers, message
 from .servers import free_port, serving, serving_twice, wait_until
 from .system import CLIENT, CODER, PLANNER, TESTER, TOOL, TRUST_STORE
-from .test_enforce import MCP_HEADERS, a2a_sender, forged_cancel, rpc, send
-from .test_tap_enforce import planner_client
+from .test_enforce import MCP_HEADERS, a2a_sender, check_rejected, forged_cancel, rpc, send
+from .test_tap_enforce import coder_states, planner_client
 
 
 @dataclass
@@ -356,3 +357,70 @@ def test_a_forged_mcp_cancel_never_reaches_the_tool() -> None:
         asyncio.run(session(url))
     assert tool.cancels == 1  # only the delegator's own cancel reached the tool
     assert tool.cancelled == ["1"]
+
+
+# --- the HTTP+JSON binding through --enforce (issue 22, item 2 leftover) --------------------
+
+
+@contextlib.asynccontextmanager
+async def rest_client(url: str) -> Any:
+    """A plain a2a-sdk client speaking the HTTP+JSON binding (the card's second interface)."""
+    from a2a.client import ClientConfig, ClientFactory
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        config = ClientConfig(
+            httpx_client=http, streaming=False, supported_protocol_bindings=["HTTP+JSON"]
+        )
+        yield ClientFactory(config).create(card(url + "/"))
+
+
+def test_http_json_sends_and_cancels_are_checked_like_json_rpc() -> None:
+    worker = Worker()
+    now = int(time.time())
+    hostile = hostile_offers(CODER, now=now, tag="rest")
+    waiting = make_offer(PLANNER, aud=CODER.iss, dialog="rest-cancel", iat=now)
+
+    async def scenario(url: str) -> None:
+        async with rest_client(url) as client:
+            for h in hostile:
+                with pytest.raises(InvalidParamsError) as refused:
+                    await send(client, message("complete", h.dialog, h.carried))
+                data = refused.value.data or {}
+                assert data["reason"] == h.reason, (h.name, data)
+                if h.signed:
+                    check_rejected(
+                        data["status"], offer=str(h.carried["offer"]).encode(), reason=h.reason
+                    )
+            planner = HandoffClient(
+                Agent(PLANNER, TRUST_STORE, state=InMemoryState()), client, to=CODER.iss
+            )
+            delegation = await planner.delegate(
+                pb.SendMessageRequest(message=message("complete", "rest-good", None))
+            )
+            assert delegation.state is StatusState.COMPLETED
+            assert coder_states(delegation.statuses) == [StatusState.COMPLETED]
+            # A cancel needs the delegator's signed canceled here too.
+            events = await send(
+                client, message("wait", "rest-cancel", handoff_object(waiting)), immediately=True
+            )
+            task_id = events[-1].task.id
+            await asyncio.to_thread(
+                wait_until, lambda: worker.runs[-1:] == ["wait"], what="the wait task"
+            )
+            forged = pb.CancelTaskRequest(id=task_id)
+            forged.metadata.update(
+                {A2A_EXTENSION_URI: status_object(forged_cancel(waiting, by=TOOL, iat=now))}
+            )
+            with pytest.raises(InvalidParamsError) as refused:
+                await client.cancel_task(forged)
+            assert (refused.value.data or {})["reason"] == "policy"
+            assert not worker.cancels[task_id].is_set()
+            real = pb.CancelTaskRequest(id=task_id)
+            canceled = make_status(PLANNER, offer_octets=waiting, state="canceled", iat=now)
+            real.metadata.update({A2A_EXTENSION_URI: status_object(canceled)})
+            task = await client.cancel_task(real)
+            assert task.status.state == pb.TaskState.TASK_STATE_CANCELED
+
+    with sidecar(a2a_app(worker, card("http://coder/"))) as s:
+        asyncio.run(scenario(s.ingress))
+    assert worker.runs == ["complete", "wait"]  # the hostile offers never reached the coder
