@@ -340,7 +340,8 @@ class Relaying(Worker):
     same for an agent whose code is not touched at all). With ``agent`` instead, it is the
     in-process integration's coder: the same work through ``HandoffClient`` and
     ``HandoffMcpClient``, for the comparison. Scripts: ``relay`` (the tester and the
-    tool), ``elsewhere`` (the tester, in another dialog than its task's)."""
+    tool), ``elsewhere`` (the tester, in another dialog than its task's), and the
+    ``Worker``'s own (``complete``, ``fail``, ...), which delegate nothing."""
 
     def __init__(self, tester_url: str, tool_url: str) -> None:
         super().__init__()
@@ -353,6 +354,9 @@ class Relaying(Worker):
         from a2a.helpers.proto_helpers import new_task_from_user_message
         from a2a.server.tasks import TaskUpdater
 
+        if context.get_user_input().split()[0] not in ("relay", "elsewhere"):
+            await super().execute(context, event_queue)
+            return
         self.runs.append(context.get_user_input())
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         await event_queue.enqueue_event(
@@ -399,6 +403,9 @@ class Relaying(Worker):
                 return await client.call_tool("build", {"target": "x"})
 
 
+SIDES = ("sidecar", "in-process")
+
+
 def test_the_sidecar_signs_the_coders_own_delegations(svc: Service, tmp_path: Path) -> None:
     """planner -> coder -> tester (A2A) and coder -> tool (MCP), the coder with no handoff
     code behind one sidecar for its ingress and egress: the tester and the tool accept the
@@ -406,6 +413,7 @@ def test_the_sidecar_signs_the_coders_own_delegations(svc: Service, tmp_path: Pa
     the service shows the dialog's three hops settled with no flag, exactly as for the
     same work by the in-process integration; a call the sidecar cannot tie to the handoff
     it continues is refused (``--egress-untied refuse``) before it reaches the tester."""
+    now = int(time.time())
     verdicts: list[Any] = []
     reporters = [
         Reporter(svc.url, svc.token, receiver=who.iss, interval=0.05)
@@ -428,6 +436,17 @@ def test_the_sidecar_signs_the_coders_own_delegations(svc: Service, tmp_path: Pa
             request = pb.SendMessageRequest(message=message(script, dialog, None))
             return await planner.delegate(request)
 
+    async def same_script(url: str, how: str) -> Delegation:
+        """The script both coders run: a failing task, an expired offer, then the relay."""
+        await ask(url, f"egress-{how}-fail", "fail")
+        async with a2a_sender(url) as client:
+            stale = handoff_object(
+                make_offer(PLANNER, aud=CODER.iss, dialog=f"egress-{how}-stale", iat=now - 900)
+            )
+            with pytest.raises(InvalidParamsError):
+                await send(client, message("complete", f"egress-{how}-stale", stale))
+        return await ask(url, f"egress-{how}")
+
     with (
         serving(a2a_app(tester, card("http://tester/"), tester_agent)) as tester_url,
         serving(
@@ -439,7 +458,7 @@ def test_the_sidecar_signs_the_coders_own_delegations(svc: Service, tmp_path: Pa
         # The same work by the in-process integration, for the comparison.
         coder.agent = Agent(CODER, TRUST_STORE, state=InMemoryState(), reporter=reporters[2])
         with serving(a2a_app(coder, card("http://coder/"), coder.agent)) as coder_url:
-            in_process = asyncio.run(ask(coder_url, "egress-in-process"))
+            in_process = asyncio.run(same_script(coder_url, "in-process"))
         coder.agent, coder.proxy = None, f"http://{egress}"
         options = ("--enforce", "--trust", str(svc.trust), "--key-file", str(key))
         delegates = ("--delegate", TESTER.iss, tester_url, "--delegate", TOOL.iss, tool_url)
@@ -460,7 +479,7 @@ def test_the_sidecar_signs_the_coders_own_delegations(svc: Service, tmp_path: Pa
                 ),
             ) as url,
         ):
-            sidecar = asyncio.run(ask(url, "egress-sidecar"))
+            sidecar = asyncio.run(same_script(url, "sidecar"))
             untied = asyncio.run(ask(url, "egress-untied", "elsewhere"))
     for reporter in reporters:
         assert reporter.close(30), reporter.stats
@@ -505,3 +524,10 @@ def test_the_sidecar_signs_the_coders_own_delegations(svc: Service, tmp_path: Pa
         ]
     )
     assert hops("egress-in-process") == hops("egress-sidecar")
+    assert hops("egress-in-process-fail") == hops("egress-sidecar-fail")
+    assert [h[2] for h in hops("egress-sidecar-fail")] == ["failed"]
+    # A refused offer makes no hop: the service judged it alike (a stale offer, then the
+    # coder's signed rejected), whichever side refused it.
+    stale = {how: sorted(judged_in(svc, f"egress-{how}-stale", count=2)) for how in SIDES}
+    assert stale["sidecar"] == stale["in-process"]
+    assert ("offer", "reject", "stale") in stale["sidecar"]
