@@ -12,9 +12,11 @@ passes inside TLS cannot be read, nor signed).
 
 For each new delegation the sidecar signs the offer as the agent, with the agent's key:
 
-- A2A ``SendMessage`` / ``SendStreamingMessage`` (1.0 JSON-RPC) without an offer of its
-  own: the offer goes into ``message.metadata`` and the extension into
-  ``message.extensions`` (profile §9). A message that names a task of an earlier
+- A2A ``SendMessage`` / ``SendStreamingMessage`` (1.0: JSON-RPC, or the HTTP+JSON
+  binding's ``message:send`` / ``message:stream``) without an offer of its own: the
+  offer goes into ``message.metadata`` and the extension into ``message.extensions``
+  (profile §9). A2A 0.3 sends and JSON-RPC batches are refused (nothing it cannot read
+  is signed). A message that names a task of an earlier
   delegation (a follow-up) gets none; a message that carries an offer already (an agent
   with its own integration) passes unchanged.
 - MCP ``tools/call``: the offer goes into ``params._meta`` beside what is there.
@@ -62,6 +64,8 @@ from app.cli.enforce import (
     header,
     invalid_params,
     plain_error,
+    rest_call,
+    rest_error,
     rpc_error,
 )
 
@@ -73,6 +77,10 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 CONTEXT_HEADER = b"handoff-context"
 UNTIED = ("refuse", "new-dialog")
 _SEND = frozenset({"SendMessage", "SendStreamingMessage"})
+_UNSIGNED = {
+    "message/send": "A2A 0.3 requests are not signed by the egress proxy: use A2A 1.0",
+    "message/stream": "A2A 0.3 requests are not signed by the egress proxy: use A2A 1.0",
+}
 _KEEP = 10_000
 
 
@@ -175,15 +183,29 @@ class Egress:
         except (ValueError, UnicodeDecodeError):
             request = None  # not ours to sign: the delegate answers what it cannot read
         handle: Callable[[Any], bool] = _untouched
+        rest = rest_call(inner["raw_path"])
+        if isinstance(request, list) and rest is None:
+            await rpc_error(send, None, Refusal(-32600, "JSON-RPC batches are not signed"))
+            return
         if isinstance(request, dict):
             named = header(scope["headers"], CONTEXT_HEADER, lower=False).decode("latin-1")
             session = header(scope["headers"], b"mcp-session-id", lower=False).decode("latin-1")
+            # The HTTP+JSON binding's body is its JSON-RPC twin's params (a cancel's task
+            # is in the path): signed in place alike, its answers are the result itself.
+            call = request if rest is None else {"method": rest[0], "params": request}
+            if rest is not None and rest[1] is not None:
+                call["id_in_path"] = rest[1]
             try:
-                handle, changed = self._outgoing(request, delegate, named, session)
+                handle, changed = self._outgoing(call, delegate, named, session)
             except Refusal as exc:
-                status = 200 if "id" in request else 400
-                await rpc_error(send, request.get("id"), exc, status=status)
+                if rest is not None:
+                    await rest_error(send, None, exc)
+                else:
+                    status = 200 if "id" in request else 400
+                    await rpc_error(send, request.get("id"), exc, status=status)
                 return
+            if rest is not None:
+                handle = functools.partial(_bare, handle)
             if changed:
                 body = compact_json(request)
         drop = {b"content-length", b"accept-encoding", CONTEXT_HEADER}
@@ -200,7 +222,8 @@ class Egress:
                 return {"type": "http.request", "body": body, "more_body": False}
             return dict(await receive())
 
-        await forward(inner, again, AnswerReader(send, handle).send)
+        reader = AnswerReader(send, handle, errors=rest is not None)
+        await forward(inner, again, reader.send)
 
     def _route(self, scope: Scope) -> tuple[Delegate, Any, Scope] | None:
         """The delegate a request is for, its forwarding app and the request in origin form.
@@ -245,8 +268,11 @@ class Egress:
             key = (delegate.netloc, session, request.get("id"))
             _keep(self.calls, key, delegation)
             return functools.partial(self._mcp_answer, request.get("id"), delegation), True
+        if method in _UNSIGNED:
+            raise _refusal(_UNSIGNED[str(method)])
         if method == "CancelTask":
-            found = self.tasks.get((delegate.netloc, str(params.get("id"))))
+            task_id = request.get("id_in_path", params.get("id"))
+            found = self.tasks.get((delegate.netloc, str(task_id)))
             return _untouched, self._cancel(params, "metadata", A2A_EXTENSION_URI, found)
         if method == "notifications/cancelled":
             found = self.calls.get((delegate.netloc, session, params.get("requestId")))
@@ -269,7 +295,8 @@ class Egress:
                 return follow, False  # a follow-up of a delegated task: no new offer
         context = message.get("contextId") if isinstance(message.get("contextId"), str) else ""
         refs = message.get("referenceTaskIds")
-        names = [n for n in (named, *(refs if isinstance(refs, list) else ())) if n]
+        refs = refs if isinstance(refs, list) else []
+        names = [n for n in (named, *refs) if isinstance(n, str) and n]
         received = self.tie(names, context)
         if received is not None and context and context != received.payload.dialog:
             raise _refusal(
@@ -416,6 +443,18 @@ def error_data(error: dict[str, Any]) -> Any:
                 return item.get("metadata")
         return None
     return data
+
+
+def _bare(handle: Callable[[Any], bool], answer: Any) -> bool:
+    """``handle`` for the HTTP+JSON binding, whose answer is the result (or the error)
+    itself rather than a JSON-RPC answer."""
+    if not isinstance(answer, dict):
+        return False
+    if isinstance(answer.get("error"), dict):
+        error = dict(answer["error"])
+        error["data"] = error.get("details")  # the ErrorInfo list, as JSON-RPC carries it
+        return handle({"error": error})
+    return handle({"result": answer})
 
 
 def _untouched(answer: Any) -> bool:

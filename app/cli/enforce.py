@@ -123,7 +123,7 @@ class Enforcer:
                 return
             if not message.get("more_body", False):
                 break
-        fail = rpc_error if rest is None else _rest_error
+        fail = rpc_error if rest is None else rest_error
         request_id: Any = None
         try:
             request = json.loads(body) if body.strip() else None
@@ -426,9 +426,10 @@ class AnswerReader:
     (``Enforcer`` puts signed statuses in) and says so; anything else passes untouched.
     The egress proxy (``app.cli.egress``) reads its delegates' answers with it too."""
 
-    def __init__(self, send: Send, handle: Callable[[Any], bool]) -> None:
+    def __init__(self, send: Send, handle: Callable[[Any], bool], *, errors: bool = False) -> None:
         self._send = send
         self.handle = handle
+        self.errors = errors  # read 4xx answers too (the HTTP+JSON binding's refusals)
         self.kind = ""
         self.start: MutableMapping[str, Any] = {}
         self.buffer = b""
@@ -438,7 +439,8 @@ class AnswerReader:
             headers = message.get("headers", [])
             media = header(headers, b"content-type")
             encoded = header(headers, b"content-encoding") not in (b"", b"identity")
-            if encoded or message["status"] != 200:
+            readable = message["status"] == 200 or (self.errors and 400 <= message["status"] < 500)
+            if encoded or not readable:
                 self.kind = "pass"
             elif media.startswith(b"text/event-stream"):
                 self.kind = "events"
@@ -578,7 +580,7 @@ def rest_call(path: bytes) -> tuple[str, str | None] | None:
     return None
 
 
-async def _rest_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 400) -> None:
+async def rest_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 400) -> None:
     """A refusal as the a2a-sdk's HTTP+JSON server renders its error (what its REST client
     raises: ``InvalidParamsError`` with the same ``data``), with that error's own HTTP
     status (``request_id`` and ``status``: unused, ``rpc_error``'s signature)."""

@@ -116,13 +116,15 @@ def sidecar(upstream_app: Any, *delegates: Delegate, untied: str = "refuse") -> 
 
 
 @contextlib.asynccontextmanager
-async def through(proxy: str, to: str, **headers: str) -> Any:
+async def through(proxy: str, to: str, *, binding: str = "JSONRPC", **headers: str) -> Any:
     """A plain a2a-sdk client (the coder's, no handoff code) that reaches ``to`` through
-    the egress proxy."""
+    the egress proxy, over ``binding`` (``JSONRPC`` or ``HTTP+JSON``)."""
     from a2a.client import ClientConfig, ClientFactory
 
     async with httpx.AsyncClient(proxy=proxy, headers=headers, timeout=30) as http:
-        config = ClientConfig(httpx_client=http, streaming=False)
+        config = ClientConfig(
+            httpx_client=http, streaming=False, supported_protocol_bindings=[binding]
+        )
         yield ClientFactory(config).create(card(to + "/"))
 
 
@@ -238,10 +240,12 @@ def test_an_untied_call_starts_a_new_dialog_with_the_flag() -> None:
     assert (offer.iss, offer.dialog, offer.prev) == (CODER.iss, "fresh", None)
 
 
-def test_a_chain_too_deep_for_the_delegate_is_refused_there_and_checked() -> None:
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+def test_a_chain_too_deep_for_the_delegate_is_refused_there_and_checked(binding: str) -> None:
     """The coder took on a handoff with a chain (client -> planner -> coder); its
     delegation would make the chain three offers long, one more than the tester takes:
-    the tester refuses it (too-deep) with a signed rejected, which the sidecar checks."""
+    the tester refuses it (too-deep) with a signed rejected, which the sidecar checks.
+    Before it, a delegation of the coder's other task is accepted. Both A2A bindings."""
     now = int(time.time())
     root = make_offer(CLIENT, aud=PLANNER.iss, dialog="deep", iat=now)
     carried = continue_handoff(PLANNER, handoff_object(root), aud=CODER.iss, iat=now)
@@ -251,8 +255,11 @@ def test_a_chain_too_deep_for_the_delegate_is_refused_there_and_checked() -> Non
     ):
 
         async def scenario() -> Any:
+            await working(s.ingress, "shallow")
             await working(s.ingress, "deep", carried)
-            async with through(s.proxy, t.url) as client:
+            async with through(s.proxy, t.url, binding=binding) as client:
+                events = await send(client, message("complete", "shallow", None))
+                assert events[-1].task.status.state == pb.TaskState.TASK_STATE_COMPLETED
                 with pytest.raises(InvalidParamsError) as refused:
                     await send(client, message("complete", "deep", None))
             return refused.value.data
@@ -261,9 +268,14 @@ def test_a_chain_too_deep_for_the_delegate_is_refused_there_and_checked() -> Non
     assert data["reason"] == "too-deep"
     rejected = parse_element(data["status"].encode("ascii"), Form.JWS).payload
     assert (rejected.iss, rejected.state) == (TESTER.iss, StatusState.REJECTED)
-    statuses = [v for v in s.verdicts if v.element == "status"]
-    assert [(v.outcome.value, v.iss) for v in statuses] == [("accept", TESTER.iss)]
-    assert t.worker.runs == []
+    # The tester's completed for the shallow one, then its rejected: both checked.
+    statuses = [(v.outcome.value, v.iss, v.state) for v in s.verdicts if v.element == "status"]
+    assert statuses == [
+        ("accept", TESTER.iss, StatusState.COMPLETED),
+        ("accept", TESTER.iss, StatusState.REJECTED),
+    ]
+    assert t.worker.runs == ["complete"]
+    assert [(o.iss, o.dialog) for o in t.worker.offers] == [(CODER.iss, "shallow")]
 
 
 # --- the MCP cancel through --enforce (issue 22, item 2 leftover) -------------------------
