@@ -32,6 +32,7 @@ from handoff_context import (
 )
 from handoff_context.a2a import HandoffClient
 from handoff_context.agent import Agent
+from handoff_context.mcp import HandoffMiddleware
 from mcp.server.mcpserver import MCPServer
 
 from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
@@ -282,14 +283,15 @@ def test_a_chain_too_deep_for_the_delegate_is_refused_there_and_checked(binding:
 
 
 class HoldingTool:
-    """A plain mcp tool (no handoff code) that works until it is cancelled; ``cancels``
-    counts the cancel notifications that reach it."""
+    """An mcp tool that works until it is cancelled; ``cancels`` counts the cancel
+    notifications that reach it. No handoff code, or (``agent``) the mcp integration."""
 
-    def __init__(self) -> None:
+    def __init__(self, agent: Agent | None = None) -> None:
         self.started: list[str] = []
         self.cancelled: list[str] = []
         self.cancels = 0
-        server = MCPServer("holder")
+        middleware = [] if agent is None else [HandoffMiddleware(agent)]
+        server = MCPServer("holder", middleware=middleware)
 
         @server.tool()
         async def hold(target: str) -> str:
@@ -436,3 +438,43 @@ def test_http_json_sends_and_cancels_are_checked_like_json_rpc() -> None:
     with sidecar(a2a_app(worker, card("http://coder/"))) as s:
         asyncio.run(scenario(s.ingress))
     assert worker.runs == ["complete", "wait"]  # the hostile offers never reached the coder
+
+
+def test_the_sidecar_signs_the_cancel_of_its_mcp_call() -> None:
+    """A tool call the sidecar signed (tied by the Handoff-Context header), cancelled by
+    the coder as any MCP client cancels (``notifications/cancelled``, no handoff code): the
+    sidecar puts the coder's signed canceled in, which the tool's integration accepts."""
+    verdicts: list[Any] = []
+    tool = HoldingTool(Agent(TOOL, TRUST_STORE, state=InMemoryState(), on_verdict=verdicts.append))
+
+    async def scenario(ingress: str, proxy: str, tool_url: str) -> None:
+        task_id = await working(ingress, "mcp-out")
+        headers = {**MCP_HEADERS, "Handoff-Context": task_id}
+        async with httpx.AsyncClient(proxy=proxy, base_url=tool_url, timeout=30) as http:
+            hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+            hello["clientInfo"] = {"name": "coder", "version": "1"}
+            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+            answer = await rpc(http, headers, init)
+            headers["mcp-session-id"] = answer.headers["mcp-session-id"]
+            headers["mcp-protocol-version"] = "2025-11-25"
+            await rpc(http, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            params = {"name": "hold", "arguments": {"target": "1"}}
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+            pending = asyncio.create_task(rpc(http, headers, call))
+            await asyncio.to_thread(wait_until, lambda: tool.started == ["1"], what="the tool")
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
+            cancel["params"] = {"requestId": 1}
+            assert (await rpc(http, headers, cancel)).status_code == 202
+            await pending
+
+    with (
+        serving(tool.app, lifespan="on") as tool_url,
+        sidecar(a2a_app(Worker(), card("http://coder/")), Delegate(TOOL.iss, tool_url)) as s,
+    ):
+        asyncio.run(scenario(s.ingress, s.proxy, tool_url))
+    judged = [(v.source, v.element, v.outcome.value, v.iss) for v in verdicts]
+    assert judged == [
+        ("mcp", "offer", "accept", CODER.iss),
+        ("cancel", "status", "accept", CODER.iss),
+    ]
+    assert tool.cancelled == ["1"]
