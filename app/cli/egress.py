@@ -35,7 +35,10 @@ On the way back, the delegate's signed statuses (in the answer, a JSON answer or
 stream) and a refusal's signed ``rejected`` are checked against the delegation
 (``Agent.check_reply``); the answer passes unchanged. A ``CancelTask`` or MCP
 ``notifications/cancelled`` for a delegation the sidecar signed gets the agent's signed
-``canceled``. Both directions are reported through the agent's reporter.
+``canceled`` (one per delegation: a second cancel carries the same octets), and a valid
+cancel of the task the delegations continue cancels them first (``Enforcer`` calls
+``Agent.propagate_cancel``; the sidecar sends each a ``CancelTask``). Both directions are
+reported through the agent's reporter.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+from handoff_context import StatusState
 from handoff_context.agent import Delegation, Received, enter, leave
 from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 from handoff_context.errors import ChainWindowError, Reason
@@ -67,6 +72,7 @@ from app.cli.enforce import (
     rest_call,
     rest_error,
     rpc_error,
+    rpc_id,
 )
 
 Scope = MutableMapping[str, Any]
@@ -77,6 +83,22 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 CONTEXT_HEADER = b"handoff-context"
 UNTIED = ("refuse", "new-dialog")
 _SEND = frozenset({"SendMessage", "SendStreamingMessage"})
+# What a cancel the sidecar sends itself does not repeat of the agent's own request: its
+# framing and the connection's headers.
+_NOT_REPEATED = frozenset(
+    {
+        b"host",
+        b"content-length",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
 _UNSIGNED = {
     "message/send": "A2A 0.3 requests are not signed by the egress proxy: use A2A 1.0",
     "message/stream": "A2A 0.3 requests are not signed by the egress proxy: use A2A 1.0",
@@ -138,6 +160,7 @@ class Egress:
         forwarder: Callable[[str], App],
         *,
         untied: str = "refuse",
+        client: httpx.AsyncClient | None = None,
     ) -> None:
         if untied not in UNTIED:
             raise ValueError(f"untied must be one of {UNTIED}")
@@ -150,6 +173,11 @@ class Egress:
         # follow-up message or a cancel names.
         self.tasks: OrderedDict[tuple[str, str], Delegation] = OrderedDict()
         self.calls: OrderedDict[tuple[str, str, Any], Delegation] = OrderedDict()
+        # The canceled signed for a delegation, by its offer: a second cancel carries the
+        # same octets (a cancel propagated by the sidecar, then the agent's own).
+        self.canceled: OrderedDict[bytes, bytes] = OrderedDict()
+        # For the cancels the sidecar propagates itself (``client`` None: none).
+        self.client = client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -183,6 +211,7 @@ class Egress:
         except (ValueError, UnicodeDecodeError):
             request = None  # not ours to sign: the delegate answers what it cannot read
         handle: Callable[[Any], bool] = _untouched
+        made: Delegation | None = None
         rest = rest_call(inner["raw_path"])
         if isinstance(request, list) and rest is None:
             await rpc_error(send, None, Refusal(-32600, "JSON-RPC batches are not signed"))
@@ -196,7 +225,7 @@ class Egress:
             if rest is not None and rest[1] is not None:
                 call["id_in_path"] = rest[1]
             try:
-                handle, changed = self._outgoing(call, delegate, named, session)
+                handle, changed, made = self._outgoing(call, delegate, named, session)
             except Refusal as exc:
                 if rest is not None:
                     await rest_error(send, None, exc)
@@ -210,6 +239,8 @@ class Egress:
                 body = compact_json(request)
         drop = {b"content-length", b"accept-encoding", CONTEXT_HEADER}
         headers = [(k, v) for k, v in inner["headers"] if k.lower() not in drop]
+        if made is not None and rest is None and made.cancel is None:
+            made.cancel = self._canceler(delegate, made, inner["raw_path"], headers)
         if body:
             headers.append((b"content-length", str(len(body)).encode()))
         inner["headers"] = headers
@@ -249,35 +280,38 @@ class Egress:
 
     def _outgoing(
         self, request: dict[str, Any], delegate: Delegate, named: str, session: str
-    ) -> tuple[Callable[[Any], bool], bool]:
-        """Sign what ``request`` calls for, in place. Returns how to read its answer and
-        whether the request changed; raises Refusal."""
+    ) -> tuple[Callable[[Any], bool], bool, Delegation | None]:
+        """Sign what ``request`` calls for, in place. Returns how to read its answer,
+        whether the request changed and the A2A delegation it makes or follows up; raises
+        Refusal."""
         method = request.get("method")
         params = request.get("params")
         if not isinstance(params, dict):
-            return _untouched, False
+            return _untouched, False, None
         if method in _SEND:
             delegation, changed = self._send(params, delegate, named)
             if delegation is None:
-                return _untouched, changed
-            return functools.partial(self._a2a_answer, delegate, delegation), changed
+                return _untouched, changed, None
+            handle = functools.partial(self._a2a_answer, delegate, delegation)
+            return handle, changed, delegation
         if method == "tools/call":
             delegation = self._tool_call(params, delegate, named)
             if delegation is None:
-                return _untouched, False
-            key = (delegate.netloc, session, request.get("id"))
+                return _untouched, False, None
+            key = (delegate.netloc, session, rpc_id(request.get("id")))
             _keep(self.calls, key, delegation)
-            return functools.partial(self._mcp_answer, request.get("id"), delegation), True
+            handle = functools.partial(self._mcp_answer, request.get("id"), delegation)
+            return handle, True, None
         if method in _UNSIGNED:
             raise _refusal(_UNSIGNED[str(method)])
         if method == "CancelTask":
             task_id = request.get("id_in_path", params.get("id"))
             found = self.tasks.get((delegate.netloc, str(task_id)))
-            return _untouched, self._cancel(params, "metadata", A2A_EXTENSION_URI, found)
+            return _untouched, self._cancel(params, "metadata", A2A_EXTENSION_URI, found), None
         if method == "notifications/cancelled":
-            found = self.calls.get((delegate.netloc, session, params.get("requestId")))
-            return _untouched, self._cancel(params, "_meta", MCP_META_KEY, found)
-        return _untouched, False
+            found = self.calls.get((delegate.netloc, session, rpc_id(params.get("requestId"))))
+            return _untouched, self._cancel(params, "_meta", MCP_META_KEY, found), None
+        return _untouched, False, None
 
     def _send(
         self, params: dict[str, Any], delegate: Delegate, named: str
@@ -382,9 +416,50 @@ class Egress:
             return False
         from handoff_context import status_object
 
-        carried[key] = status_object(self.agent.sign_cancel(delegation))
+        carried[key] = status_object(self._canceled(delegation))
         params[member] = carried
         return True
+
+    def _canceled(self, delegation: Delegation, status: bytes | None = None) -> bytes:
+        """The one ``canceled`` for ``delegation``: ``status`` (just signed) or the one
+        signed before, else a new one."""
+        known = self.canceled.get(delegation.offer)
+        if known is None:
+            known = status if status is not None else self.agent.sign_cancel(delegation)
+            self.canceled[delegation.offer] = known
+            # Canceled by its delegator: never canceled again by propagation (§8).
+            delegation.state = StatusState.CANCELED
+            while len(self.canceled) > _KEEP:
+                self.canceled.popitem(last=False)
+        return known
+
+    def _canceler(
+        self, delegate: Delegate, delegation: Delegation, path: bytes, headers: Any
+    ) -> Callable[[bytes], Awaitable[None]] | None:
+        """How the sidecar cancels ``delegation`` itself when the task it continues is
+        canceled (profile §8 propagation, ``Agent.propagate_cancel``): a JSON-RPC
+        ``CancelTask`` with the signed ``canceled``, to where the agent sent the task, with
+        the headers the agent sent it with."""
+        client = self.client
+        if client is None:
+            return None
+        kept = [(k, v) for k, v in headers if k.lower() not in _NOT_REPEATED]
+
+        async def cancel(status: bytes) -> None:
+            if not delegation.task_id:
+                return
+            from handoff_context import status_object
+
+            octets = self._canceled(delegation, status)
+            params = {"id": delegation.task_id}
+            params["metadata"] = {A2A_EXTENSION_URI: status_object(octets)}
+            body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": "CancelTask"}
+            body["params"] = params
+            url = delegate.origin + path.decode("latin-1")
+            answer = await client.post(url, content=compact_json(body), headers=kept)
+            answer.raise_for_status()
+
+        return cancel
 
     # -- answers --------------------------------------------------------------------------
 

@@ -150,7 +150,8 @@ class Enforcer:
         if isinstance(request, dict):
             request_id = request.get("id")
             try:
-                early = self._admit(request, session)
+                canceled = self._checked_cancel(request, session)
+                early = self._admit(request, session) if canceled is None else None
             except Refusal as exc:
                 # A refused notification has no id to answer: the Streamable HTTP
                 # transport answers it with an HTTP error (MCP 2025-11-25, "Sending
@@ -162,6 +163,10 @@ class Enforcer:
                 await self._reply(send, request, early, rest=rest is not None)
                 return
             received = early
+            if canceled is not None and canceled.canceled is not None and self.agent.signs:
+                # Profile §8, as the in-process integration does: what the task delegated
+                # (through the egress proxy) is canceled first, then the task.
+                await self.agent.propagate_cancel(canceled)
 
         replayed = False
 
@@ -176,7 +181,7 @@ class Enforcer:
         inner["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
         if _is_tool_call(request):
             if received is not None:
-                self._keep_call((session, request_id), received)
+                self._keep_call((session, rpc_id(request_id)), received)
             handle: Callable[[Any], bool] = functools.partial(
                 self.answer_tool, request_id, received
             )
@@ -196,12 +201,6 @@ class Enforcer:
             raise invalid_params(str(_UNCHECKED[method]), {"reason": Reason.POLICY.value})
         if method == "tools/call":
             return self._tool_call(request)
-        if method == "notifications/cancelled":
-            self._tool_cancel(request.get("params"), session)
-            return None
-        if method == "CancelTask":
-            self._cancel(request.get("params"))
-            return None
         if method not in _SEND:
             return None
         from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
@@ -232,6 +231,17 @@ class Enforcer:
             return ("retransmission", decision, message.context_id)
         raise _refused(decision)
 
+    def _checked_cancel(self, request: dict[str, Any], session: str) -> Received | None:
+        """A cancel (A2A ``CancelTask``, MCP ``notifications/cancelled``) of work that
+        arrived with an offer: the Received it cancels once its ``canceled`` was checked;
+        None for any other request. Raises Refusal."""
+        method = request.get("method")
+        if method == "CancelTask":
+            return self._cancel(request.get("params"))
+        if method == "notifications/cancelled":
+            return self._tool_cancel(request.get("params"), session)
+        return None
+
     def _tool_call(self, request: dict[str, Any]) -> Received | tuple[Any, ...] | None:
         """An MCP ``tools/call``: the offer in ``params._meta`` (profile §9), checked as the
         mcp integration's middleware checks it; refusals are its ``MCPError``."""
@@ -255,11 +265,11 @@ class Enforcer:
         error = refused(decision)
         raise Refusal(error.code, error.message, error.data)
 
-    def _cancel(self, params: Any) -> None:
+    def _cancel(self, params: Any) -> Received | None:
         task_id = params.get("id") if isinstance(params, dict) else None
         received = self.tasks.get(task_id) if isinstance(task_id, str) else None
         if received is None:
-            return
+            return None
         from handoff_context import Outcome
         from handoff_context.carry import A2A_EXTENSION_URI
 
@@ -276,18 +286,19 @@ class Enforcer:
             raise invalid_params(
                 f"cancel refused ({reason}): {detail}", {"reason": reason, "detail": detail}
             )
+        return received
 
-    def _tool_cancel(self, params: Any, session: str) -> None:
+    def _tool_cancel(self, params: Any, session: str) -> Received | None:
         """MCP ``notifications/cancelled`` for a tool call that arrived with an offer: it
         must carry the delegator's signed ``canceled`` in ``params._meta`` (profile §9),
         checked as the mcp integration checks it. Unlike the in-process integration, which
         sees the cancel only after the SDK acted on it, the sidecar sees it first: a
         forged or unsigned cancel is refused (HTTP 400) and never reaches the tool."""
         if not isinstance(params, dict):
-            return
-        received = self.calls.get((session, params.get("requestId")))
+            return None
+        received = self.calls.get((session, rpc_id(params.get("requestId"))))
         if received is None:
-            return
+            return None
         from handoff_context import Outcome
         from handoff_context.carry import MCP_META_KEY
 
@@ -305,6 +316,7 @@ class Enforcer:
 
             message = f"cancel refused ({reason}): {detail}"
             raise Refusal(INVALID_PARAMS, message, {"reason": reason, "detail": detail})
+        return received
 
     async def _reply(
         self, send: Send, request: dict[str, Any], early: tuple[Any, ...], *, rest: bool = False
@@ -564,6 +576,14 @@ async def rpc_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 
         error["data"] = exc.data
     answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
     await _send_whole(send, compact_json(answer), "application/json", status=status)
+
+
+def rpc_id(value: Any) -> str | int | None:
+    """A JSON-RPC id as a key: a string or an integer (JSON-RPC 2.0 §4), else None (an
+    id of another type names no call the sidecar keeps)."""
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
 
 
 def rest_call(path: bytes) -> tuple[str, str | None] | None:

@@ -463,7 +463,7 @@ def egress_of(args: argparse.Namespace, app: Any, client: httpx.AsyncClient) -> 
     def forwarder(origin: str) -> Any:
         return forwarding_app(origin, client)
 
-    return Egress(app, delegates, forwarder, untied=args.egress_untied)
+    return Egress(app, delegates, forwarder, untied=args.egress_untied, client=client)
 
 
 class Listeners:

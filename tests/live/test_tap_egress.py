@@ -108,7 +108,11 @@ def sidecar(upstream_app: Any, *delegates: Delegate, untied: str = "refuse") -> 
     with serving(upstream_app, lifespan="on") as upstream:
         enforcer = Enforcer(forwarding_app(upstream, client), agent)
         egress = Egress(
-            enforcer, delegates, lambda origin: forwarding_app(origin, client), untied=untied
+            enforcer,
+            delegates,
+            lambda origin: forwarding_app(origin, client),
+            untied=untied,
+            client=client,
         )
         ports = (free_port(), free_port())
         app = Listeners(enforcer, egress, ("127.0.0.1", ports[1]))
@@ -478,3 +482,46 @@ def test_the_sidecar_signs_the_cancel_of_its_mcp_call() -> None:
         ("cancel", "status", "accept", CODER.iss),
     ]
     assert tool.cancelled == ["1"]
+
+
+def test_a_cancel_of_the_coders_task_reaches_what_it_delegated() -> None:
+    """The planner cancels the coder's task (its signed canceled): the sidecar cancels
+    what the task delegated through it first, with the coder's signed canceled (profile §8
+    propagation, as the in-process integration does), then the task. The coder's own
+    cancel of the same delegation after it carries the same canceled, not a second one."""
+    now = int(time.time())
+    offer = make_offer(PLANNER, aud=CODER.iss, dialog="propagate", iat=now)
+    canceled = make_status(PLANNER, offer_octets=offer, state="canceled", iat=now)
+    coder = Worker()
+    with (
+        delegate_tester() as t,
+        sidecar(a2a_app(coder, card("http://coder/")), Delegate(TESTER.iss, t.url)) as s,
+    ):
+
+        async def scenario() -> Any:
+            async with a2a_sender(s.ingress) as planner:
+                events = await send(
+                    planner, message("wait", "propagate", handoff_object(offer)), immediately=True
+                )
+                task_id = events[-1].task.id
+                async with through(s.proxy, t.url) as client:
+                    events = await send(
+                        client, message("wait", "propagate", None), immediately=True
+                    )
+                    below = events[-1].task.id
+                    await asyncio.to_thread(
+                        wait_until, lambda: below in t.worker.cancels, what="the tester's task"
+                    )
+                    cancel = pb.CancelTaskRequest(id=task_id)
+                    cancel.metadata.update({A2A_EXTENSION_URI: status_object(canceled)})
+                    task = await planner.cancel_task(cancel)
+                    assert task.status.state == pb.TaskState.TASK_STATE_CANCELED
+                    assert t.worker.cancels[below].is_set()
+                    # The coder cancels its delegation too, as a careful agent does.
+                    with contextlib.suppress(Exception):  # the task is canceled already
+                        await client.cancel_task(pb.CancelTaskRequest(id=below))
+
+        asyncio.run(scenario())
+    cancels = [(v.outcome.value, v.iss, v.digest) for v in t.verdicts if v.source == "cancel"]
+    assert [c[:2] for c in cancels] == [("accept", CODER.iss), ("duplicate", CODER.iss)]
+    assert cancels[0][2] == cancels[1][2]  # one canceled, carried twice
