@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -525,3 +526,40 @@ def test_a_cancel_of_the_coders_task_reaches_what_it_delegated() -> None:
     cancels = [(v.outcome.value, v.iss, v.digest) for v in t.verdicts if v.source == "cancel"]
     assert [c[:2] for c in cancels] == [("accept", CODER.iss), ("duplicate", CODER.iss)]
     assert cancels[0][2] == cancels[1][2]  # one canceled, carried twice
+
+
+def test_garbled_calls_through_either_side_get_no_5xx() -> None:
+    """Odd JSON-RPC (ids, params and fields of the wrong types, batches, not JSON) through
+    the ingress and the egress side: a clear answer from the sidecar or the peer, never
+    a server error of the sidecar's."""
+    bodies: list[Any] = [
+        b"{not json",
+        [{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {}}],
+        {"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/call", "params": {"name": "x"}},
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": [1]}},
+        {"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": []},
+        {"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {"message": 7}},
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "SendMessage",
+            "params": {"message": {"contextId": 5, "referenceTaskIds": [{"x": 1}], "parts": []}},
+        },
+        {"jsonrpc": "2.0", "id": 5, "method": "CancelTask", "params": {"id": ["t"]}},
+        {"jsonrpc": "2.0", "id": 6, "method": "message/send", "params": {}},
+    ]
+    with (
+        delegate_tester() as t,
+        sidecar(a2a_app(Worker(), card("http://coder/")), Delegate(TESTER.iss, t.url)) as s,
+        httpx.Client(proxy=s.proxy, timeout=30) as out,
+        httpx.Client(timeout=30) as into,
+    ):
+        for body in bodies:
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers = {"content-type": "application/json", "Handoff-Context": "{}"}
+            for http, url in ((out, t.url + "/"), (into, s.ingress + "/")):
+                answer = http.post(url, content=content, headers=headers)
+                assert answer.status_code < 500, (url, body, answer.text)
+                if answer.status_code == 200:
+                    assert "error" in answer.json(), (url, body, answer.text)
+    assert t.worker.runs == []
