@@ -363,8 +363,9 @@ class Egress:
 
     def tie(self, names: Sequence[str], context: str) -> Received | None:
         """The inbound handoff an outgoing call continues, from what the call names: a task
-        the ingress side knows (by its id), else the one live offer taken on in a named
-        dialog. None when nothing ties; raises Refusal when a dialog holds several."""
+        the ingress side knows (by its id), else the one offer taken on in a named dialog
+        whose work goes on (live, its task not ended). None when nothing ties (the
+        dialog's work all ended); raises Refusal when a dialog holds several."""
         for name in names:
             if name in self.enforcer.tasks:
                 return self.enforcer.tasks[name]
@@ -372,15 +373,18 @@ class Egress:
             offers = self.enforcer.dialogs.get(name) if name else None
             if not offers:
                 continue
+            going = [r for r in offers.values() if not _ended(r)]
             now = self.agent.clock()
-            live = [r for r in offers.values() if r.payload.exp >= now]
+            live = [r for r in going if r.payload.exp >= now]
             if len(live) > 1:
                 raise _refusal(
                     f"dialog {name!r} holds {len(live)} handoffs the agent works under: name "
                     "the task (a Handoff-Context header or referenceTaskIds with its id)"
                 )
-            # None live: the latest, so that the delegation fails with the window's reason.
-            return live[0] if live else list(offers.values())[-1]
+            if live:
+                return live[0]
+            if going:  # none live: the latest, so that the delegation fails with the window
+                return going[-1]
         return None
 
     def _delegate(
@@ -530,6 +534,12 @@ def _bare(handle: Callable[[Any], bool], answer: Any) -> bool:
         error["data"] = error.get("details")  # the ErrorInfo list, as JSON-RPC carries it
         return handle({"error": error})
     return handle({"result": answer})
+
+
+def _ended(received: Received) -> bool:
+    """Has the work ``received`` started ended (a final status signed, or canceled)?"""
+    final = {StatusState.COMPLETED, StatusState.FAILED, StatusState.REJECTED}
+    return bool(received.signed & final) or received.canceled is not None
 
 
 def _untouched(answer: Any) -> bool:

@@ -184,7 +184,15 @@ def test_a_call_continues_the_handoff_it_names_and_no_other() -> None:
     ):
 
         async def scenario() -> None:
+            # A turn of the dialog that ended does not count: then two that go on do.
+            async with planner_client(s.ingress, streaming=False) as planner:
+                await planner.delegate(
+                    pb.SendMessageRequest(message=message("complete", "two", None))
+                )
             first = await working(s.ingress, "two")
+            async with through(s.proxy, t.url) as client:
+                events = await send(client, message("complete", "two", None))
+                assert events[-1].task.status.state == pb.TaskState.TASK_STATE_COMPLETED
             second = await working(s.ingress, "two")
             async with through(s.proxy, t.url) as client:
                 with pytest.raises(InvalidParamsError) as refused:
@@ -210,16 +218,18 @@ def test_a_call_continues_the_handoff_it_names_and_no_other() -> None:
             return first, second
 
         asyncio.run(scenario())
-    taken = [v for v in s.verdicts if v.element == "offer"]  # the two the coder took on
-    assert [v.outcome.value for v in taken] == ["accept", "accept"]
-    by_name = {"first": taken[0].digest, "second": taken[1].digest}
-    assert [v.outcome.value for v in t.offers()] == ["accept", "accept"]
-    # Each continues the offer of the task its call named, in the dialog of both.
+    taken = [v for v in s.verdicts if v.element == "offer"]  # the three the coder took on
+    assert [v.outcome.value for v in taken] == ["accept"] * 3
+    by_name = {"ended": taken[0].digest, "first": taken[1].digest, "second": taken[2].digest}
+    assert [v.outcome.value for v in t.offers()] == ["accept"] * 3
+    # Each continues the offer of the task its call named (or the one going on), in the
+    # dialog of all.
     assert [(prev_of(o, by_name), o.iss, o.dialog) for o in t.worker.offers] == [
+        ("first", CODER.iss, "two"),
         ("first", CODER.iss, "two"),
         ("second", CODER.iss, "two"),
     ]
-    assert t.worker.runs == ["complete", "wait"]
+    assert t.worker.runs == ["complete", "complete", "wait"]
     cancel = [v for v in t.verdicts if v.source == "cancel"]
     assert [(v.outcome.value, v.iss) for v in cancel] == [("accept", CODER.iss)]
 
