@@ -26,10 +26,11 @@ says so (``tie``): the task id in a ``Handoff-Context`` request header or in the
 ``referenceTaskIds``, or the dialog (A2A ``contextId``, or the ``Handoff-Context`` header)
 of an offer the ingress side (``app.cli.enforce.Enforcer``, same process) took on. It never
 guesses from timing ("the only task in flight"): two tasks at once would get each other's
-chain, a signed false statement. A dialog with two live offers is ambiguous and refused
-unless a task id names one. A call tied to nothing is refused (``--egress-untied
-refuse``, the default) or starts a new dialog (``new-dialog``: an offer with no ``prev``, in
-the message's ``contextId``, or the header's value, or a new one).
+chain, a signed false statement. A dialog with two live offers whose tasks go on is
+ambiguous and refused unless a task id names one (a turn whose task ended does not
+count). A call tied to nothing is refused (``--egress-untied refuse``, the default) or
+starts a new dialog (``new-dialog``: an offer with no ``prev``, in the message's
+``contextId``, or the header's value, or a new one).
 
 On the way back, the delegate's signed statuses (in the answer, a JSON answer or an event
 stream) and a refusal's signed ``rejected`` are checked against the delegation
