@@ -368,13 +368,12 @@ class Egress:
         whose work goes on (live, its task not ended). None when nothing ties (the
         dialog's work all ended); raises Refusal when a dialog holds several."""
         for name in names:
-            if name in self.enforcer.tasks:
-                return self.enforcer.tasks[name]
+            found = self.enforcer.task_named(name)
+            if found is not None:
+                return found
         for name in (*names, context):
-            offers = self.enforcer.dialogs.get(name) if name else None
-            if not offers:
-                continue
-            going = [r for r in offers.values() if not _ended(r)]
+            offers = self.enforcer.offers_in(name) if name else []
+            going = [r for r, done in offers if not done]
             now = self.agent.clock()
             live = [r for r in going if r.payload.exp >= now]
             if len(live) > 1:
@@ -535,12 +534,6 @@ def _bare(handle: Callable[[Any], bool], answer: Any) -> bool:
         error["data"] = error.get("details")  # the ErrorInfo list, as JSON-RPC carries it
         return handle({"error": error})
     return handle({"result": answer})
-
-
-def _ended(received: Received) -> bool:
-    """Has the work ``received`` started ended (a final status signed, or canceled)?"""
-    final = {StatusState.COMPLETED, StatusState.FAILED, StatusState.REJECTED}
-    return bool(received.signed & final) or received.canceled is not None
 
 
 def _untouched(answer: Any) -> bool:

@@ -57,6 +57,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from handoff_context import StatusState
 from handoff_context.agent import Agent, Decision, Mode, Received
 from handoff_context.errors import Reason
 
@@ -163,10 +164,12 @@ class Enforcer:
                 await self._reply(send, request, early, rest=rest is not None)
                 return
             received = early
-            if canceled is not None and canceled.canceled is not None and self.agent.signs:
-                # Profile §8, as the in-process integration does: what the task delegated
-                # (through the egress proxy) is canceled first, then the task.
-                await self.agent.propagate_cancel(canceled)
+            if canceled is not None and canceled.canceled is not None:
+                self._ended(canceled)
+                if self.agent.signs:
+                    # Profile §8, as the in-process integration does: what the task
+                    # delegated (through the egress proxy) is canceled first, then the task.
+                    await self.agent.propagate_cancel(canceled)
 
         replayed = False
 
@@ -349,15 +352,70 @@ class Enforcer:
     # -- answers --------------------------------------------------------------------------
 
     def working_in(self, dialog: str, received: Received) -> None:
-        """Remember that ``received`` is worked on in ``dialog`` (bounded, oldest out)."""
+        """Remember that ``received`` is worked on in ``dialog`` (bounded, oldest out; and
+        in the agent's state file, where it keeps one, for after a restart)."""
         offers = self.dialogs.setdefault(dialog, {})
         offers[received.offer.digest] = received
         self.dialogs.move_to_end(dialog)
         while len(self.dialogs) > _KEEP_TASKS:
             self.dialogs.popitem(last=False)
+        self._store_working(f"dialog:{dialog}", received)
+
+    def _store_working(self, name: str, received: Received) -> None:
+        keep = getattr(self.agent.state, "keep_working", None)
+        if keep is None:  # a memory without it (InMemoryState): this process's only
+            return
+        import cbor2
+        from handoff_context import handoff_object
+
+        obj = received.handoff
+        carried = handoff_object(obj.offer, obj.chain, form=obj.form)
+        keep(name, received.offer, cbor2.dumps({"carrier": received.carrier, "handoff": carried}))
+
+    def _stored_working(self, name: str) -> list[tuple[Received, bool]]:
+        """The offers the state file holds as worked on under ``name``: (Received, ended)."""
+        rows = getattr(self.agent.state, "working", None)
+        if rows is None:
+            return []
+        import cbor2
+        from handoff_context import parse_element, parse_object
+        from handoff_context.errors import HandoffError
+
+        found = []
+        for _digest, octets, done in rows(name):
+            try:
+                kept = cbor2.loads(octets)
+                obj = parse_object(kept["handoff"])
+                element = parse_element(obj.offer, obj.form)  # type: ignore[union-attr]
+                found.append((Received(obj, element, str(kept["carrier"])), done))  # type: ignore[arg-type]
+            except (HandoffError, ValueError, KeyError, TypeError, cbor2.CBORDecodeError):
+                continue  # a row this version cannot read names no work it can continue
+        return found
+
+    def task_named(self, task_id: str) -> Received | None:
+        """The offer the task ``task_id`` arrived with, if the sidecar took it on."""
+        if task_id in self.tasks:
+            return self.tasks[task_id]
+        stored = self._stored_working(f"task:{task_id}")
+        return stored[-1][0] if stored else None
+
+    def offers_in(self, dialog: str) -> list[tuple[Received, bool]]:
+        """The offers taken on in ``dialog``, oldest first, each with whether its work
+        ended (a final status signed, or a cancel)."""
+        found = {d: (r, ended(r)) for d, r in self.dialogs.get(dialog, {}).items()}
+        for received, done in self._stored_working(f"dialog:{dialog}"):
+            found.setdefault(received.offer.digest, (received, done))
+        return list(found.values())
+
+    def _ended(self, received: Received) -> None:
+        end = getattr(self.agent.state, "end_working", None)
+        if end is not None and ended(received):
+            end(received.offer.digest)
 
     def keep(self, task_id: str, received: Received) -> None:
         received.task_id = received.task_id or task_id
+        if task_id not in self.tasks:
+            self._store_working(f"task:{task_id}", received)
         self.tasks[task_id] = received
         self.tasks.move_to_end(task_id)
         self.by_offer[received.offer.digest] = task_id
@@ -428,6 +486,7 @@ class Enforcer:
             self.working_in(context_id, owner)
         if not sign_task_status(self.agent, owner, status, task_id=task_id, context_id=context_id):
             return False
+        self._ended(owner)
         answer["result"] = json_format.MessageToDict(event, preserving_proto_field_name=False)
         return True
 
@@ -576,6 +635,12 @@ async def rpc_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 
         error["data"] = exc.data
     answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
     await _send_whole(send, compact_json(answer), "application/json", status=status)
+
+
+def ended(received: Received) -> bool:
+    """Has the work ``received`` started ended (a final status signed, or canceled)?"""
+    final = {StatusState.COMPLETED, StatusState.FAILED, StatusState.REJECTED}
+    return bool(received.signed & final) or received.canceled is not None
 
 
 def rpc_id(value: Any) -> str | int | None:

@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +21,7 @@ import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from handoff_context import (
+    FileState,
     Form,
     InMemoryState,
     Policy,
@@ -100,11 +102,15 @@ def delegate_tester() -> Iterator[Downstream]:
 
 
 @contextlib.contextmanager
-def sidecar(upstream_app: Any, *delegates: Delegate, untied: str = "refuse") -> Iterator[Sidecar]:
+def sidecar(
+    upstream_app: Any, *delegates: Delegate, untied: str = "refuse", state: Any = None
+) -> Iterator[Sidecar]:
     """The coder (``upstream_app``, no handoff code) behind its sidecar, built as
-    ``handoff-trace tap --enforce --key-file --egress-listen`` builds it."""
+    ``handoff-trace tap --enforce --key-file --egress-listen`` builds it (``state``: its
+    state file; by default a memory of this sidecar's only)."""
     verdicts: list[Any] = []
-    agent = Agent(CODER, TRUST_STORE, state=InMemoryState(), on_verdict=verdicts.append)
+    state = InMemoryState() if state is None else state
+    agent = Agent(CODER, TRUST_STORE, state=state, on_verdict=verdicts.append)
     client = upstream_client(30.0)  # closed by the ingress side's lifespan
     with serving(upstream_app, lifespan="on") as upstream:
         enforcer = Enforcer(forwarding_app(upstream, client), agent)
@@ -573,3 +579,39 @@ def test_garbled_calls_through_either_side_get_no_5xx() -> None:
                 if answer.status_code == 200:
                     assert "error" in answer.json(), (url, body, answer.text)
     assert t.worker.runs == []
+
+
+def test_a_restarted_sidecar_ties_calls_from_its_state_file(tmp_path: Path) -> None:
+    """The offers taken on are kept in the agent's state file by task and dialog: after a
+    restart of the sidecar, a call of a task that arrived before it still continues it."""
+    path = tmp_path / "coder.state"
+    with delegate_tester() as t:
+        with (
+            FileState(path) as state,
+            sidecar(
+                a2a_app(Worker(), card("http://coder/")), Delegate(TESTER.iss, t.url), state=state
+            ) as s,
+        ):
+            first = asyncio.run(working(s.ingress, "restart"))
+            second = asyncio.run(working(s.ingress, "restart-by-task"))
+            taken = [v.digest for v in s.verdicts if v.element == "offer"]
+
+        async def calls(proxy: str) -> None:
+            async with through(proxy, t.url) as client:
+                await send(client, message("complete", "restart", None))
+            async with through(proxy, t.url, **{"Handoff-Context": second}) as client:
+                await send(client, message("complete", "", None))
+
+        with (
+            FileState(path) as state,
+            sidecar(
+                a2a_app(Worker(), card("http://coder/")), Delegate(TESTER.iss, t.url), state=state
+            ) as s,
+        ):
+            asyncio.run(calls(s.proxy))
+    assert first != second
+    by_name = {"first": taken[0], "second": taken[1]}
+    assert [(prev_of(o, by_name), o.dialog) for o in t.worker.offers] == [
+        ("first", "restart"),
+        ("second", "restart-by-task"),
+    ]
