@@ -50,8 +50,12 @@ class Served:
         raise AssertionError("no VmHWM")
 
 
-@pytest.fixture
-def served(databases: Databases, world: World, tmp_path: Path) -> Iterator[tuple[Served, str]]:
+@pytest.fixture(scope="module")
+def served(
+    databases: Databases, world: World, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Served, str]]:
+    """One server for the module's drills (its peak memory is the largest of them all)."""
+    tmp_path = tmp_path_factory.mktemp("amplification")
     from app.store import db
     from app.store.db import make_engine
     from app.store.tokens import Role
