@@ -72,6 +72,33 @@ def test_a_dialog_shows_its_tree_and_timeline(tab: Tab) -> None:
     assert tab.errors() == []
 
 
+def test_every_dialog_timeline_numbers_its_rows_top_down(tab: Tab) -> None:
+    """Rows are numbered in the tree's order and drawn in that order, whatever their
+    states: Plotly would otherwise stack them by the first trace (state) naming each row."""
+    tab.go("/dialogs")
+    links = tab.page.locator("main table a[href^='/dialogs/']").evaluate_all(
+        "links => links.map(a => a.getAttribute('href'))"
+    )
+    assert len(links) >= 5
+    mixed = 0
+    for link in links:
+        if mixed == 3:
+            break
+        tab.go(link)
+        tab.page.wait_for_selector(".plot .main-svg g.barlayer path")
+        # The row labels as drawn, top to bottom on the screen.
+        labels = tab.page.locator(".plot .main-svg g.ytick text").evaluate_all(
+            "texts => texts.map(t => [t.getBoundingClientRect().top, t.textContent])"
+            ".sort((a, b) => a[0] - b[0]).map(pair => pair[1])"
+        )
+        numbers = [int(label.split(".", 1)[0]) for label in labels]
+        assert numbers == list(range(1, len(numbers) + 1)), link
+        states = tab.page.locator("ul.tree li.n > .row .badge[class*='st-']").all_inner_texts()
+        mixed += len(set(states)) > 1
+    assert mixed == 3  # dialogs that mix states (a failed hop before completed ones)
+    assert tab.errors() == []
+
+
 def test_acknowledge_an_equivocation_with_a_note(tab: Tab) -> None:
     tab.go("/flags?kind=equivocation")
     tab.shot("triage")
