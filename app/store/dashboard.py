@@ -226,10 +226,18 @@ class TriageRow:
     count: int = 1  # flags in its group (same kind, issuer and variant); 1 when ungrouped
 
 
+# The queue's default status: open or acknowledged. An acknowledged flag is still open
+# until it is resolved (someone is on it, nobody has fixed it): PagerDuty's "Open" tab and
+# Grafana OnCall's default alert-group list show triggered/firing and acknowledged together.
+# Snoozed flags stay out until their snooze runs out; resolved ones are done.
+OPEN_OR_ACKNOWLEDGED = "open-or-acknowledged"
+
+
 @dataclass(frozen=True, slots=True)
 class TriageFilter:
     """What the queue shows. ``agent`` is the hop's issuer or delegate; ``assignee`` "-"
-    means unassigned; ``severities`` any of them (empty: every severity)."""
+    means unassigned; ``severities`` any of them (empty: every severity); ``status`` a
+    flag status at ``now`` or ``OPEN_OR_ACKNOWLEDGED``."""
 
     kind: str | None = None
     severities: tuple[str, ...] = ()
@@ -260,7 +268,14 @@ def _where(f: TriageFilter, now: int) -> list[Any]:
         where.append(FlagRow.kind == f.kind)
     if f.severities:
         where.append(FlagRow.severity.in_(list(f.severities)))
-    if f.status:
+    if f.status == OPEN_OR_ACKNOWLEDGED:
+        where.append(
+            or_(
+                effective_status(FlagStatus.OPEN, now),
+                effective_status(FlagStatus.ACKNOWLEDGED, now),
+            )
+        )
+    elif f.status:
         where.append(effective_status(f.status, now))
     if f.agent:
         where.append(or_(FlagRow.iss == f.agent, HopRow.aud == f.agent))

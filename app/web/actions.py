@@ -35,7 +35,7 @@ from app.web.people import NOBODY, people_of
 from app.web.render import secure, utc
 from app.web.service import ServiceDep
 from app.web.sessions import Triager
-from app.web.triage import PER_PAGE, flag_view, params_of, queue_page
+from app.web.triage import PER_PAGE, STATUS_VALUES, flag_view, params_of, queue_page
 
 router = APIRouter(include_in_schema=False)
 FlagId = Annotated[int, Path(ge=1, le=MAX_SAFE_INT)]
@@ -187,8 +187,8 @@ def _safe_query(text: str) -> str:
 def _members(service: Any, groups: list[str], back: str) -> list[int]:
     """The ids folded into the chosen group rows, among the flags the queue showed (its
     status filter travels in ``back``)."""
-    shown = parse_qs(back).get("status", ["open"])[0]
-    status = None if shown == "any" else shown if shown in set(FlagStatus) else None
+    shown = parse_qs(back).get("status", [dashboard.OPEN_OR_ACKNOWLEDGED])[0]
+    status = None if shown == "any" else shown if shown in STATUS_VALUES else None
     found: list[int] = []
     with service.reading() as session:
         for text in groups[:BULK_LIMIT]:
