@@ -185,6 +185,14 @@ def test_on_a_phone_the_first_row_is_above_the_fold(browser: object, served: obj
         tab.go("/flags")
         first = tab.page.locator("table.triage tr.row").first.bounding_box()
         assert first is not None and first["y"] + 80 < 844  # its title and severity show
+        # Compact cards: the first three whole on the screen, none over 170 px tall (each
+        # was ~230 px, one labelled line per cell: the queue of 16 rows ran 3,966 px).
+        boxes = [r.bounding_box() for r in tab.page.locator("table.triage tr.row").all()]
+        assert len(boxes) >= 10
+        tallest = max(b["height"] for b in boxes if b)
+        assert tallest <= 170, f"a card is {tallest} px tall"
+        third = boxes[2]
+        assert third is not None and third["y"] + third["height"] <= 844
         width = tab.page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390
         # The flag page: the Act panel comes first.
