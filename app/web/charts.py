@@ -53,7 +53,8 @@ def _timeline_layout(height: int, rows: Sequence[str]) -> dict[str, Any]:
     return _layout(
         barmode="overlay",
         height=height,
-        xaxis={"type": "date", "side": "top"},
+        # automargin: on a phone the date ticks turn and need more room than 36 px.
+        xaxis={"type": "date", "side": "top", "automargin": True},
         yaxis={
             "autorange": "reversed",
             "automargin": True,
@@ -300,10 +301,15 @@ def case_figure(detail: CaseDetail) -> dict[str, Any]:
                 "x": [
                     max(end - e.start, 1) * 1000 for e, end in zip(detail.epochs, ends, strict=True)
                 ],
+                # Each band says its epoch: inside at its end when it fits (away from the
+                # acceptance and writes at its start), else just after it (a band of a few
+                # seconds); Plotly picks the colour against the band or the page, and
+                # the label may run past the plot area rather than be cut off.
                 "text": [f"epoch {e.epoch}" for e in detail.epochs],
-                "textposition": "inside",
-                "textfont": {"color": "#ffffff"},
-                "insidetextanchor": "start",
+                "textposition": "auto",
+                "insidetextanchor": "end",
+                "constraintext": "none",
+                "cliponaxis": False,
                 "marker": {
                     "color": [EPOCH_COLOURS[e.epoch % 2] for e in detail.epochs],
                     "opacity": 0.8,
