@@ -8,11 +8,12 @@ it, and callers sweep first so time-based states are current. Nothing here write
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from handoff_context import digest_text
+from handoff_context import digest_text, parse_digest_text
+from handoff_context.errors import MalformedError
 from sqlalchemy import and_, case, func, or_, select
 from sqlmodel import Session
 
@@ -383,6 +384,7 @@ def triage(
     query = base.where(*where).order_by(*_order(order, FlagRow.opened_at, FlagRow.id))
     rows = session.execute(query.offset(offset).limit(limit))
     found = [TriageRow(FlagListing(f, status_at(f, now)), d, a, s) for f, d, a, s in rows]
+    found = _refused_dialogs(session, found)
     total = session.execute(
         select(func.count()).select_from(FlagRow).outerjoin(HopRow, _JOINED).where(*where)
     ).scalar_one()
@@ -429,7 +431,42 @@ def triage_groups(
         f.id: TriageRow(FlagListing(f, status_at(f, now)), d, a, s, counts[int(f.id or 0)])
         for f, d, a, s in session.execute(base.where(FlagRow.id.in_(list(counts))))
     }
-    return [rows[i] for i in counts if i in rows], int(total)
+    return _refused_dialogs(session, [rows[i] for i in counts if i in rows]), int(total)
+
+
+def _refused_dialogs(session: Session, rows: list[TriageRow]) -> list[TriageRow]:
+    """Rows whose flag has no stored hop (a rejected-element flag on an offer refused
+    before it made one) get the dialog their evidence names: the refused element's own
+    dialog, or for octets that never parsed the dialog of the record that carried them."""
+    wanted: dict[bytes, list[int]] = {}
+    for i, r in enumerate(rows):
+        f = r.flag.flag
+        if r.dialog is None and f.case_id is None and f.evidence:
+            try:
+                wanted.setdefault(parse_digest_text(f.evidence[0], what="evidence"), []).append(i)
+            except MalformedError:
+                continue
+    if not wanted:
+        return rows
+    digests = list(wanted)
+    named = dict(
+        session.execute(
+            select(ElementRow.digest, ElementRow.dialog).where(ElementRow.digest.in_(digests))
+        ).all()
+    )
+    carried = session.execute(
+        select(RejectedObservationRow.digest, func.max(RejectedObservationRow.dialog))
+        .where(RejectedObservationRow.digest.in_(digests))
+        .group_by(RejectedObservationRow.digest)
+    ).all()
+    for digest, dialog in carried:
+        named.setdefault(digest, dialog)
+    out = list(rows)
+    for digest, places in wanted.items():
+        for i in places:
+            if named.get(digest):
+                out[i] = replace(rows[i], dialog=named[digest])
+    return out
 
 
 def group_ids(session: Session, *, now: int, filters: TriageFilter, limit: int) -> list[int]:

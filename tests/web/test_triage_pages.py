@@ -143,3 +143,6 @@ def test_search_finds_refused_elements_by_dialog_hop_and_digest(dash: Dash, tmp_
     assert page.status_code == 200 and "every element that named it was refused" in page.text
     assert f'href="/hops/{offer}"' in page.text and f'href="/hops/{keyed}"' in page.text
     assert dash.client.get("/dialogs/ctx-nobody-named-this").status_code == 404
+    # The refusal's flag in the queue names the dialog, though no hop holds it.
+    queue = dash.client.get("/flags?group=0").text
+    assert f'href="/dialogs/{REFUSED_DIALOG}"' in queue
