@@ -97,7 +97,7 @@ typecheck: install
 
 test: system-deps browser-deps phoenix-deps go-deps lint typecheck
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py --check
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 vectors: install
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py

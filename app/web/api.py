@@ -587,8 +587,10 @@ def post_revocation(
 
 
 @router.get("/healthz", response_model=Health, tags=["service"])
-def healthz() -> Health:
-    """Liveness: the process answers. Anonymous."""
+async def healthz() -> Health:
+    """Liveness: the process answers. Anonymous. Answered on the event loop itself, with no
+    hop to a worker thread: while a large request's work holds the GIL in a worker, each such
+    hop waits for a switch interval, and a liveness probe should not."""
     return Health(status="ok")
 
 
