@@ -97,6 +97,18 @@
         layout[axis].zerolinecolor = grid;
       }
     });
+    // On a phone a legend under the plot wraps into several lines; a figure of fixed height
+    // then draws it over its own rows. Give the legend room of its own below the plot.
+    if (el.clientWidth < 640 && layout.height && layout.legend && layout.legend.orientation === "h") {
+      var entries = figure.data.filter(function (t) { return t.showlegend !== false; }).length;
+      var room = 24 * Math.ceil(entries / 2);
+      layout.height += room;
+      layout.margin = layout.margin || {};
+      layout.margin.b = (layout.margin.b || 40) + room;
+      layout.legend = { orientation: "h", yref: "container", y: 0, yanchor: "bottom", x: 0 };
+      // Few level dates rather than many turned ones, which took the rows' height.
+      if (layout.xaxis && layout.xaxis.type === "date") { layout.xaxis.nticks = 3; layout.xaxis.tickangle = 0; }
+    }
     window.Plotly.newPlot(el, figure.data, layout, { displayModeBar: false, responsive: true });
     el.on("plotly_click", function (data) {
       var url = data && data.points && data.points[0] && data.points[0].customdata;

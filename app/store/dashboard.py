@@ -8,11 +8,12 @@ it, and callers sweep first so time-based states are current. Nothing here write
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from handoff_context import digest_text
+from handoff_context import digest_text, parse_digest_text
+from handoff_context.errors import MalformedError
 from sqlalchemy import and_, case, func, or_, select
 from sqlmodel import Session
 
@@ -149,8 +150,10 @@ def latest_rejections(session: Session, *, limit: int = 10) -> list[Rejection]:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """An element refused in a dialog: ``page`` is where its evidence is shown (the hop page
-    of a parsed element; None for octets that never parsed, shown on their flag)."""
+    """An element refused in a dialog or hop: ``page`` says whether it parsed (its hop page
+    shows the element decoded) or not (the same page shows the octets as received).
+    ``dialog`` is the dialog its payload names, or for octets that never parsed the dialog
+    of the capture record that carried them."""
 
     digest: bytes
     element: str
@@ -159,41 +162,104 @@ class Refusal:
     hop: str | None
     judged_at: int
     page: bool
+    dialog: str | None = None
 
 
 def refused_in_dialog(session: Session, *, dialog: str, limit: int = 50) -> list[Refusal]:
     """The elements refused in ``dialog``, newest first, one row per element: a refused
     offer makes no hop, so the dialog's tree never shows it. Parsed elements are found by
     the dialog their payload names (``ix_element_dialog``), refused octets by the dialog of
-    the capture record that carried them."""
-    parsed = (
+    the capture record that carried them. That column holds host text (an A2A contextId)
+    of any length, too long for a B-tree entry on PostgreSQL, so it has no index: refused
+    receipts are read through, as few as refusals are."""
+    return _refusals(
+        session,
+        parsed=ElementRow.dialog == dialog,
+        octets=RejectedObservationRow.dialog == dialog,
+        limit=limit,
+    )
+
+
+def refused_matching(session: Session, *, text: str, limit: int = 20) -> list[Refusal]:
+    """Refused elements that name ``text`` exactly as their dialog or hop id, and refused
+    octets whose digest starts with it (4 characters at least): what search shows for a
+    dialog or hop that a refusal never let become a hop. A hop id is looked up per issuer
+    through the (hop_iss, hop) indexes, walking the few distinct issuers."""
+    by_hop = and_(ElementRow.hop_iss.in_(_distinct(ElementRow.hop_iss)), ElementRow.hop == text)
+    octets_by_hop = and_(
+        RejectedOctetsRow.hop_iss.in_(_distinct(RejectedOctetsRow.hop_iss)),
+        RejectedOctetsRow.hop == text,
+    )
+    # One query per index (an OR of them could read the whole table instead).
+    wanted = [
+        (ElementRow.dialog == text, RejectedObservationRow.dialog == text),
+        (by_hop, octets_by_hop),
+    ]
+    span = _digest_range(text)
+    if span is not None:
+        low, high = span
+        prefix = RejectedOctetsRow.digest >= low
+        if high is not None:
+            prefix = and_(prefix, RejectedOctetsRow.digest < high)
+        wanted.append((None, prefix))
+    found: dict[bytes, Refusal] = {}
+    for parsed, octets in wanted:
+        for r in _refusals(session, parsed=parsed, octets=octets, limit=limit * 2):
+            if r.dialog == text or r.hop == text or digest_text(r.digest).startswith(text):
+                found.setdefault(r.digest, r)
+    return sorted(found.values(), key=lambda r: r.judged_at, reverse=True)[:limit]
+
+
+def _distinct(column: Any) -> Any:
+    """The distinct non-null values of an indexed column, one index probe each (a recursive
+    "loose index scan"; see ``_distinct_like``)."""
+    walk = select(func.min(column).label("value")).cte(f"walk_{column.key}", recursive=True)
+    following = select(func.min(column)).where(column > walk.c.value).scalar_subquery()
+    walk = walk.union_all(select(following).where(walk.c.value.is_not(None)))
+    return select(walk.c.value).where(walk.c.value.is_not(None))
+
+
+def _refusals(session: Session, *, parsed: Any, octets: Any, limit: int) -> list[Refusal]:
+    """Refused elements (a ``reject`` verdict) whose element row matches ``parsed`` (None:
+    none), and refused octets whose receipt or octets row matches ``octets``; newest
+    first."""
+    judged = func.max(VerdictRow.judged_at)
+    parsed_rows = (
         select(
             VerdictRow.digest,
             VerdictRow.element,
             VerdictRow.reason,
             ElementRow.iss,
             ElementRow.hop,
-            func.max(VerdictRow.judged_at),
+            ElementRow.dialog,
+            judged,
         )
         .join(ElementRow, ElementRow.digest == VerdictRow.digest)
-        .where(ElementRow.dialog == dialog, VerdictRow.outcome == "reject")
+        .where(parsed, VerdictRow.outcome == "reject")
         .group_by(
-            VerdictRow.digest, VerdictRow.element, VerdictRow.reason, ElementRow.iss, ElementRow.hop
+            VerdictRow.digest,
+            VerdictRow.element,
+            VerdictRow.reason,
+            ElementRow.iss,
+            ElementRow.hop,
+            ElementRow.dialog,
         )
-        .order_by(func.max(VerdictRow.judged_at).desc())
+        .order_by(judged.desc())
         .limit(limit)
     )
-    octets = (
+    ingested = func.max(RejectedObservationRow.ingested_at)
+    octets_rows = (
         select(
             RejectedObservationRow.digest,
             RejectedOctetsRow.type,
             RejectedObservationRow.reason,
             RejectedOctetsRow.iss,
             RejectedOctetsRow.hop,
-            func.max(RejectedObservationRow.ingested_at),
+            func.max(RejectedObservationRow.dialog),
+            ingested,
         )
         .join(RejectedOctetsRow, RejectedOctetsRow.digest == RejectedObservationRow.digest)
-        .where(RejectedObservationRow.dialog == dialog)
+        .where(octets)
         .group_by(
             RejectedObservationRow.digest,
             RejectedOctetsRow.type,
@@ -201,15 +267,16 @@ def refused_in_dialog(session: Session, *, dialog: str, limit: int = 50) -> list
             RejectedOctetsRow.iss,
             RejectedOctetsRow.hop,
         )
-        .order_by(func.max(RejectedObservationRow.ingested_at).desc())
+        .order_by(ingested.desc())
         .limit(limit)
     )
     found: dict[bytes, Refusal] = {}
-    for rows, page in ((session.execute(parsed), True), (session.execute(octets), False)):
-        for digest, element, reason, iss, hop, at in rows:
+    queries = [(parsed_rows, True)] if parsed is not None else []
+    for query, page in (*queries, (octets_rows, False)):
+        for digest, element, reason, iss, hop, dialog, at in session.execute(query):
             if digest not in found:
                 found[digest] = Refusal(
-                    digest, element or "element", reason, iss, hop, int(at), page
+                    digest, element or "element", reason, iss, hop, int(at), page, dialog
                 )
     return sorted(found.values(), key=lambda r: r.judged_at, reverse=True)[:limit]
 
@@ -226,10 +293,18 @@ class TriageRow:
     count: int = 1  # flags in its group (same kind, issuer and variant); 1 when ungrouped
 
 
+# The queue's default status: open or acknowledged. An acknowledged flag is still open
+# until it is resolved (someone is on it, nobody has fixed it): PagerDuty's "Open" tab and
+# Grafana OnCall's default alert-group list show triggered/firing and acknowledged together.
+# Snoozed flags stay out until their snooze runs out; resolved ones are done.
+OPEN_OR_ACKNOWLEDGED = "open-or-acknowledged"
+
+
 @dataclass(frozen=True, slots=True)
 class TriageFilter:
     """What the queue shows. ``agent`` is the hop's issuer or delegate; ``assignee`` "-"
-    means unassigned; ``severities`` any of them (empty: every severity)."""
+    means unassigned; ``severities`` any of them (empty: every severity); ``status`` a
+    flag status at ``now`` or ``OPEN_OR_ACKNOWLEDGED``."""
 
     kind: str | None = None
     severities: tuple[str, ...] = ()
@@ -260,7 +335,14 @@ def _where(f: TriageFilter, now: int) -> list[Any]:
         where.append(FlagRow.kind == f.kind)
     if f.severities:
         where.append(FlagRow.severity.in_(list(f.severities)))
-    if f.status:
+    if f.status == OPEN_OR_ACKNOWLEDGED:
+        where.append(
+            or_(
+                effective_status(FlagStatus.OPEN, now),
+                effective_status(FlagStatus.ACKNOWLEDGED, now),
+            )
+        )
+    elif f.status:
         where.append(effective_status(f.status, now))
     if f.agent:
         where.append(or_(FlagRow.iss == f.agent, HopRow.aud == f.agent))
@@ -302,6 +384,7 @@ def triage(
     query = base.where(*where).order_by(*_order(order, FlagRow.opened_at, FlagRow.id))
     rows = session.execute(query.offset(offset).limit(limit))
     found = [TriageRow(FlagListing(f, status_at(f, now)), d, a, s) for f, d, a, s in rows]
+    found = _refused_dialogs(session, found)
     total = session.execute(
         select(func.count()).select_from(FlagRow).outerjoin(HopRow, _JOINED).where(*where)
     ).scalar_one()
@@ -348,7 +431,42 @@ def triage_groups(
         f.id: TriageRow(FlagListing(f, status_at(f, now)), d, a, s, counts[int(f.id or 0)])
         for f, d, a, s in session.execute(base.where(FlagRow.id.in_(list(counts))))
     }
-    return [rows[i] for i in counts if i in rows], int(total)
+    return _refused_dialogs(session, [rows[i] for i in counts if i in rows]), int(total)
+
+
+def _refused_dialogs(session: Session, rows: list[TriageRow]) -> list[TriageRow]:
+    """Rows whose flag has no stored hop (a rejected-element flag on an offer refused
+    before it made one) get the dialog their evidence names: the refused element's own
+    dialog, or for octets that never parsed the dialog of the record that carried them."""
+    wanted: dict[bytes, list[int]] = {}
+    for i, r in enumerate(rows):
+        f = r.flag.flag
+        if r.dialog is None and f.case_id is None and f.evidence:
+            try:
+                wanted.setdefault(parse_digest_text(f.evidence[0], what="evidence"), []).append(i)
+            except MalformedError:
+                continue
+    if not wanted:
+        return rows
+    digests = list(wanted)
+    named = dict(
+        session.execute(
+            select(ElementRow.digest, ElementRow.dialog).where(ElementRow.digest.in_(digests))
+        ).all()
+    )
+    carried = session.execute(
+        select(RejectedObservationRow.digest, func.max(RejectedObservationRow.dialog))
+        .where(RejectedObservationRow.digest.in_(digests))
+        .group_by(RejectedObservationRow.digest)
+    ).all()
+    for digest, dialog in carried:
+        named.setdefault(digest, dialog)
+    out = list(rows)
+    for digest, places in wanted.items():
+        for i in places:
+            if named.get(digest):
+                out[i] = replace(rows[i], dialog=named[digest])
+    return out
 
 
 def group_ids(session: Session, *, now: int, filters: TriageFilter, limit: int) -> list[int]:
@@ -504,6 +622,7 @@ class Found:
     dialogs: list[str]
     agents: list[str]
     elements: list[ElementRow]
+    refused: list[Refusal]
 
 
 def _digest_range(prefix: str) -> tuple[bytes, bytes | None] | None:
@@ -535,7 +654,9 @@ def _distinct_like(session: Session, column: Any, like: str, *, limit: int) -> l
 
 def search(session: Session, *, text: str, limit: int = 20) -> Found:
     """Hops by hop id or task id, dialogs and agents by exact or leading text, elements by
-    digest prefix (4 characters at least)."""
+    digest prefix (4 characters at least), and refused elements by the dialog or hop id
+    they name or their digest's prefix (``refused_matching``): a refused offer makes no
+    hop, and a dialog whose offers were all refused is still found by its id."""
     like = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     hops = list(
         session.execute(
@@ -571,7 +692,10 @@ def search(session: Session, *, text: str, limit: int = 20) -> Found:
             query = query.where(ElementRow.digest < high)
         rows = session.execute(query.order_by(ElementRow.digest).limit(limit * 4)).scalars()
         found = [r for r in rows if digest_text(r.digest).startswith(text)][:limit]
-    return Found(hops, dialogs, agents, found)
+    refused = refused_matching(session, text=text, limit=limit)
+    if text not in dialogs and any(r.dialog == text for r in refused):
+        dialogs.insert(0, text)
+    return Found(hops, dialogs, agents, found, refused)
 
 
 def filed_elsewhere(session: Session, *, offer: bytes, iss: str, hop: str) -> list[ElementRow]:

@@ -35,7 +35,14 @@ from app.web.people import NOBODY, people_of
 from app.web.render import secure, utc
 from app.web.service import ServiceDep
 from app.web.sessions import Triager
-from app.web.triage import PER_PAGE, flag_view, params_of, queue_page
+from app.web.triage import (
+    PER_PAGE,
+    STATUS_VALUES,
+    flag_view,
+    params_of,
+    queue_page,
+    read_queue,
+)
 
 router = APIRouter(include_in_schema=False)
 FlagId = Annotated[int, Path(ge=1, le=MAX_SAFE_INT)]
@@ -187,8 +194,8 @@ def _safe_query(text: str) -> str:
 def _members(service: Any, groups: list[str], back: str) -> list[int]:
     """The ids folded into the chosen group rows, among the flags the queue showed (its
     status filter travels in ``back``)."""
-    shown = parse_qs(back).get("status", ["open"])[0]
-    status = None if shown == "any" else shown if shown in set(FlagStatus) else None
+    shown = parse_qs(back).get("status", [dashboard.OPEN_OR_ACKNOWLEDGED])[0]
+    status = None if shown == "any" else shown if shown in STATUS_VALUES else None
     found: list[int] = []
     with service.reading() as session:
         for text in groups[:BULK_LIMIT]:
@@ -238,7 +245,16 @@ def bulk(
         params = params_of(query)
         return queue_page(request, user, service, params, form=form, error=str(exc), status=422)
     if at.isdigit() and int(at) <= PER_PAGE:
-        query = f"{query}&at={int(at)}" if query else f"at={int(at)}"
+        place = int(at)
+        # One row acknowledged stays in a queue that lists acknowledged flags ("All open"):
+        # the cursor moves on to the next row, so the next key acts on the next flag. A row
+        # that left the queue (resolved, snoozed, or acknowledged in "Critical and high")
+        # has its place taken by the next one already.
+        if sent.action == FlagAction.ACKNOWLEDGE and len(chosen) == 1:
+            status = read_queue(user, **params_of(query)).filters.status
+            if status in (None, dashboard.OPEN_OR_ACKNOWLEDGED, FlagStatus.ACKNOWLEDGED):
+                place = min(place + 1, PER_PAGE)
+        query = f"{query}&at={place}" if query else f"at={place}"
     count = f"{len(chosen)} flags" if len(chosen) != 1 else f"#{chosen[0]}"
     return _back("/flags" + (f"?{query}" if query else ""), f"{count} {done}")
 

@@ -45,14 +45,23 @@ def _iso(seconds: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def _timeline_layout(height: int) -> dict[str, Any]:
-    """Rows of bands over time (the dialog timeline, a case's ownership): dates on top, the
-    first row first, the legend under the plot."""
+def _timeline_layout(height: int, rows: Sequence[str]) -> dict[str, Any]:
+    """Rows of bands over time (the dialog timeline, a case's ownership): dates on top,
+    ``rows`` top to bottom in their order, the legend under the plot. Without the explicit
+    order Plotly stacks categories in the order the traces first name them (one trace per
+    state), so a failed second hop would be drawn after every completed one."""
     return _layout(
         barmode="overlay",
         height=height,
-        xaxis={"type": "date", "side": "top"},
-        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+        # automargin: on a phone the date ticks turn and need more room than 36 px.
+        xaxis={"type": "date", "side": "top", "automargin": True},
+        yaxis={
+            "autorange": "reversed",
+            "automargin": True,
+            "type": "category",
+            "categoryorder": "array",
+            "categoryarray": list(rows),
+        },
         legend={"orientation": "h", "y": -40 / height},
         margin={"l": 8, "r": 16, "t": 36, "b": 40},
     )
@@ -202,7 +211,7 @@ def timeline_figure(
             "hovertemplate": "expires %{x}<extra></extra>",
         }
     )
-    return {"data": data, "layout": _timeline_layout(90 + 26 * max(len(nodes), 3))}
+    return {"data": data, "layout": _timeline_layout(90 + 26 * max(len(nodes), 3), labels)}
 
 
 def _label(node: TreeNode) -> str:
@@ -292,10 +301,15 @@ def case_figure(detail: CaseDetail) -> dict[str, Any]:
                 "x": [
                     max(end - e.start, 1) * 1000 for e, end in zip(detail.epochs, ends, strict=True)
                 ],
+                # Each band says its epoch: inside at its end when it fits (away from the
+                # acceptance and writes at its start), else just after it (a band of a few
+                # seconds); Plotly picks the colour against the band or the page, and
+                # the label may run past the plot area rather than be cut off.
                 "text": [f"epoch {e.epoch}" for e in detail.epochs],
-                "textposition": "inside",
-                "textfont": {"color": "#ffffff"},
-                "insidetextanchor": "start",
+                "textposition": "auto",
+                "insidetextanchor": "end",
+                "constraintext": "none",
+                "cliponaxis": False,
                 "marker": {
                     "color": [EPOCH_COLOURS[e.epoch % 2] for e in detail.epochs],
                     "opacity": 0.8,
@@ -327,7 +341,8 @@ def case_figure(detail: CaseDetail) -> dict[str, Any]:
                 "hovertemplate": "%{hovertext}<extra></extra>",
             }
         )
-    return {"data": data, "layout": _timeline_layout(110 + 40 * max(len(labels), 2))}
+    layout = _timeline_layout(110 + 40 * max(len(labels), 2), list(labels.values()))
+    return {"data": data, "layout": layout}
 
 
 def _band_text(e: Epoch, labels: Mapping[str, str]) -> str:

@@ -66,7 +66,21 @@ def dialog_page(
     open: Annotated[str | None, Query(max_length=70_000)] = None,
     toggle: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
-    nodes = _dialog_nodes(service, dialog)
+    if len(dialog) > 1024:
+        raise PageError(404, "No dialog has that name.")
+    with _read(service) as session:
+        nodes = dialog_tree(session, dialog=dialog)
+        refused = dashboard.refused_in_dialog(session, dialog=dialog, limit=REFUSED_ROWS)
+    if not nodes:
+        if not refused:
+            raise PageError(404, "No hop is stored for that dialog.")
+        # Every element naming the dialog was refused: no hop, no tree, but the refusals
+        # are what the operator came for (search leads here by the dialog id).
+        context = {
+            "nav": "dialogs", "now": service.clock(), "dialog": dialog, "tree": None,
+            "refused": refused, "refused_rows": REFUSED_ROWS,
+        }  # fmt: skip
+        return render(request, "dialog.html", context)
     tree = tree_view.build(nodes)
     hits, opened = _view(tree, _none(q), open)
     if toggle is not None:
@@ -90,8 +104,6 @@ def dialog_page(
         aggregated = False
     else:
         figure, aggregated = charts.dialog_activity_figure(nodes), True
-    with service.reading() as session:
-        refused = dashboard.refused_in_dialog(session, dialog=dialog, limit=REFUSED_ROWS)
     here = {k: v for k, v in (("q", _none(q)), ("open", open)) if v}
     context = {
         "refused": refused,

@@ -277,7 +277,8 @@ def element_octets(
 ) -> Response:
     """A stored element's signed octets (the API's ``/api/v1/elements`` route takes a bearer
     token; this one the dashboard session). A JWS is shown in the browser as text (its
-    compact form is ASCII); ``?download=1``, or a COSE element (binary), is a download."""
+    compact form is ASCII); a COSE element is binary, so a browser is sent to its page,
+    which shows it decoded with a download link; ``?download=1`` is always a download."""
     wanted = _digest(digest)
     with service.reading() as session:
         row = get_element(session, digest=wanted)
@@ -289,6 +290,9 @@ def element_octets(
         return secure(
             Response(row.octets, media_type="text/plain; charset=us-ascii", headers=headers)
         )
+    if not download:
+        target = f"/hops/{digest_text(row.digest)}"
+        return secure(RedirectResponse(target, status_code=303))
     media = "application/jose" if row.form == "jws" else "application/cose"
     headers = {"Content-Disposition": f'attachment; filename="{name}"'}
     return secure(Response(row.octets, media_type=media, headers=headers))

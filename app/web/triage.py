@@ -54,6 +54,14 @@ def _text(value: str | None) -> str | None:
     return (value or "").strip() or None
 
 
+# The status filter's choices: the default first (an acknowledged flag is still open
+# until resolved, see dashboard.OPEN_OR_ACKNOWLEDGED), then each status alone.
+STATUS_NAMES = {
+    dashboard.OPEN_OR_ACKNOWLEDGED: "open or acknowledged",
+    **{s.value: s.value for s in FlagStatus},
+}
+STATUS_VALUES = list(STATUS_NAMES)
+
 # Named views, one click from every page (the header links to the first): what an
 # operator paged at night wants first, and what is theirs.
 VIEWS = {
@@ -90,7 +98,8 @@ def read_queue(
     group: str | None,
 ) -> Queue:
     chosen = view if view in VIEWS else None
-    picked_status = "open" if status is None else _pick(status, [s.value for s in FlagStatus])
+    default_status = dashboard.OPEN_OR_ACKNOWLEDGED
+    picked_status = default_status if status is None else _pick(status, STATUS_VALUES)
     severities: tuple[str, ...] = ()
     if chosen == "urgent":
         severities, picked_status = dashboard.URGENT, "open"
@@ -122,7 +131,7 @@ def read_queue(
         "variant": filters.variant or "",
         "issuer": filters.issuer or "",
     }
-    if picked_status != "open" and not chosen:
+    if picked_status != default_status and not chosen:
         query["status"] = picked_status or "any"
     if order.value != default_order:
         query["sort"] = order.value
@@ -226,7 +235,7 @@ def queue_page(
         "query": urlencode(queue.query),
         "kinds": [k.value for k in FlagKind],
         "severities": [s.value for s in Severity],
-        "statuses": [s.value for s in FlagStatus],
+        "statuses": STATUS_NAMES,
         "people": people,
         "done": done,
         "at": at,
@@ -270,7 +279,7 @@ def similar(
     """The flags folded into one group row, as table rows for htmx to put under it; a
     browser without htmx gets the ungrouped queue of the same flags (a real page)."""
     key = {"kind": kind or "", "issuer": issuer or "", "variant": variant or "-"}
-    picked = "open" if status is None else _pick(status, [s.value for s in FlagStatus])
+    picked = dashboard.OPEN_OR_ACKNOWLEDGED if status is None else _pick(status, STATUS_VALUES)
     if request.headers.get("hx-request") != "true":
         query = {**key, "group": "0", **({"status": status} if status else {})}
         return secure(RedirectResponse(f"/flags?{urlencode(query)}", status_code=303))

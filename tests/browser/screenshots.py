@@ -19,7 +19,14 @@ from urllib.parse import quote
 from sqlalchemy import func, select
 
 from app.store import db
-from app.store.models import ElementRow, EnvelopeItemRow, FlagRow, HopRow, RejectedOctetsRow
+from app.store.models import (
+    ElementRow,
+    EnvelopeItemRow,
+    FlagRow,
+    HopRow,
+    RejectedOctetsRow,
+    VerdictRow,
+)
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, PASSWORD, REPO, serve_store
 from tests.web import case_data
 from tests.web.dashboard_data import build
@@ -52,6 +59,15 @@ def pages(store: Path) -> dict[str, str]:
                 .limit(1)
             ).scalar()
             refused = session.execute(select(RejectedOctetsRow.digest).limit(1)).scalar()
+            # A refused offer's hop id: search finds the refusal though no hop exists.
+            refused_hop = session.execute(
+                select(ElementRow.hop)
+                .join(VerdictRow, VerdictRow.digest == ElementRow.digest)
+                .where(VerdictRow.outcome == "reject", ElementRow.type == "offer")
+                .where(~ElementRow.hop.in_(select(HopRow.hop)))
+                .order_by(ElementRow.digest)
+                .limit(1)
+            ).scalar()
             busiest = session.execute(
                 select(EnvelopeItemRow.case_id)
                 .where(EnvelopeItemRow.case_id.is_not(None))
@@ -89,6 +105,8 @@ def pages(store: Path) -> dict[str, str]:
         found["element"] = f"/hops/{digest_text(loose)}"
     if refused is not None:
         found["refused"] = f"/hops/{digest_text(refused)}"
+    if refused_hop is not None:
+        found["search-refused"] = f"/search?q={quote(refused_hop)}"
     return found
 
 

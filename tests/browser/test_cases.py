@@ -7,9 +7,10 @@ the triage queue; and the list of cases. Screenshots go to test-artifacts/screen
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
-from tests.browser.conftest import Tab
+from tests.browser.conftest import Served, Tab, open_tab
 from tests.web import case_data
 
 
@@ -46,6 +47,44 @@ def test_the_worked_example_case_page(tab: Tab) -> None:
     tab.page.wait_for_url("**/flags/*")
     assert tab.page.locator(f"a[href='/cases/{case_data.CASE}']").count() >= 1
     assert tab.errors() == [] and tab.dialogs == []
+
+
+# Each text of the ownership timeline as drawn: its box, and the plot's.
+DRAWN = """plot => {
+  const svg = plot.querySelector('.main-svg').getBoundingClientRect();
+  const box = t => { const r = t.getBoundingClientRect();
+    return {text: t.textContent, left: r.left - svg.left, right: svg.right - r.right,
+            top: r.top - svg.top, height: r.height, width: r.width}; };
+  return {bands: [...plot.querySelectorAll('g.barlayer text')].map(box),
+          ticks: [...plot.querySelectorAll('g.xtick text')].map(box)};
+}"""
+
+
+def test_the_epoch_labels_and_dates_of_the_timeline_are_whole(browser: Any, served: Served) -> None:
+    """Each epoch band's label is drawn whole, at the page's font size, inside the plot (a
+    band of a few seconds has it just after the band), and the date ticks are not cut off
+    at the top, at 1440 px and on a phone."""
+    for viewport in ({"width": 1440, "height": 900}, {"width": 390, "height": 844}):
+        tab = open_tab(browser, served, viewport=viewport)
+        try:
+            tab.go(f"/cases/{quote(case_data.CASE)}")
+            plot = tab.page.locator(".plot").first
+            plot.locator(".main-svg g.barlayer text").first.wait_for(state="attached")
+            drawn = plot.evaluate(DRAWN)
+            assert [b["text"] for b in drawn["bands"]] == ["epoch 3", "epoch 4"]
+            # Plotly drops (draws at size 0) the ticks it has no room for; the rest show.
+            ticks = [t for t in drawn["ticks"] if t["width"] > 0]
+            assert len(ticks) >= 3
+            for label in drawn["bands"] + ticks:
+                where = f"{label} at {viewport['width']} px"
+                assert label["height"] >= 10 and label["width"] > 0, where
+                assert min(label["left"], label["right"]) >= 0, where
+                # A turned tick's box is its turned em box, a few pixels more than its ink
+                # (without automargin the turned dates were cut off at the top on a phone).
+                assert label["top"] >= -5, where
+            assert tab.errors() == []
+        finally:
+            tab.page.context.close()
 
 
 def test_the_case_list_and_the_triage_queue_link_cases(tab: Tab) -> None:

@@ -72,6 +72,59 @@ def test_a_dialog_shows_its_tree_and_timeline(tab: Tab) -> None:
     assert tab.errors() == []
 
 
+# The row labels of a dialog's timeline as drawn, top to bottom on the screen, and the top
+# of its legend.
+DRAWN_ROWS = """plot => {
+  const rows = [...plot.querySelectorAll('.main-svg g.ytick text')]
+    .map(t => [t.getBoundingClientRect(), t.textContent])
+    .filter(pair => pair[0].height > 0).sort((a, b) => a[0].top - b[0].top);
+  const legend = plot.querySelector('g.legend').getBoundingClientRect();
+  return {labels: rows.map(pair => pair[1]), bottom: Math.max(...rows.map(p => p[0].bottom)),
+          legend: legend.top};
+}"""
+
+
+def _drawn_numbers(tab: Tab, link: str) -> tuple[list[int], dict[str, Any]]:
+    tab.go(link)
+    tab.page.wait_for_selector(".plot .main-svg g.barlayer path")
+    drawn = tab.page.locator(".plot").last.evaluate(DRAWN_ROWS)
+    return [int(label.split(".", 1)[0]) for label in drawn["labels"]], drawn
+
+
+def test_every_dialog_timeline_numbers_its_rows_top_down(
+    tab: Tab, browser: Any, served: Served
+) -> None:
+    """Rows are numbered in the tree's order and drawn in that order, whatever their
+    states: Plotly would otherwise stack them by the first trace (state) naming each row.
+    On a phone every row keeps its label and the legend sits under the rows."""
+    tab.go("/dialogs")
+    links = tab.page.locator("main table a[href^='/dialogs/']").evaluate_all(
+        "links => links.map(a => a.getAttribute('href'))"
+    )
+    assert len(links) >= 5
+    mixed = 0
+    seen: list[tuple[str, int]] = []  # (dialog, rows drawn at 1440 px)
+    for link in links:
+        if mixed == 3:
+            break
+        numbers, _ = _drawn_numbers(tab, link)
+        assert numbers == list(range(1, len(numbers) + 1)), link
+        seen.append((link, len(numbers)))
+        states = tab.page.locator("ul.tree li.n > .row .badge[class*='st-']").all_inner_texts()
+        mixed += len(set(states)) > 1
+    assert mixed == 3  # dialogs that mix states (a failed hop before completed ones)
+    assert tab.errors() == []
+    link, hops = max(seen, key=lambda s: s[1])
+    phone = open_tab(browser, served, viewport={"width": 390, "height": 844})
+    try:
+        numbers, drawn = _drawn_numbers(phone, link)
+        assert numbers == list(range(1, hops + 1))
+        assert drawn["legend"] >= drawn["bottom"]
+        assert phone.errors() == []
+    finally:
+        phone.page.context.close()
+
+
 def test_acknowledge_an_equivocation_with_a_note(tab: Tab) -> None:
     tab.go("/flags?kind=equivocation")
     tab.shot("triage")

@@ -33,12 +33,15 @@ FIXED = [
 
 
 def _pages(tab: Any) -> list[str]:
-    """The fixed pages, and one of each kind reached by a link: a dialog, a hop, a case and
-    the page of one flag of every kind."""
+    """The fixed pages, and one of each kind reached by a link: a dialog (also with every hop
+    a search match), a hop, a case and the page of one flag of every kind."""
     found = list(FIXED)
     for listing, prefix in (("/dialogs", "/dialogs/"), ("/hops", "/hops/"), ("/cases", "/cases/")):
         tab.go(listing)
         found.append(tab.page.locator(f"main a[href^='{prefix}']").first.get_attribute("href"))
+    # The dialog again with a search that matches every hop (each agent identifier holds
+    # "example"): the match rows' own background under muted and alert text.
+    found.append(f"{found[len(FIXED)]}?q=example")
     tab.go("/flags?status=any&group=0")
     kinds: dict[str, str] = {}
     for link in tab.page.locator("table.triage td[data-label=Flag] > a").all():

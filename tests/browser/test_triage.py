@@ -31,7 +31,18 @@ def test_the_cursor_stays_in_place_after_acknowledging(tab: Tab) -> None:
     assert current.get_attribute("data-id") == third
     tab.page.keyboard.press("a")
     tab.page.wait_for_selector("[role=status]")
-    # The acknowledged flag left the open queue; the cursor is on the row in its place.
+    # The acknowledged flag stays in "All open" (still open until resolved), marked; the
+    # cursor has moved on to the next row, so the next key acts on the next flag.
     tab.page.wait_for_selector("table.triage tr.row.current")
     assert tab.page.locator("table.triage tr.row.current").get_attribute("data-id") == fourth
+    acked = tab.page.locator(f"table.triage tr.row[data-id='{third}'] td[data-label=Status]")
+    assert acked.inner_text() == "acknowledged"
+    # In "Critical and high" an acknowledged flag leaves; the next row takes its place.
+    tab.go("/flags?view=urgent")
+    urgent = [r.get_attribute("data-id") for r in tab.page.locator("table.triage tr.row").all()]
+    tab.page.keyboard.press("j")
+    tab.page.keyboard.press("a")
+    tab.page.wait_for_selector("[role=status]")
+    tab.page.wait_for_selector("table.triage tr.row.current")
+    assert tab.page.locator("table.triage tr.row.current").get_attribute("data-id") == urgent[1]
     assert tab.errors() == []

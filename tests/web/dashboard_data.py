@@ -82,6 +82,39 @@ def _hostile(start: int) -> tuple[list[Signer], bytes]:
     return [evil, helper], lines
 
 
+REFUSED_DIALOG = "ctx-refused-only"
+
+
+def refused_only(now: int) -> bytes:
+    """A capture whose every element is refused, in a dialog of its own: an offer from an
+    issuer the trust store does not know (parsed, ``untrusted-key``) and a copy of it with
+    the key in its header (never parsed), carried by a record that names the dialog."""
+    ghost = Signer.generate("spiffe://ghost.example/agent/nobody", "Ed25519", kid="ghost-1")
+    offer = make_offer(ghost, aud=HELPER, dialog=REFUSED_DIALOG, iat=now - 60, lifetime=240)
+    keyed = embedded_key_offer(dict(parse_element(offer, Form.JWS).raw_payload), ghost)
+    records = [
+        {"received_at": now - 59, "received_by": HELPER, "payload": {"offer": offer.decode()}},
+        {"received_at": now - 58, "dialog": REFUSED_DIALOG, "payload": {"offer": keyed.decode()}},
+    ]
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+def ingest_more(store: Path, trust: Path, now: int, name: str, capture: bytes) -> None:
+    """Ingest ``capture`` into the SQLite file ``store`` as the dataset was (a test's copy)."""
+    engine = db.make_engine(f"sqlite:///{store}")
+    try:
+        pipeline = Pipeline(
+            engine=engine,
+            trust=TrustStore.load(trust),
+            options=VerifyOptions(at=now, ref_policy=RefPolicy.CHECK_AVAILABLE),
+            timing=Timing(),
+        )
+        report = ingest(pipeline, [(name, capture)], now=now)
+        assert not report.errors, report.errors
+    finally:
+        engine.dispose()
+
+
 def build(root: Path, *, dialogs: int = 10, seed: int = 1) -> Dataset:
     """Write the run under ``root`` and ingest it into ``root/store.db``."""
     paths = DemoPaths.beside(root / "capture.jsonl", trust=None, answers=None)

@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from handoff_context import digest_text
+from sqlalchemy import select
 
 from app.settings import Settings
 from app.store import db
+from app.store.models import ElementRow
 from app.store.tokens import Role
 from app.store.users import create_user
 from app.web.app import create_app
@@ -360,6 +363,30 @@ def test_search_finds_a_hop_by_digest_prefix_and_jumps_on_a_whole_digest(dash: D
         assert shown.headers["content-type"] == "text/plain; charset=us-ascii"
         assert shown.headers["content-disposition"].startswith("inline")
         assert shown.content == octets.content
+
+
+def test_a_cose_element_is_shown_on_its_page_with_a_download_link(
+    dash: Dash, tmp_path: Path
+) -> None:
+    """``/elements/<digest>`` shows an element rather than saving a file: a COSE element's
+    octets are binary, so the browser goes to its page (decoded, with the download link)."""
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        with db.transaction(engine) as session:
+            cose = session.execute(
+                select(ElementRow.digest).where(ElementRow.form == "cose").limit(1)
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    digest = digest_text(cose)
+    dash.login("rita")
+    shown = dash.client.get(f"/elements/{digest}", follow_redirects=False)
+    assert shown.status_code == 303 and shown.headers["location"] == f"/hops/{digest}"
+    page = dash.client.get(shown.headers["location"]).text
+    assert f'href="/elements/{digest}?download=1"' in page
+    saved = dash.client.get(f"/elements/{digest}?download=1")
+    assert saved.headers["content-type"] == "application/cose"
+    assert saved.headers["content-disposition"].startswith("attachment")
 
 
 def test_plotly_and_htmx_are_served_locally(dash: Dash) -> None:

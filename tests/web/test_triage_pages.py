@@ -4,8 +4,15 @@ one click from every page, folded groups and their members, the cursor after an 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+from handoff_context import digest_text
+from sqlalchemy import select
+
+from app.store import db
+from app.store.models import ElementRow, RejectedOctetsRow
 from tests.web import test_pages
+from tests.web.dashboard_data import REFUSED_DIALOG, ingest_more, refused_only
 from tests.web.test_pages import PAGES, Dash
 
 # The dashboard fixtures of test_pages (a logged-out client over a copy of the demo store).
@@ -77,9 +84,10 @@ def test_a_group_unfolds_and_a_bulk_action_reaches_every_member(dash: Dash) -> N
     if key is None:  # this data set has no repeated (kind, issuer, reason): check one id
         form = {"ids": [single.group(1)], "action": "acknowledge", "csrf": token, "at": "3"}
         done = dash.client.post("/flags/bulk", data=form, follow_redirects=False)
-        assert done.status_code == 303 and "at=3" in done.headers["location"]
+        # The acknowledged row stays in "All open": the cursor moves on to the next row.
+        assert done.status_code == 303 and "at=4" in done.headers["location"]
         after = dash.client.get(done.headers["location"]).text
-        assert 'data-at="3"' in after
+        assert 'data-at="4"' in after
 
 
 def test_an_unknown_group_key_selects_nothing(dash: Dash) -> None:
@@ -99,3 +107,43 @@ def test_search_finds_case_ids_and_flag_numbers(dash: Dash) -> None:
     assert re.search(r'href="/cases/case-0000[^"]+"', cases)
     none = dash.client.get("/search?q=999999").text
     assert "No case id contains that." in none
+
+
+def test_search_finds_refused_elements_by_dialog_hop_and_digest(dash: Dash, tmp_path: Path) -> None:
+    """A refused offer makes no hop; search still finds it by the dialog and hop id it
+    names, refused octets by their record's dialog, their hop id and digest prefix, and
+    the dialog page of a dialog whose every element was refused lists them."""
+    data = dash.data
+    ingest_more(
+        tmp_path / "store.db", data.trust, data.now, "refused.jsonl", refused_only(data.now)
+    )
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        with db.transaction(engine) as session:
+            parsed = session.execute(
+                select(ElementRow).where(ElementRow.dialog == REFUSED_DIALOG)
+            ).scalar_one()
+            octets = session.execute(
+                select(RejectedOctetsRow).where(RejectedOctetsRow.hop == parsed.hop)
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    dash.login("rita")
+    offer, keyed = digest_text(parsed.digest), digest_text(octets.digest)
+    by_dialog = dash.client.get(f"/search?q={REFUSED_DIALOG}").text
+    assert f'href="/hops/{offer}"' in by_dialog and f'href="/hops/{keyed}"' in by_dialog
+    assert "untrusted-key" in by_dialog
+    assert f'href="/dialogs/{REFUSED_DIALOG}"' in by_dialog  # the dialog is found too
+    by_hop = dash.client.get(f"/search?q={parsed.hop}").text
+    assert f'href="/hops/{offer}"' in by_hop and f'href="/hops/{keyed}"' in by_hop
+    by_digest = dash.client.get(f"/search?q={keyed[:8]}").text
+    assert f'href="/hops/{keyed}"' in by_digest
+    nothing = dash.client.get("/search?q=ctx-nobody-named-this").text
+    assert "No refused element names that dialog or hop id" in nothing
+    page = dash.client.get(f"/dialogs/{REFUSED_DIALOG}")
+    assert page.status_code == 200 and "every element that named it was refused" in page.text
+    assert f'href="/hops/{offer}"' in page.text and f'href="/hops/{keyed}"' in page.text
+    assert dash.client.get("/dialogs/ctx-nobody-named-this").status_code == 404
+    # The refusal's flag in the queue names the dialog, though no hop holds it.
+    queue = dash.client.get("/flags?group=0").text
+    assert f'href="/dialogs/{REFUSED_DIALOG}"' in queue

@@ -112,13 +112,23 @@ def test_an_over_long_note_comes_back_to_be_cut(dash: Dash) -> None:
     assert note.strip() in response.text  # nothing typed is lost
 
 
-def test_acknowledged_flags_have_a_view_of_their_own(dash: Dash) -> None:
+def test_acknowledged_flags_have_a_view_of_their_own_and_stay_open(dash: Dash) -> None:
+    """An acknowledged flag is still open until resolved: "All open" (the default) keeps
+    it, as PagerDuty's "Open" and Grafana OnCall's default list do; ``status=open`` and
+    "Critical and high" list only the flags nobody has acknowledged."""
     dash.login("otto")
-    flag = dash.data.equivocation_flag
+    flag = dash.data.equivocation_flag  # critical
+    link = f'href="/flags/{flag}"'
+    assert link in dash.client.get("/flags?view=urgent").text
     assert _act(dash, flag, action="acknowledge").status_code == 303
     page = dash.client.get("/flags?view=acknowledged").text
-    assert "Acknowledged: someone is on it" in page and f'href="/flags/{flag}"' in page
-    assert f'href="/flags/{flag}"' not in dash.client.get("/flags?group=0").text
+    assert "Acknowledged: someone is on it" in page and link in page
+    default = dash.client.get("/flags?group=0").text
+    assert link in default and "selected>open or acknowledged</option>" in default
+    assert link not in dash.client.get("/flags?group=0&status=open").text
+    assert link not in dash.client.get("/flags?view=urgent").text
+    assert _act(dash, flag, action="resolve", note="fixed").status_code == 303
+    assert link not in dash.client.get("/flags?group=0").text
 
 
 def test_resolve_and_next_opens_the_next_open_flag(dash: Dash) -> None:
