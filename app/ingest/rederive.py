@@ -267,7 +267,7 @@ def rederive(
             with db.transaction(db.read_only(engine)) as source:
                 replayed = replay(pipeline, export_records(source, secrets=False))
             with db.transaction(scratch) as session:
-                sweep(session, now=now, timing=pipeline.timing)
+                sweep(session, now=now, timing=pipeline.timing, cases=pipeline.envelope.rules)
                 after = snapshot(session)
             before = swept_snapshot(engine, now=now, timing=pipeline.timing)
             diffs = compare(before, after)

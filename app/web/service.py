@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.errors import HandoffTraceError
+from app.ingest.build import build_pipeline, verify_options
 from app.ingest.pipeline import Pipeline
 from app.ingest.rejudge import Rejudged, RejudgeFailed, judged_under_other_trust, rejudge
 from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
@@ -244,13 +245,12 @@ class Service:
         at = self.clock()
         return rejudge(
             self.engine,
-            lambda engine: Pipeline(
-                engine=engine,
-                trust=trust,
-                options=self.settings.verify_options(at=at),
-                timing=self.settings.timing,
+            lambda engine: build_pipeline(
+                self.settings,
+                engine,
+                trust,
+                options=verify_options(self.settings, at=at),
                 objects=self.objects,
-                envelope=self.settings.envelope,
             ),
             old=old,
             new=trust.fingerprint,
@@ -287,13 +287,8 @@ class Service:
             yield session
 
     def pipeline(self, options: VerifyOptions) -> Pipeline:
-        return Pipeline(
-            engine=self.engine,
-            trust=self.trust,
-            options=options,
-            timing=self.settings.timing,
-            objects=self.objects,
-            envelope=self.settings.envelope,
+        return build_pipeline(
+            self.settings, self.engine, self.trust, options=options, objects=self.objects
         )
 
     def verify(

@@ -23,6 +23,7 @@ from handoff_context import (
 from handoff_context.carry import A2A_EXTENSION_URI
 from sqlalchemy import Engine, func, select
 
+from app.envelope.ledger import CaseRules
 from app.ingest.pipeline import IngestReport, Pipeline, ingest
 from app.ingest.verifying import VerifyOptions
 from app.store.db import transaction
@@ -138,7 +139,7 @@ def hops(engine: Engine, *, now: int | None = None) -> dict[tuple[str, str], dic
     """Every hop's derived columns, after a sweep at ``now`` when given."""
     with transaction(engine) as session:
         if now is not None:
-            sweep(session, now=now, timing=TIMING)
+            sweep(session, now=now, timing=TIMING, cases=CaseRules())
         rows = session.execute(select(HopRow)).scalars()
         return {(h.iss, h.hop): h.model_dump() for h in rows}
 
