@@ -9,14 +9,29 @@ and miss another. The core below receives the plain values, never the settings o
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from handoff_context import ObjectIndex, TrustStore
+from handoff_context import ObjectIndex, Timing, TrustStore
 from sqlalchemy import Engine
 
-from app.ingest.pipeline import Pipeline
+from app.envelope.config import EnvelopeConfig
 from app.ingest.verifying import VerifyOptions
-from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Everything an ingest needs besides its input."""
+
+    engine: Engine
+    trust: TrustStore
+    options: VerifyOptions  # profile §12; ``at`` is the receive time of items without one
+    timing: Timing = field(default_factory=Timing)
+    objects: ObjectIndex = field(default_factory=ObjectIndex)
+    envelope: EnvelopeConfig = field(default_factory=EnvelopeConfig)
 
 
 def verify_options(settings: Settings, *, at: int, **overrides: Any) -> VerifyOptions:

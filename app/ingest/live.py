@@ -17,18 +17,18 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from handoff_context import Timing
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from app.capture.carriers import HostState
+from app.capture.carriers import Carried, HostState
 from app.ingest.batches import BatchFailed
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.derive import derive_hops
-from app.store.host import add_host_states, hops_of_tasks, host_values, stored_keys
+from app.store.host import add_host_states, hops_of_tasks, stored_keys
 
 T = TypeVar("T")
 # The longest an item read from a live input waits before it is committed.
@@ -106,6 +106,28 @@ class HostStates:
         hops = hops_of_tasks(session, {s.task_id for s in fresh})
         derive_hops(session, hops, now=now, timing=timing, locks=Locks(session, keys))
         return len(states) - len(fresh)
+
+
+def host_values(
+    state: Carried | HostState, *, received_at: int, received_by: str | None, now: int
+) -> dict[str, Any]:
+    """A row for one captured task state; ``received_at`` is what the checks used."""
+    assert state.task_id is not None and state.task_state is not None
+    key = state.key if isinstance(state, HostState) else None
+    return {
+        "task_id": state.task_id,
+        "task_state": state.task_state,
+        "dialog": state.dialog,
+        "received_at": received_at,
+        "received_exact": state.received_at,
+        "seq": state.seq,
+        "received_by": received_by,
+        "source": state.source,
+        "carrier": state.carrier.value,
+        "element": isinstance(state, Carried),
+        "ingested_at": now,
+        "observation_key": key,
+    }
 
 
 _END = object()

@@ -269,7 +269,9 @@ def rederive(
             with db.transaction(scratch) as session:
                 sweep(session, now=now, timing=pipeline.timing, cases=pipeline.envelope.rules)
                 after = snapshot(session)
-            before = swept_snapshot(engine, now=now, timing=pipeline.timing)
+            before = swept_snapshot(
+                engine, now=now, timing=pipeline.timing, cases=pipeline.envelope.rules
+            )
             diffs = compare(before, after)
             # A replay that could not rebuild every carried chain may judge those items
             # more leniently than ingest did: report, never overwrite with that.

@@ -21,7 +21,7 @@ from sqlmodel import Session, SQLModel
 
 from app.errors import HandoffTraceError
 from app.store.db import Locks
-from app.store.derive import HopKey, derive_hops, sweep
+from app.store.derive import CaseRules, HopKey, derive_hops, sweep
 from app.store.models import (
     ElementRow,
     FlagRow,
@@ -232,13 +232,15 @@ def _every_hop(session: Session) -> set[HopKey]:
     return keys
 
 
-def swept_snapshot(engine: Engine, *, now: int, timing: Timing) -> dict[str, Table]:
+def swept_snapshot(
+    engine: Engine, *, now: int, timing: Timing, cases: CaseRules
+) -> dict[str, Table]:
     """The stored derived state at clock ``now``: swept in a transaction that is rolled
     back, so a dry run changes nothing."""
     with Session(engine) as session:
         session.begin()
         try:
-            sweep(session, now=now, timing=timing)
+            sweep(session, now=now, timing=timing, cases=cases)
             return snapshot(session)
         finally:
             session.rollback()
