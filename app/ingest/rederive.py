@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
-from handoff_context import b64url_decode
+from handoff_context import Element, Form, b64url_decode, parse_element
+from handoff_context.errors import HandoffError
 from sqlalchemy import Engine
 from sqlmodel import Session
 
@@ -45,6 +46,7 @@ from app.store.transfer import (
     export_records,
     insert_rows,
     latest_item_time,
+    plain_rows,
     restore_workflow,
     stored_elements,
 )
@@ -144,7 +146,21 @@ def _flush(engine: Engine, batch: list[Mapping[str, Any]], rows: dict[str, int])
 
 
 def _insert(session: Session, *, kind: str, batch: list[Mapping[str, Any]]) -> None:
-    insert_rows(session, kind, batch)
+    """Insert one batch of plain records; an element whose octets parse is stored as
+    ingest stores it, one that no longer parses as it was exported."""
+    rows = plain_rows(kind, batch)
+    elements: list[tuple[Element, int]] = []
+    if kind == "element":
+        kept = []
+        for row in rows:
+            try:
+                elements.append(
+                    (parse_element(row["octets"], Form(row["form"])), row["first_seen"])
+                )
+            except (HandoffError, ValueError):
+                kept.append(row)
+        rows = kept
+    insert_rows(session, kind, rows, elements=elements)
 
 
 def _batches(records: Iterable[Mapping[str, Any]]) -> Iterator[list[Mapping[str, Any]]]:
