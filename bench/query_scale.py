@@ -80,8 +80,8 @@ from handoff_context import (
 from sqlalchemy import event
 
 from app.envelope.ledger import CaseRules
+from app.ingest.sweep import sweep
 from app.store import dashboard, db, queries
-from app.store.derive import sweep
 from app.web import charts
 from tests import pg
 

@@ -308,9 +308,6 @@ DECODING = {
     "strict_json_loads",
 }
 BELOW_THE_STORE = ("app.capture", "app.envelope", "app.ingest")
-# The envelope case ledger is still called from these store modules (docs/architecture.md,
-# "still outside this shape"); the list may only shrink.
-LEDGER_IN_STORE = {"app.store.cases", "app.store.derive", "app.store.envelopes", "app.store.flags"}
 PIPELINE_LINES = 400
 
 
@@ -353,8 +350,6 @@ def test_the_store_imports_neither_capture_nor_envelope_nor_ingest() -> None:
         if not name.startswith("app.store"):
             continue
         below = {m for m in app_imports(tree) if m.startswith(BELOW_THE_STORE)}
-        if name in LEDGER_IN_STORE:
-            below -= {"app.envelope.ledger", "app.envelope.extract"}
         assert below == set(), name
 
 

@@ -39,10 +39,10 @@ from app.cli.common import (
 from app.envelope.flags import FlagKind
 from app.ingest.build import build_pipeline, verify_options
 from app.ingest.pipeline import IngestReport, ingest
+from app.ingest.sweep import sweep
 from app.ingest.verifying import load_objects
 from app.settings import Settings
 from app.store import db
-from app.store.derive import sweep
 from app.store.queries import FlagStatus, list_flags, list_hops
 
 # Inputs above this size get a progress line on stderr.

@@ -36,6 +36,7 @@ from app.cli.common import (
 from app.ingest.build import build_pipeline, verify_options
 from app.ingest.pipeline import Pipeline
 from app.ingest.rederive import Rederived, Replayed, rederive, replay, replay_trust
+from app.ingest.sweep import sweep
 from app.ingest.verifying import load_objects
 from app.log.checkpoint import open_checkpoint
 from app.log.errors import LogError
@@ -43,7 +44,6 @@ from app.log.exported import MEMBER, Anchor, Rebuild, check
 from app.log.note import Verifier
 from app.settings import Settings
 from app.store import db
-from app.store.derive import sweep
 from app.store.transfer import (
     RecordsDigest,
     TransferError,

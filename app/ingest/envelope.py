@@ -40,17 +40,15 @@ from app.envelope.references import check_reference
 from app.errors import ItemProblem as EnvelopeError  # an invalid or unstorable envelope item
 from app.errors import NotStored
 from app.ingest.batches import BATCH_ITEMS, BUSY, BatchFailed, batched, not_stored, run_batch
+from app.ingest.cases import KnownItems, derive_cases, stored_as
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
     ItemRecord,
-    KnownItems,
     affected_cases,
     case_lock,
     context_lock,
-    derive_cases,
     store_items,
-    stored_as,
 )
 
 _RESTARTS = 50  # as for signed items: restarts after finding a lock taken

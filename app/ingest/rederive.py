@@ -26,18 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
-from handoff_context import Element, Form, b64url_decode, parse_element
+from handoff_context import Element, Form, Timing, b64url_decode, parse_element
 from handoff_context.errors import HandoffError
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, Carrier, Role
+from app.envelope.ledger import CaseRules
+from app.ingest.cases import derive_cases
 from app.ingest.pipeline import Pipeline, ingest_carried
+from app.ingest.sweep import sweep
 from app.store import db
 from app.store.db import Locks
-from app.store.derive import sweep
-from app.store.derived import TableDiff, compare, replace, snapshot, swept_snapshot
-from app.store.envelopes import UNKNOWN_CASE, derive_cases
+from app.store.derived import TableDiff, compare, replace, snapshot
+from app.store.envelopes import UNKNOWN_CASE
 from app.store.models import RejectedOctetsRow
 from app.store.rejected import get_refused
 from app.store.transfer import (
@@ -304,3 +306,15 @@ def rederive(
         finally:
             scratch.dispose()
     return Rederived(diffs, replayed, applied)
+
+
+def swept_snapshot(engine: Engine, *, now: int, timing: Timing, cases: CaseRules) -> dict[str, Any]:
+    """The stored derived state at clock ``now``: swept in a transaction that is rolled
+    back, so a dry run changes nothing."""
+    with Session(engine) as session:
+        session.begin()
+        try:
+            sweep(session, now=now, timing=timing, cases=cases)
+            return snapshot(session)
+        finally:
+            session.rollback()

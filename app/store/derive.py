@@ -1,7 +1,7 @@
 """Hop state and flags, re-derived from stored facts (profile §8) by the library's pure
 rules (``handoff_context.derive_hop``, and ``canonical_order``, ``equivocation_flag`` and
-``rejection_flags`` across a hop's offers and refusals), and the sweep that applies the
-clock. What is here reads the facts and writes the results; the rules are the library's.
+``rejection_flags`` across a hop's offers and refusals), and the sweep of the hops that
+applies the clock. What is here reads the facts and writes the results; the rules are the library's.
 
 Every fact read here depends on the *set* of stored elements and observations, never on
 the order they arrived in, so any permutation of the same input yields the same hops and
@@ -54,9 +54,8 @@ from sqlalchemy import (
 )
 from sqlmodel import Session
 
-from app.envelope.ledger import CaseRules
 from app.store.db import Locks, digest_lock, execute, hop_lock, pair_params, pairs_in, upsert_many
-from app.store.envelopes import case_due_conditions, sweep_cases
+from app.store.envelopes import case_due_conditions
 from app.store.flags import HopFlags, hop_flags, sync_many_flags
 from app.store.host import HostFact, host_facts, host_of
 from app.store.models import (
@@ -401,23 +400,21 @@ def _derive_one(
     return values, (iss, hop, flags, fact.digest, stored_flags)
 
 
-def sweep(session: Session, *, now: int, timing: Timing, cases: CaseRules) -> int:
-    """Apply the clock: re-derive every hop whose answer changes by ``now`` (its deadline
-    has passed), or that was derived for a later clock than ``now``, and every envelope
-    case whose acceptance window ran out (``cases``: the deployment's case rules). Returns
-    how many hops and cases.
+def sweep_hops(session: Session, *, now: int, timing: Timing) -> int:
+    """Apply the clock to the hops: re-derive every hop whose answer changes by ``now``
+    (its deadline has passed), or that was derived for a later clock than ``now``. Returns
+    how many (``app.ingest.sweep`` sweeps the envelope cases too).
 
     Run it in its own transaction (``app.store.db.run``); it waits for the hops' locks."""
-    swept = sweep_cases(session, now=now, rules=cases)
     due = _due(session, now)
     if not due:
-        return swept
+        return 0
     locks = Locks(session, [hop_lock(hop) for _, hop in due])
     # Again, now that no writer of these hops is at work (hops due meanwhile wait for the
     # next sweep).
     due = [key for key in _due(session, now) if hop_lock(key[1]) in locks.held or not locks.active]
     derive_hops(session, due, now=now, timing=timing, locks=locks)
-    return swept + len(due)
+    return len(due)
 
 
 def anything_due(session: Session, now: int) -> bool:

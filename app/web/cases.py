@@ -14,7 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.store.cases import CaseDetail, Envelope, Fact, case_detail, list_cases
+from app.ingest.cases import CaseDetail, Envelope, Fact, case_detail
+from app.store.cases import list_cases
 from app.web import charts
 from app.web.render import render
 from app.web.service import ServiceDep

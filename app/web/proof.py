@@ -18,9 +18,8 @@ from handoff_context import digest_text
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseEvent, Epoch, Item
+from app.ingest.cases import case_detail, case_items
 from app.store import dashboard
-from app.store.cases import case_detail
-from app.store.envelopes import case_items
 from app.store.models import ElementRow, FlagRow
 from app.store.queries import HopListing, hop_for_offer, observations_of
 

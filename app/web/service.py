@@ -27,13 +27,14 @@ from app.errors import HandoffTraceError
 from app.ingest.build import build_pipeline, verify_options
 from app.ingest.pipeline import Pipeline
 from app.ingest.rejudge import Rejudged, RejudgeFailed, judged_under_other_trust, rejudge
+from app.ingest.sweep import sweep
 from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
 from app.log.errors import LogKeyError
 from app.log.keys import load_signer
 from app.log.runner import EvidenceLog
 from app.settings import Settings
 from app.store import db
-from app.store.derive import anything_due, sweep
+from app.store.derive import anything_due
 from app.trust import TrustFileError, load_config, open_trust
 from app.web.errors import ApiError
 

@@ -25,9 +25,9 @@ from sqlalchemy import Engine, func, select
 
 from app.envelope.ledger import CaseRules
 from app.ingest.pipeline import IngestReport, Pipeline, ingest
+from app.ingest.sweep import sweep
 from app.ingest.verifying import VerifyOptions
 from app.store.db import transaction
-from app.store.derive import sweep
 from app.store.models import ElementRow, FlagRow, HopRow, ObservationRow
 from tests.conftest import T0
 
