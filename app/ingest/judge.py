@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from handoff_context import (
+    MAX_ELEMENT_OCTETS,
     Context,
     Element,
     HandoffObject,
@@ -42,14 +43,20 @@ from handoff_context import (
     parse_element,
     parse_object,
 )
-from handoff_context.errors import HandoffError, Reason
+from handoff_context.errors import HandoffError, MalformedError, Reason
 from sqlmodel import Session
 
 from app.capture.carriers import Carried
 from app.ingest.build import Pipeline
 from app.ingest.live import host_values
 from app.ingest.memory import StoreMemory, fresh_verifier, store_verifier
-from app.ingest.refused import octets_row, receipt_row, refused
+from app.ingest.refused import (
+    octets_row,
+    receipt_row,
+    refused,
+    refused_object,
+    refused_value,
+)
 from app.ingest.verifying import context_for
 from app.store.db import Locks, digest_lock, hop_lock
 from app.store.derive import HopKey, affected_hops
@@ -76,14 +83,31 @@ from app.store.rejected import keep_refused
 from app.store.writebehind import BatchWrites, by_observation
 
 
-def refuse(pipeline: Pipeline, session: Session, item: Carried, now: int, locks: Locks) -> Done:
+def refuse(
+    pipeline: Pipeline, session: Session, item: Carried, unparsed: Unparsed, now: int, locks: Locks
+) -> Done:
     """A malformed item, or one with a key inside the message: judged without any memory
-    (the verdict depends on the octets alone); the octets are kept as evidence
-    (app.store.rejected). Raises NeedLocks or SQLAlchemyError."""
+    (the verdict depends on the octets alone, and is the one ``Verifier.verify_value``
+    gives); the octets are kept as evidence (app.ingest.refused, app.store.rejected).
+    Raises NeedLocks or SQLAlchemyError."""
     ctx = context_for(item, pipeline.options)
-    verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
-    verdict = verifier.verify_value(item.value, ctx, source=item.source)
-    evidence = refused(item.value)
+    if unparsed.obj is None:
+        # Profile §1.4: neither a handoff nor a status object (or an element above the
+        # size limit), as the verifier reports it.
+        verdict = Verdict(
+            source=item.source,
+            element=None,
+            reason=Reason.MALFORMED,
+            detail=unparsed.error.detail,
+        )
+        # A deployment's lower size limit refuses octets the profile would read: their
+        # evidence is read at the profile's own limit.
+        limited = pipeline.options.max_element_bytes < MAX_ELEMENT_OCTETS
+        evidence = refused(item.value) if limited else refused_value(item.value)
+    else:
+        verifier = Verifier(trust=pipeline.trust, policy=pipeline.options.policy)
+        verdict = verifier.verify_object(unparsed.obj, ctx, source=item.source)
+        evidence = refused_object(unparsed.obj, unparsed.error)
     kept = keep_refused(
         session,
         octets=octets_row(evidence, now=now),
@@ -142,15 +166,27 @@ class Parsed:
         return frozenset() if named is None else frozenset({named})
 
 
-def parse(value: object, pipeline: Pipeline) -> Parsed | None:
-    """The object and its element, when both parse within the size limit; the verifier
-    reports what does not (``_refuse``)."""
+@dataclass(frozen=True, slots=True)
+class Unparsed:
+    """An item whose object (``obj`` None) or element did not parse, with what parsing it
+    raised: ``refuse`` judges it and keeps its evidence without parsing it again."""
+
+    obj: HandoffObject | StatusObject | None
+    error: HandoffError
+
+
+def parse(value: object, pipeline: Pipeline) -> Parsed | Unparsed:
+    """The object and its element, parsed once for the whole way (the element size limit
+    enforced here, for every entry point); what does not parse is ``refuse``'s."""
     try:
         obj = parse_object(value, max_element=pipeline.options.max_element_bytes)
+    except MalformedError as exc:
+        return Unparsed(None, exc)
+    try:
         octets = obj.status if isinstance(obj, StatusObject) else obj.offer
         element = parse_element(octets, obj.form)
-    except HandoffError:
-        return None
+    except HandoffError as exc:
+        return Unparsed(obj, exc)
     chain: list[Element] = []
     if isinstance(obj, HandoffObject):
         for link in obj.chain:

@@ -17,14 +17,14 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from handoff_context import Timing
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, HostState
-from app.ingest.batches import BatchFailed
+from app.ingest.batches import BATCH_ITEMS, BatchFailed, batched
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.derive import derive_hops
@@ -175,3 +175,22 @@ def timed_batches(
         yield batch
     if failure:
         raise failure[0]
+
+
+def batches(items: Iterable[T], *, live: bool = False) -> Iterator[list[T]]:
+    """Batches of ``BATCH_ITEMS``; from a stream (``live``), also cut after
+    ``FLUSH_SECONDS``, so that a trickling pipe is committed at least once a second."""
+    if live:
+        return timed_batches(items, size=BATCH_ITEMS)
+    return batched(items)
+
+
+def is_pipe(data: bytes | BinaryIO) -> bool:
+    """A stream that cannot seek (stdin on a pipe): it may trickle, so it is batched by
+    time too (``timed_batches``)."""
+    if isinstance(data, bytes):
+        return False
+    try:
+        return not data.seekable()
+    except (OSError, ValueError):
+        return True

@@ -46,7 +46,6 @@ from app.capture.items import CaptureItem
 from app.errors import ItemProblem as ItemError  # an item that could not be stored
 from app.errors import NotStored
 from app.ingest.batches import (
-    BATCH_ITEMS,
     BUSY,
     BatchFailed,
     ItemFailed,
@@ -56,8 +55,8 @@ from app.ingest.batches import (
 )
 from app.ingest.build import Pipeline
 from app.ingest.envelope import EnvelopeIngest
-from app.ingest.judge import BatchState, Done, Judge, parse, refuse
-from app.ingest.live import HostStates, timed_batches
+from app.ingest.judge import BatchState, Done, Judge, Parsed, Unparsed, parse, refuse
+from app.ingest.live import HostStates, batches, is_pipe
 from app.ingest.report import VERDICT_WINDOW, IngestReport
 from app.ingest.signatures import verify_ahead
 from app.ingest.verifying import carrier_error_verdict
@@ -109,7 +108,7 @@ def ingest(
             on_host=host.read,
         )
         done = 0
-        for batch in _batches(items, live=_is_pipe(data)):
+        for batch in batches(items, live=is_pipe(data)):
             # A long-running input (a live pipe, app.ingest.live) is judged at the store's
             # clock of each batch, not of its start.
             clock = int(time.time()) if now is None else now
@@ -223,25 +222,6 @@ def _unavailable(outcome: Done | ItemError) -> bool:
     return isinstance(outcome, NotStored) and outcome.unavailable
 
 
-def _batches(items: Iterable[Found], *, live: bool = False) -> Iterator[list[Found]]:
-    """Batches of ``BATCH_ITEMS``; from a stream (``live``), also cut after
-    ``live.FLUSH_SECONDS``, so that a trickling pipe is committed at least once a second."""
-    if live:
-        return timed_batches(items, size=BATCH_ITEMS)
-    return batched(items)
-
-
-def _is_pipe(data: Capture) -> bool:
-    """A stream that cannot seek (stdin on a pipe): it may trickle, so it is batched by
-    time too (``app.ingest.live``)."""
-    if isinstance(data, bytes):
-        return False
-    try:
-        return not data.seekable()
-    except (OSError, ValueError):
-        return True
-
-
 def _fraction_read(data: Capture) -> float | None:
     """How far into a seekable file reading has got; None for octets or a pipe."""
     if isinstance(data, bytes):
@@ -280,7 +260,7 @@ def _try_batch(
     parsed = [None if isinstance(f, CarrierError) else parse(f.value, pipeline) for f in batch]
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
-        ok = [p for p in parsed if p is not None]
+        ok = [p for p in parsed if isinstance(p, Parsed)]
         # On PostgreSQL: every lock the batch's items take, tried for at once. Holding
         # them, no other writer can change what the batch asks about its own digests and
         # hops, so the batch memory is exact, as on SQLite, and no item needs a savepoint.
@@ -293,7 +273,7 @@ def _try_batch(
             named={n for p in ok for n in p.named},
         )
         state.writes.reserve(sum(1 + len(p.chain) for p in ok), len(ok))
-        signed = (e for p in parsed if p is not None for e in (p.element, *p.chain))
+        signed = (e for p in ok for e in (p.element, *p.chain))
         verify_ahead(signed, pipeline.trust, state.memory)
         hops: set[HopKey] = set()
         touched: set[bytes] = set()
@@ -302,15 +282,15 @@ def _try_batch(
                 results.append(Done(carrier_error_verdict(found)))
                 continue
             item = Judge(state)
-            if one is None:
+            if isinstance(one, Unparsed):
                 # A malformed item re-derives its hop (app.store.rejected), which reads
                 # what the batch has not written yet: written first, outside its savepoint.
                 state.flush()
             try:
                 with _item_scope(session, state.writes, savepoint=not exact):
-                    if one is None:  # malformed: kept as evidence, within the batch
-                        done = refuse(pipeline, session, found, now, locks)
-                    else:
+                    if isinstance(one, Unparsed):  # kept as evidence, within the batch
+                        done = refuse(pipeline, session, found, one, now, locks)
+                    else:  # parsed: a carrier error has no item (above)
                         locks.need(one.lock_keys)
                         done = item.run(found, one)
                         if not exact:
@@ -373,8 +353,9 @@ def _store(pipeline: Pipeline, item: Carried, now: int) -> Done | None:
     """One item in one transaction, started again (with more locks from the start) while
     it finds locks taken. None when it never got them. Raises SQLAlchemyError."""
     one = parse(item.value, pipeline)
-    if one is None:
-        return db.run(pipeline.engine, lambda s: refuse(pipeline, s, item, now, Locks(s)))
+    if isinstance(one, Unparsed):
+        bad = one
+        return db.run(pipeline.engine, lambda s: refuse(pipeline, s, item, bad, now, Locks(s)))
     keys = frozenset(one.lock_keys)
 
     def work(session: Session, keys: frozenset[str]) -> Done:

@@ -20,6 +20,7 @@ import cbor2
 from handoff_context import (
     Context,
     Form,
+    HandoffObject,
     Offer,
     Status,
     StatusObject,
@@ -72,14 +73,27 @@ class Refused:
 
 
 def refused(value: Mapping[str, Any]) -> Refused:
-    """The evidence of a carried object that did not parse into an element."""
+    """The evidence of a carried object that did not parse into an element (read at the
+    profile's own size limit: a deployment's lower one refuses, yet the octets are kept)."""
     try:
         obj = parse_object(value)
     except HandoffError:
         return _object(value)
+    return refused_object(obj)
+
+
+def refused_object(obj: HandoffObject | StatusObject, error: HandoffError | None = None) -> Refused:
+    """The evidence of an object whose element did not parse; ``error``: what parsing it
+    raised, when the caller tried already (then it is not parsed again)."""
     octets = obj.status if isinstance(obj, StatusObject) else obj.offer
     kind = "status" if isinstance(obj, StatusObject) else "offer"
-    return Refused(octets, obj.form.value, kind, readable_payload(octets, obj.form))
+    return Refused(octets, obj.form.value, kind, readable_payload(octets, obj.form, error))
+
+
+def refused_value(value: Mapping[str, Any]) -> Refused:
+    """The evidence of a carried value that is no handoff or status object (``parse_object``
+    refused it at the profile's own size limit), without parsing it again."""
+    return _object(value)
 
 
 def _object(value: Mapping[str, Any]) -> Refused:
@@ -92,15 +106,19 @@ def _object(value: Mapping[str, Any]) -> Refused:
         return Refused(cbor2.dumps(value, canonical=True), "cbor", None, None)
 
 
-def readable_payload(octets: bytes, form: Form) -> Offer | Status | None:
+def readable_payload(
+    octets: bytes, form: Form, error: HandoffError | None = None
+) -> Offer | Status | None:
     """The payload of an element that does not parse, when it can still be read; for
-    evidence only (nothing about it is verified)."""
-    try:
-        return parse_element(octets, form).payload
-    except EmbeddedKeyError as exc:
-        return exc.payload if isinstance(exc.payload, Offer | Status) else None
-    except HandoffError:
-        pass
+    evidence only (nothing about it is verified). ``error``: what parsing the element
+    raised already, if the caller tried."""
+    if error is None:
+        try:
+            return parse_element(octets, form).payload
+        except HandoffError as exc:
+            error = exc
+    if isinstance(error, EmbeddedKeyError):
+        return error.payload if isinstance(error.payload, Offer | Status) else None
     try:
         return try_read_payload(_payload_doc(octets, form), form=form)
     except _DECODE_ERRORS:

@@ -2,7 +2,7 @@
 ``/cases/{case_id}``, one case's ownership timeline, its envelopes and its flags.
 
 Like the other pages, routes only translate: the ledger, the reference outcomes and the
-flags come from ``app.store.cases``; this module sorts them for reading (verified facts
+flags come from ``app.ingest.cases``; this module sorts them for reading (verified facts
 apart from claimed ones) and never judges anything itself.
 """
 

@@ -4,7 +4,7 @@ that did not propagate with their times against the grace deadline, and for a ca
 the envelope items, ledger epochs and writes it rests on.
 
 Nothing here judges anything: the flag, its evidence and the verdicts are the store's; the
-ledger is the one ``app.store.cases`` derives. This module only picks the rows that the
+ledger is the one ``app.ingest.cases`` derives. This module only picks the rows that the
 flag's evidence names and puts them side by side.
 """
 
