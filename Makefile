@@ -97,7 +97,7 @@ typecheck: install
 
 test: system-deps browser-deps phoenix-deps go-deps lint typecheck
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py --check
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 vectors: install
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py
@@ -136,7 +136,7 @@ soak: install
 # seeded from the library's vectors; the corpus grows in var/fuzz/corpus/TARGET, and a crashing input
 # is written to var/fuzz/crashes/TARGET/ (make it a vector in tests/vectors/fuzz once fixed).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= jws cose handoff capture carriers verify http
+FUZZ_TARGETS ?= jws cose handoff capture carriers verify http otlp
 fuzz: install
 	$(BIN)/python -m pip install --quiet -e '.[dev,fuzz]'
 	$(BIN)/python -m fuzz.seeds var/fuzz/corpus

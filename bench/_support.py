@@ -1,8 +1,10 @@
 """Shared pieces of the ingest benchmarks: raw-verify baseline, machine facts, clean-up.
 
-Not a benchmark itself. ``ingest_bulk.py`` and ``chain_cost.py`` import it (they run as
-``python bench/NAME.py``, so this directory is on ``sys.path``); the repository root is put
-on ``sys.path`` too, so the tests' throwaway PostgreSQL helper (``tests/pg.py``) is reused.
+Not a benchmark itself. The benchmarks import it (they run as ``python bench/NAME.py``, so
+this directory is on ``sys.path``); the repository root is put on ``sys.path`` too, so the
+tests' throwaway PostgreSQL helper (``tests/pg.py``) is reused. Every raw-verify timing loop
+lives here (``RawVerifier``, ``raw_loop``, ``raw_verify_us``), so the benchmarks divide by
+the same thing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,10 +102,14 @@ class RawVerifier:
         if not self.jobs:
             raise SystemExit("no signature of the capture can be verified with its trust file")
         self.samples: list[float] = []  # signatures per second, one per round
+        # Signatures per CPU second (this process's CPU time), one per round: on a machine
+        # shared with other work the wall-clock rate moves with the load, the CPU rate less.
+        self.cpu_samples: list[float] = []
 
     def round(self) -> float:
         """Verify every signature once; returns the seconds taken and records the rate."""
         ecdsa = ec.ECDSA(SHA256())
+        cpu = time.process_time()
         start = time.perf_counter()
         for public, sig, data, is_ec in self.jobs:
             try:
@@ -114,12 +120,66 @@ class RawVerifier:
             except InvalidSignature:  # injected bad-signature faults cost the same work
                 pass
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         self.samples.append(len(self.jobs) / elapsed)
+        self.cpu_samples.append(len(self.jobs) / max(cpu, 1e-9))
         return elapsed
 
     @property
     def per_second(self) -> float:
         return statistics.median(self.samples)
+
+    @property
+    def per_cpu_second(self) -> float:
+        return statistics.median(self.cpu_samples)
+
+
+def raw_loop(elements: Sequence[Element], public: Any) -> Callable[[], None]:
+    """Raw ``cryptography`` verify of each element's signature with one public key (a
+    ``cryptography`` key object), as a callable to time: ES256 from a precomputed DER
+    signature, Ed25519 as is. The loop ``verify_rate.py`` and ``trust_sources.py`` divide
+    by."""
+    if elements and elements[0].header.alg == "ES256":
+        ders = [
+            encode_dss_signature(
+                int.from_bytes(e.signature[:32], "big"), int.from_bytes(e.signature[32:], "big")
+            )
+            for e in elements
+        ]
+        pairs = [(der, e.signing_input) for der, e in zip(ders, elements, strict=True)]
+
+        def raw_es256() -> None:
+            for der, data in pairs:
+                public.verify(der, data, ec.ECDSA(SHA256()))
+
+        return raw_es256
+
+    def raw_ed25519() -> None:
+        for e in elements:
+            public.verify(e.signature, e.signing_input)
+
+    return raw_ed25519
+
+
+def raw_verify_us(n: int) -> float:
+    """Microseconds of one raw ES256 verify (``cryptography``, a 600-octet message), over
+    ``n`` verifications: the unit ``reporter_overhead.py`` and ``integration_overhead.py``
+    give their per-call costs in."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    message = b"x" * 600
+    signature = key.sign(message, ec.ECDSA(SHA256()))
+    public = key.public_key()
+    start = time.perf_counter()
+    for _ in range(n):
+        public.verify(signature, message, ec.ECDSA(SHA256()))
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def rate(fn: Callable[[], None], n: int) -> float:
+    """Calls of ``fn`` take ``n`` operations: operations per second of one call."""
+    start = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - start)
 
 
 # --- machine facts, memory, results -------------------------------------------------------

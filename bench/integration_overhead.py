@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _support import raw_verify_us
 from a2a.client import ClientConfig, ClientFactory
 from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -61,7 +62,7 @@ from handoff_context import (
 )
 from handoff_context.a2a import HandoffClient, HandoffRequestHandler
 from handoff_context.agent import enter, leave
-from reporter_overhead import _quantile, _raw_verify_us, _times
+from reporter_overhead import _quantile, _times
 from starlette.applications import Starlette
 
 RESULTS = Path(__file__).parent / "results"
@@ -214,7 +215,7 @@ def main() -> None:
         cases, agents = _unit_cases(work)
         prepare = cases.pop("prepare")
         for _ in range(args.rounds):
-            raw.append(_raw_verify_us(2000))
+            raw.append(raw_verify_us(2000))
             prepare(args.n)
             for name, call in cases.items():
                 samples.setdefault(name, []).extend(_times(call, args.n))

@@ -218,8 +218,14 @@ def verify_process(n: int, work: Path, runs: int = 2) -> dict[str, Any]:
         starts
     )
     out["raw single core"] = base.raw.per_second
+    out["raw CPU us per signature"] = 1e6 / base.raw.per_cpu_second
     for label in ("every core", "one core"):
         out[label]["ratio"] = base.ratio(out[label]["elements/s"])
+        # CPU per offer against raw verify's CPU per signature (both processes' CPU when
+        # the forked helper runs): what the work costs, whatever the machine's load.
+        cpu_us = statistics.median(out[label]["CPU seconds of each run (user + system)"]) / n
+        out[label]["CPU us per offer"] = cpu_us * 1e6
+    out["load average at the end"] = os.getloadavg()[0]
     return out
 
 
@@ -359,13 +365,14 @@ def _ingest_part(job: dict[str, Any]) -> dict[str, Any]:
     try:
         job["ready"].wait()
         with counting_sql(engine) as statements:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             report = ingest(pipeline, inputs, now=job["at"] + 10)
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         engine.dispose()
     return {
         "seconds": seconds,
+        "cpu": cpu,
         "verdicts": len(report.verdicts),
         "errors": len(report.errors),
         "statements": len(statements),
@@ -397,6 +404,9 @@ def bulk_ingest(
         "verdicts": verdicts,
         "errors": sum(d["errors"] for d in done),
         "elements/s": verdicts / wall,
+        # The ingest processes' own CPU (threads included) per element: what the wall rate
+        # would be on as many idle cores as processes, were nothing waited for.
+        "CPU us per element": sum(d["cpu"] for d in done) / max(1, verdicts) * 1e6,
         "statements per element": sum(d["statements"] for d in done) / max(1, verdicts),
     }
 
@@ -456,9 +466,20 @@ def ingest_section(elements: int, work: Path, backends: Sequence[str]) -> list[d
         with durable_postgres() as cluster:
             for processes in (1, 2):
                 one("postgresql", cluster.create_database, processes)
+    raw_cpu_us = 1e6 / base.raw.per_cpu_second
     for row in rows:
         row["ratio"] = base.ratio(row["elements/s"])
-    rows.append({"mixed capture items": mixed_items, "raw single core": base.raw.per_second})
+        # Raw verify's CPU per signature over ingest's CPU per element per process: the
+        # ratio a machine with a core per process to spare would give (no lock waits).
+        row["CPU ratio"] = raw_cpu_us / row["CPU us per element"] * row["processes"]
+    rows.append(
+        {
+            "mixed capture items": mixed_items,
+            "raw single core": base.raw.per_second,
+            "raw CPU us per signature": raw_cpu_us,
+            "load average at the end": os.getloadavg()[0],
+        }
+    )
     return rows
 
 

@@ -92,7 +92,7 @@ def _ingest(
         exporter = Exporter(pipeline.engine, Sender(base), clock=lambda: int(time.time()))
     ingest(pipeline, warm)
     if exporter is not None:
-        while exporter.run_once() or exporter.after is not None:
+        while exporter.run_once() or exporter.end is not None or exporter.backlog():
             pass
         exporter.stats.spans = 0
     stop = threading.Event()
@@ -116,7 +116,7 @@ def _ingest(
         thread.join()
         begin = time.thread_time()
         # Until caught up: a walk that found nothing more.
-        while exporter.run_once() or exporter.after is not None:
+        while exporter.run_once() or exporter.end is not None or exporter.backlog():
             pass
         spent[0] += time.thread_time() - begin
         sent = exporter.stats.spans

@@ -30,9 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from _support import raw_verify_us
 from a2a.types import a2a_pb2 as pb
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.hashes import SHA256
 from google.protobuf import json_format
 from handoff_context import Signer, handoff_object, make_offer
 from handoff_context.reporter import A2A_EXTENSION_URI, Reporter
@@ -83,17 +82,6 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _raw_verify_us(n: int) -> float:
-    key = ec.generate_private_key(ec.SECP256R1())
-    message = b"x" * 600
-    signature = key.sign(message, ec.ECDSA(SHA256()))
-    public = key.public_key()
-    start = time.perf_counter()
-    for _ in range(n):
-        public.verify(signature, message, ec.ECDSA(SHA256()))
-    return (time.perf_counter() - start) / n * 1e6
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20_000, help="calls per case and round")
@@ -119,7 +107,7 @@ def main() -> None:
     samples: dict[str, list[float]] = {name: [] for name in cases}
     raw: list[float] = []
     for _ in range(args.rounds):  # interleaved, so drift hits every case alike
-        raw.append(_raw_verify_us(2000))
+        raw.append(raw_verify_us(2000))
         for name, call in cases.items():
             samples[name] += _times(call, args.n)
     assert live.flush(120), live.stats

@@ -19,9 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
-from cryptography.hazmat.primitives.hashes import SHA256
+from _support import rate, raw_loop
 from handoff_context import Context, Signer, TrustStore, Verifier, handoff_object, make_offer
 from handoff_context import _jws as jws
 from handoff_context.sources import InMemoryHistory, PublishedKey, TrustConfig, TrustSources
@@ -30,12 +28,6 @@ RESULTS = Path(__file__).parent / "results"
 T0 = 1_793_000_000
 ISS = "spiffe://bench.example/agent/planner"
 AUD = "spiffe://bench.example/agent/coder"
-
-
-def _rate(fn: Callable[[], None], n: int) -> float:
-    start = time.perf_counter()
-    fn()
-    return n / (time.perf_counter() - start)
 
 
 def _published(signer: Signer) -> PublishedKey:
@@ -69,17 +61,7 @@ def bench(n: int, rounds: int) -> dict[str, object]:
     assert len(live.keys_for(ISS) or ()) == 5
     offers = [make_offer(current, aud=AUD, dialog="ctx-bench", iat=T0) for _ in range(n)]
     parsed = [jws.parse(o) for o in offers]
-    public = current.key.get_op_key("verify")
-    ders = [
-        encode_dss_signature(
-            int.from_bytes(e.signature[:32], "big"), int.from_bytes(e.signature[32:], "big")
-        )
-        for e in parsed
-    ]
-
-    def raw() -> None:
-        for e, der in zip(parsed, ders, strict=True):
-            public.verify(der, e.signing_input, ec.ECDSA(SHA256()))
+    raw = raw_loop(parsed, current.key.get_op_key("verify"))
 
     objects = [handoff_object(o) for o in offers]
 
@@ -98,7 +80,7 @@ def bench(n: int, rounds: int) -> dict[str, object]:
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):  # interleaved, so drift hits every case alike
         for name, fn in cases.items():
-            samples[name].append(_rate(fn, n))
+            samples[name].append(rate(fn, n))
     raw_median = statistics.median(samples["raw"])
     out: dict[str, object] = {"alg": "ES256", "n": n, "rounds": rounds}
     for name, values in samples.items():

@@ -16,12 +16,9 @@ import json
 import platform
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
-from cryptography.hazmat.primitives.hashes import SHA256
+from _support import rate, raw_loop
 from handoff_context import (
     Context,
     Form,
@@ -39,12 +36,6 @@ RESULTS = Path(__file__).parent / "results"
 T0 = 1_793_000_000
 
 
-def _rate(fn: Callable[[], None], n: int) -> float:
-    start = time.perf_counter()
-    fn()
-    return n / (time.perf_counter() - start)
-
-
 def bench_alg(alg: str, n: int, rounds: int) -> dict[str, object]:
     delegator = Signer.generate("spiffe://bench.example/agent/planner", alg)
     delegate = "spiffe://bench.example/agent/coder"
@@ -54,24 +45,7 @@ def bench_alg(alg: str, n: int, rounds: int) -> dict[str, object]:
         for _ in range(n)
     ]
     parsed = [jws.parse(o) for o in offers]
-    public = delegator.key.get_op_key("verify")
-
-    if alg == "ES256":
-        ders = [
-            encode_dss_signature(
-                int.from_bytes(e.signature[:32], "big"), int.from_bytes(e.signature[32:], "big")
-            )
-            for e in parsed
-        ]
-
-        def raw() -> None:
-            for e, der in zip(parsed, ders, strict=True):
-                public.verify(der, e.signing_input, ec.ECDSA(SHA256()))
-    else:
-
-        def raw() -> None:
-            for e in parsed:
-                public.verify(e.signature, e.signing_input)
+    raw = raw_loop(parsed, delegator.key.get_op_key("verify"))
 
     def parse_and_signature() -> None:
         for o in offers:
@@ -91,7 +65,7 @@ def bench_alg(alg: str, n: int, rounds: int) -> dict[str, object]:
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):  # interleaved, so drift hits every case alike
         for name, fn in cases.items():
-            samples[name].append(_rate(fn, n))
+            samples[name].append(rate(fn, n))
     raw_median = statistics.median(samples["raw"])
     out: dict[str, object] = {"alg": alg, "n": n, "rounds": rounds}
     for name, values in samples.items():

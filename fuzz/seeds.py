@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
+from google.protobuf import json_format
 from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from app.capture.formats import CaptureFormat, detect_format
 
-from .targets import AT, CONTENT_TYPES, FUZZ_VECTORS, VECTORS
+from .targets import AT, CONTENT_TYPES, FUZZ_VECTORS, OTLP_SHAPES, VECTORS
 
-TARGETS = ("jws", "cose", "handoff", "capture", "carriers", "verify", "http")
+TARGETS = ("jws", "cose", "handoff", "capture", "carriers", "verify", "http", "otlp")
 
 
 def _b64u_decode(text: str) -> bytes:
@@ -143,6 +145,60 @@ def captures() -> Iterator[tuple[str | None, bytes]]:
         yield None, "".join(json.dumps(w) + "\n" for p in inputs for w in _wrapped(p)).encode()
 
 
+def otlp_requests() -> Iterator[tuple[str, bytes]]:
+    """(content type, body) pairs: ``POST /v1/traces`` requests whose spans carry the
+    vectors' handoff objects where ``handoff_context.otel`` puts them (an offer and its chain
+    as span attributes, a status as a span event), as protobuf and as OTLP/JSON."""
+    for index, payload in enumerate(payloads()):
+        if not isinstance(payload, dict):
+            continue
+        request = ExportTraceServiceRequest()
+        span = request.resource_spans.add().scope_spans.add().spans.add()
+        span.trace_id = hashlib.sha256(b"trace %d" % index).digest()[:16]
+        span.span_id = hashlib.sha256(b"span %d" % index).digest()[:8]
+        span.name = "invoke_agent"
+        span.start_time_unix_nano = AT * 1_000_000_000
+        hints = {"gen_ai.conversation.id": "dlg-vectors"}
+        if isinstance(payload.get("offer"), str | bytes):
+            _put(span.attributes, "handoff.element", payload["offer"])
+            chain = [c for c in payload.get("chain") or () if isinstance(c, str | bytes)]
+            if chain:
+                kv = span.attributes.add()
+                kv.key = "handoff.chain"
+                for c in chain:
+                    _value(kv.value.array_value.values.add(), c)
+        if isinstance(payload.get("status"), str | bytes):
+            event = span.events.add()
+            event.name = "handoff.status"
+            event.time_unix_nano = AT * 1_000_000_000
+            _put(event.attributes, "handoff.element", payload["status"])
+        for key, value in hints.items():
+            _put(span.attributes, key, value)
+        _put(span.attributes, "handoff.received_by", "spiffe://c.example/agent/tester")
+        yield "application/x-protobuf", request.SerializeToString()
+        document = json_format.MessageToDict(request)
+        for resource in document.get("resourceSpans", []):
+            for scope in resource.get("scopeSpans", []):
+                for s in scope.get("spans", []):
+                    # OTLP/JSON writes ids as hex (protobuf's JSON mapping: base64).
+                    for key in ("traceId", "spanId"):
+                        s[key] = base64.b64decode(s[key]).hex()
+        yield "application/json", json.dumps(document).encode()
+
+
+def _put(attributes: Any, key: str, value: str | bytes) -> None:
+    kv = attributes.add()
+    kv.key = key
+    _value(kv.value, value)
+
+
+def _value(target: Any, value: str | bytes) -> None:
+    if isinstance(value, bytes):
+        target.bytes_value = value
+    else:
+        target.string_value = value
+
+
 def regressions(target: str) -> Iterator[bytes]:
     """The fuzz regression vectors for ``target`` (tests/vectors/fuzz/index.json), as its
     harness reads them."""
@@ -176,6 +232,14 @@ def seeds(target: str) -> list[bytes]:
         ]
     elif target in ("carriers", "verify", "http"):
         found = [_with_type(ct, body) for ct, body in captures()]
+    elif target == "otlp":
+        # The first byte picks the shape (targets.pick): plain, and gzipped by the harness.
+        found = [
+            bytes([i]) + body
+            for media, body in otlp_requests()
+            for i, (shape_media, _, _) in enumerate(OTLP_SHAPES)
+            if shape_media == media
+        ]
     else:
         raise ValueError(f"no fuzz target {target!r}; known: {', '.join(TARGETS)}")
     return sorted(set(found) | set(regressions(target)))

@@ -9,7 +9,10 @@ hold the code to the same rule:
 - the capture readers and carrier extraction (``app.capture.formats``, ``app.capture.carriers``)
 and the
   verifier behind them (``verify_inputs``) never raise on bad input at all;
-- the HTTP endpoints (``POST /api/v1/ingest``, ``POST /api/v1/verify``) never answer 5xx.
+- the HTTP endpoints (``POST /api/v1/ingest``, ``POST /api/v1/verify``) never answer 5xx;
+- the OTLP receiver's reading of a ``POST /v1/traces`` body (``app.otlp.receive``) raises
+  only its documented refusal (``OtlpError``: 400, 413 or 415 with a detail), and reports a
+  span it cannot use as an item of its own.
 
 Any other exception escapes the target, which is how both fuzzers see a crash. Each target
 also checks what a success promises (the element's octets and digest are the input's).
@@ -18,6 +21,7 @@ also checks what a success promises (the element's octets and digest are the inp
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import json
 import tempfile
@@ -37,6 +41,7 @@ from handoff_context.vectors import DIRECTORY
 from app.capture.carriers import Carried, extract, read_capture
 from app.capture.formats import CaptureFormat, CaptureItem, CarrierError, detect_format, read_items
 from app.ingest.verifying import VerifyOptions, verify_inputs
+from app.otlp.receive import MAX_SPANS, OtlpError, decode_body, found_in, parse_request
 
 # The library's published vectors, and the service's own fuzz regression vectors.
 VECTORS = DIRECTORY
@@ -152,6 +157,72 @@ def capture_verified(data: bytes, content_type: str | None) -> None:
         [("fuzz", data)], trust=trust(), options=options, content_type=content_type
     )
     assert all(isinstance(v, Verdict) for v in report.verdicts)
+
+
+# --- the OTLP receiver: its documented 4xx only -------------------------------------------
+
+
+# The shapes a ``POST /v1/traces`` body arrives in: (content type, content coding, whether
+# the fuzzer's bytes are gzipped first so that they reach the parser behind the coding).
+OTLP_SHAPES: tuple[tuple[str, str | None, bool], ...] = (
+    ("application/x-protobuf", None, False),
+    ("application/json", None, False),
+    ("application/x-protobuf", "gzip", True),
+    ("application/json", "gzip", True),
+    ("application/x-protobuf", "gzip", False),  # the bytes as the coding: mostly not gzip
+    ("application/x-protobuf", "br", False),
+    ("text/plain", None, False),
+)
+OTLP_LIMIT = 64 * 1024  # a small request limit, so the fuzzer reaches it
+OTLP_STATUSES = frozenset({400, 413, 415})
+
+
+def otlp_body(data: bytes, shape: tuple[str, str | None, bool]) -> None:
+    """``decode_body`` then ``parse_request`` then ``found_in`` (what ``POST /v1/traces``
+    does before the pipeline) raise nothing but OtlpError with a documented status and a
+    detail; every span's handoff attribute is a carried object or a CarrierError naming it."""
+    media, coding, compress = shape
+    body = gzip.compress(data, mtime=0) if compress else data
+    try:
+        plain = decode_body(body, media=media, encoding=coding, limit=OTLP_LIMIT)
+        received = found_in(parse_request(plain, media=media))
+    except OtlpError as exc:
+        assert exc.status in OTLP_STATUSES, (exc.status, exc.detail)
+        assert isinstance(exc.detail, str) and exc.detail
+        return
+    assert received.spans <= MAX_SPANS
+    for found in received.found:
+        assert isinstance(found, Carried | CarrierError), found
+        assert found.source.startswith("otlp:")
+    assert all(p.detail for p in received.problems)
+
+
+# (body, headers) -> response of ``POST /v1/traces`` with an ingest token
+OtlpPost = Callable[[bytes, dict[str, str]], Any]
+
+
+def http_otlp(data: bytes, shape: tuple[str, str | None, bool], post: OtlpPost) -> None:
+    """``POST /v1/traces`` never answers 5xx: 200 with an ExportTraceServiceResponse in the
+    request's encoding, or a documented 4xx in the service's error shape."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
+
+    media, coding, compress = shape
+    headers = {"Content-Type": media} | ({"Content-Encoding": coding} if coding else {})
+    response = post(gzip.compress(data, mtime=0) if compress else data, headers)
+    assert response.status_code < 500, (response.status_code, response.text[:500])
+    if response.status_code == 200:
+        answer = ExportTraceServiceResponse()
+        if media == "application/json":
+            json_format.Parse(response.text, answer)
+        else:
+            answer.ParseFromString(response.content)
+    else:
+        assert response.status_code in {*OTLP_STATUSES, 401, 403}, response.status_code
+        body = response.json()
+        assert set(body) == {"error"} and body["error"]["code"], body
 
 
 # --- the HTTP endpoints: never 5xx -------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 import handoff_context._verify as verify_module
 import pytest
 from handoff_context import Signer, TrustStore, digest_text, trust_document
+from handoff_context.carry import A2A_EXTENSION_URI
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
@@ -511,3 +512,29 @@ def test_with_a_sink_verdicts_are_handed_on_in_order_and_the_report_keeps_counts
     assert (counts["verdicts"], counts["accept"], counts["pending"]) == (7, 6, 1)
     # The store judged it again all the same.
     assert hops(engine)[hop_of(late)]["state"] == "accepted"
+
+
+def test_a_replay_of_an_expired_offer_raises_no_flag_on_the_hop_it_copies(
+    engine: Engine, world: World
+) -> None:
+    # Issue 26: someone replays a completed hop's offer, long expired, in a task of their
+    # own. The replay is refused (stale), and the state of that other task is not the hop's:
+    # no host-divergence on the legitimate, completed hop.
+    o = offer(world.planner, world.coder, task="task-1")
+    done = status(world.coder, o, "completed", iat=T0 + 5)
+    replay = a2a_task(o, "TASK_STATE_SUBMITTED", task="task-evil")
+    replay["status"]["message"]["metadata"] = {A2A_EXTENSION_URI: bundle(o)}
+    late = T0 + 3600
+    report = run(
+        engine,
+        world.trust,
+        [
+            rec(bundle(o), T0 + 1),
+            rec(a2a_task(done, "TASK_STATE_COMPLETED"), T0 + 6),
+            rec(replay, late),
+        ],
+        now=late,
+    )
+    assert [v.outcome.value for v in report.verdicts] == ["accept", "accept", "reject"]
+    assert hops(engine)[hop_of(o)]["state"] == "completed"
+    assert ("host-divergence", None) not in kinds(engine)

@@ -121,3 +121,63 @@ def test_what_a_batch_wrote_before_a_malformed_item_is_still_completed_after_it(
         ).scalar_one()
     assert chain is not None and chain["carried"] is False
     assert [e["digest"] for e in chain["elements"]] == [digest_text(digest(parent))]
+
+
+def _raw_tables(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the tables a batch writes, as the driver reads them back (JSON as its
+    stored text, booleans as stored), in a fixed order."""
+    tables = ("element", "link", "host_state", "observation", "verdict", "ref_outcome")
+    out = {}
+    with engine.connect() as connection:
+        for table in tables:
+            rows = connection.exec_driver_sql(f"SELECT * FROM {table}").all()
+            out[table] = sorted((tuple(repr(v) for v in row) for row in rows), key=repr)
+    return out
+
+
+def test_the_driver_insert_stores_what_sqlalchemy_insert_stores(
+    db_url: str, databases: Any, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``db.insert_many`` (the driver's executemany, rows converted once) writes exactly
+    what SQLAlchemy's INSERT wrote before it: the same rows, the same stored text."""
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    from app.store import db, writebehind
+    from app.store.db import make_engine
+
+    o1, o2 = offer(world.planner, world.coder), offer(world.coder, world.planner)
+    o3 = offer(world.planner, world.coder, refs=[])
+    records = [
+        rec(bundle(o1), T0 + 1, by=world.coder.iss),
+        rec(st(status(world.coder, o1, "accepted", iat=T0 + 2)), T0 + 3),
+        rec(st(status(world.coder, o2, "completed", iat=T0 + 2)), T0 + 3),  # pending
+        rec(bundle(o2), T0 + 4.25),
+        rec(bundle(o1), T0 + 5),  # duplicate
+        rec(bundle(o3, o1), T0 + 6),
+        rec({"offer": "x"}, T0 + 7),  # malformed
+    ]
+    kind = db_url.split(":", 1)[0].split("+", 1)[0]
+    other_url = databases.new("sqlite" if kind == "sqlite" else "postgresql")
+    engines = [make_engine(db_url), make_engine(other_url)]
+    try:
+        fast = run(engines[0], world.trust, records)
+
+        def through_sqlalchemy(session: Any, model: Any, rows: Any, *, ignore: Any = None) -> None:
+            if rows:
+                dialect = session.get_bind().dialect.name
+                statement = (pg_insert if dialect == "postgresql" else sqlite_insert)(model)
+                if ignore is not None:
+                    statement = statement.on_conflict_do_nothing(index_elements=list(ignore))
+                session.connection().execute(statement, [dict(r) for r in rows])
+
+        monkeypatch.setattr(writebehind, "insert_many", through_sqlalchemy)
+        monkeypatch.setattr(db, "insert_many", through_sqlalchemy)
+        slow = run(engines[1], world.trust, records)
+        assert [v.to_json() for v in fast.verdicts] == [v.to_json() for v in slow.verdicts]
+        stored = _raw_tables(engines[0])
+        assert stored == _raw_tables(engines[1])
+        assert all(stored[t] for t in ("element", "observation", "verdict"))
+    finally:
+        for engine in engines:
+            engine.dispose()

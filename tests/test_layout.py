@@ -174,8 +174,13 @@ def test_the_cli_shares_helpers_through_common_only() -> None:
         others = graph[name] & cli - {"app.cli.common"}
         # run-demo ends by serving exactly as ``serve`` does, through its public command;
         # ``tap --enforce`` puts its enforcing layer (app.cli.enforce, no command of its own)
-        # in front of the forwarding app.
-        allowed = {"app.cli.run": {"app.cli.serve"}, "app.cli.tap": {"app.cli.enforce"}}
+        # in front of the forwarding app, and ``--egress-listen`` its egress proxy
+        # (app.cli.egress), which reads answers with the enforcing layer's reader.
+        allowed = {
+            "app.cli.run": {"app.cli.serve"},
+            "app.cli.tap": {"app.cli.enforce", "app.cli.egress"},
+            "app.cli.egress": {"app.cli.enforce"},
+        }
         assert others <= allowed.get(name, set()), name
 
 

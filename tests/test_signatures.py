@@ -5,6 +5,9 @@ in-order check exactly as a serial run reports it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+from typing import Any
 
 import pytest
 from handoff_context import (
@@ -75,3 +78,78 @@ def test_only_what_verifies_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
         serial_ok.append(e)
     assert marked == serial_ok
     assert 0 < len(marked) < len(elements)
+
+
+def test_a_forked_helper_changes_no_verdict_and_is_reaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child verifies ahead of the parent (here: items one batch of 7 beyond the
+    parent's batch); what it sends is only what verified, so the verdicts are the serial
+    run's, and the child is reaped."""
+    import app.ingest.verifying as verifying
+    from app.ingest import forked
+    from app.ingest.batches import batched
+
+    trust, data = capture()
+    serial = verdicts(trust, data)
+    monkeypatch.setattr(forked, "idle_core", lambda: True)
+    monkeypatch.setattr(forked, "MIN_OCTETS", 0)
+    monkeypatch.setattr(forked, "AHEAD", 7)
+    monkeypatch.setattr(verifying, "batched", lambda items: batched(items, 7))
+    helpers: list[forked.Helper] = []
+    real_stop = forked.Helper.stop
+
+    def stop(self: forked.Helper) -> None:
+        # The child has sent everything once its end of the pipe is closed: read it all.
+        os.set_blocking(self.answers, True)
+        cache = Verifier(trust=trust).signature_cache
+        assert cache is not None
+        self.before(10**6, cache)
+        helpers.append(self)
+        real_stop(self)
+
+    real_before = forked.Helper.before
+
+    def before(self: forked.Helper, position: int, cache: Any) -> int:
+        if position == 0:  # the parent waits for a first answer: the child is ahead
+            os.set_blocking(self.answers, True)
+            self.buffer += os.read(self.answers, 32)
+            os.set_blocking(self.answers, False)
+        return real_before(self, position, cache)
+
+    monkeypatch.setattr(forked.Helper, "stop", stop)
+    monkeypatch.setattr(forked.Helper, "before", before)
+    report = verify_inputs(
+        [("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0), fork=True
+    )
+    assert json.dumps([v.to_json() for v in report.verdicts]) == json.dumps(serial)
+    # Every item from the second batch on was the child's to verify, unless the parent was
+    # there first; none it sent failed to verify (those are never sent).
+    (helper,) = helpers
+    accepted = sum(v["outcome"] == "accept" for v in serial)
+    assert 0 < helper.marked <= accepted
+    with pytest.raises(ChildProcessError):
+        os.waitpid(helper.pid, os.WNOHANG)  # reaped: no zombie left behind
+
+
+def test_a_forked_helper_that_dies_leaves_the_work_to_the_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.ingest import forked
+
+    trust, data = capture()
+    serial = verdicts(trust, data)
+    monkeypatch.setattr(forked, "idle_core", lambda: True)
+    monkeypatch.setattr(forked, "MIN_OCTETS", 0)
+    real_start = forked.Helper.start.__func__  # type: ignore[attr-defined]
+
+    def start_and_kill(cls: type[forked.Helper], *args: object, **kw: object) -> object:
+        helper = real_start(cls, *args, **kw)
+        os.kill(helper.pid, signal.SIGKILL)
+        return helper
+
+    monkeypatch.setattr(forked.Helper, "start", classmethod(start_and_kill))
+    report = verify_inputs(
+        [("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0), fork=True
+    )
+    assert json.dumps([v.to_json() for v in report.verdicts]) == json.dumps(serial)

@@ -27,23 +27,37 @@ SDK's calls, through the same functions:
   reported, the error unchanged; a retransmission gets an ``isError`` result carrying the
   last status (the sidecar keeps no tool results).
 
+- the HTTP+JSON binding's ``message:send``, ``message:stream`` and ``tasks/ID:cancel`` are
+  checked as their JSON-RPC twins (the body is the same request message); a refusal is
+  the error as the SDK's REST server renders it (HTTP 400, a ``google.rpc.ErrorInfo``
+  whose ``metadata`` is the data), and answers (the result itself) are signed alike.
+
 What it cannot check it does not let through: a POST body that is not JSON (-32700), the
-A2A 0.3 methods (``message/send``, ``message/stream``), the HTTP+JSON binding's
-``message:send`` / ``message:stream`` and JSON-RPC batches are refused with a clear error.
+A2A 0.3 methods (``message/send``, ``message/stream``) and JSON-RPC batches are refused
+with a clear error.
 Everything else (agent card, ``GetTask``, ``ListTasks``, ...) is forwarded; answers about
 a known task are signed too. A guarded request goes upstream without the client's
-``Accept-Encoding``, so that its answer can be read and signed. Egress signing (the
-agent's own delegations, issue 22 item 3) is not built.
+``Accept-Encoding``, so that its answer can be read and signed.
+
+- MCP ``notifications/cancelled`` for a tool call that arrived with an offer must carry the
+  delegator's signed ``canceled``: a forged or unsigned one is refused (HTTP 400) and
+  never reaches the tool.
+
+The offers taken on are kept by task and by dialog (``tasks``, ``dialogs``): the egress
+proxy (``app.cli.egress``) continues them in the agent's own delegations.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from handoff_context import StatusState
 from handoff_context.agent import Agent, Decision, Mode, Received
 from handoff_context.errors import Reason
 
@@ -70,9 +84,10 @@ class Refusal(HandoffTraceError):
 
     reason = "refused"
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: Any = None, error: Any = None) -> None:
         super().__init__(message)
         self.code, self.message, self.data = code, message, data
+        self.error = error  # the a2a-sdk error, when it is one (the HTTP+JSON rendering)
 
 
 class Enforcer:
@@ -86,17 +101,18 @@ class Enforcer:
         self.pb = a2a_pb2
         self.tasks: OrderedDict[str, Received] = OrderedDict()
         self.by_offer: dict[bytes, str] = {}
+        # The offers taken on, by dialog (the offer's, and the task's contextId once an
+        # answer shows it): what ``handoff-trace tap --egress`` ties an outgoing call to.
+        self.dialogs: OrderedDict[str, dict[bytes, Received]] = OrderedDict()
+        # MCP tool calls taken on, by (session, request id): what a cancel names.
+        self.calls: OrderedDict[tuple[str, Any], Received] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         path = scope.get("raw_path") or scope["path"].encode()
-        if path.split(b"?")[0].endswith((b"message:send", b"message:stream")):
-            await _plain_error(
-                send, "the enforcing tap checks A2A JSON-RPC only: use the JSON-RPC binding"
-            )
-            return
+        rest = rest_call(path.split(b"?")[0])
         body = b""
         while True:
             message = await receive()
@@ -104,33 +120,56 @@ class Enforcer:
                 return
             body += message.get("body", b"")
             if len(body) > MAX_BODY:
-                await _plain_error(send, "the request body is too large to check", status=413)
+                await plain_error(send, "the request body is too large to check", status=413)
                 return
             if not message.get("more_body", False):
                 break
+        fail = rpc_error if rest is None else rest_error
         request_id: Any = None
         try:
             request = json.loads(body) if body.strip() else None
         except (ValueError, UnicodeDecodeError):
             # What the tap cannot read it cannot check, and an upstream with another JSON
             # parser might read it: answered here, never forwarded.
-            await _rpc_error(send, None, Refusal(-32700, "the request body is not JSON"))
+            await fail(send, None, Refusal(-32700, "the request body is not JSON"))
             return
+        if rest is not None:
+            # The HTTP+JSON binding's send or cancel: checked as its JSON-RPC twin.
+            method, task_id = rest
+            if not isinstance(request, dict) and request is not None:
+                await fail(send, None, Refusal(-32600, "the request body is not a JSON object"))
+                return
+            params = dict(request or {})
+            if task_id is not None:
+                params["id"] = task_id
+            request = {"method": method, "params": params}
         received: Received | None = None
+        session = header(scope["headers"], b"mcp-session-id", lower=False).decode("latin-1")
         if isinstance(request, list):
-            await _rpc_error(send, None, Refusal(-32600, "JSON-RPC batches are not checked"))
+            await fail(send, None, Refusal(-32600, "JSON-RPC batches are not checked"))
             return
         if isinstance(request, dict):
             request_id = request.get("id")
             try:
-                early = self._admit(request)
+                canceled = self._checked_cancel(request, session)
+                early = self._admit(request, session) if canceled is None else None
             except Refusal as exc:
-                await _rpc_error(send, request_id, exc)
+                # A refused notification has no id to answer: the Streamable HTTP
+                # transport answers it with an HTTP error (MCP 2025-11-25, "Sending
+                # Messages to the Server").
+                status = 200 if "id" in request or rest is not None else 400
+                await fail(send, request_id, exc, status=status)
                 return
             if isinstance(early, tuple):
-                await self._reply(send, request, early)
+                await self._reply(send, request, early, rest=rest is not None)
                 return
             received = early
+            if canceled is not None and canceled.canceled is not None:
+                self._ended(canceled)
+                if self.agent.signs:
+                    # Profile §8, as the in-process integration does: what the task
+                    # delegated (through the egress proxy) is canceled first, then the task.
+                    await self.agent.propagate_cancel(canceled)
 
         replayed = False
 
@@ -143,23 +182,28 @@ class Enforcer:
 
         inner = dict(scope)
         inner["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
-        call = (request.get("id"), received) if _is_tool_call(request) else None
-        rewriter = _Rewriter(send, self, None if call else received, call)
-        await self.app(inner, again, rewriter.send)
+        if _is_tool_call(request):
+            if received is not None:
+                self._keep_call((session, rpc_id(request_id)), received)
+            handle: Callable[[Any], bool] = functools.partial(
+                self.answer_tool, request_id, received
+            )
+        elif rest is not None:
+            handle = functools.partial(self.sign_bare, received=received)
+        else:
+            handle = functools.partial(self.sign, received=received)
+        await self.app(inner, again, AnswerReader(send, handle).send)
 
     # -- requests -------------------------------------------------------------------------
 
-    def _admit(self, request: dict[str, Any]) -> Received | tuple[Any, ...] | None:
+    def _admit(self, request: dict[str, Any], session: str) -> Received | tuple[Any, ...] | None:
         """None or the Received to forward the request with; a tuple (the retransmission
         reply) to answer it here; raises Refusal."""
         method = request.get("method")
         if method in _UNCHECKED:
-            raise _invalid(str(_UNCHECKED[method]), {"reason": Reason.POLICY.value})
+            raise invalid_params(str(_UNCHECKED[method]), {"reason": Reason.POLICY.value})
         if method == "tools/call":
             return self._tool_call(request)
-        if method == "CancelTask":
-            self._cancel(request.get("params"))
-            return None
         if method not in _SEND:
             return None
         from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
@@ -172,7 +216,7 @@ class Enforcer:
                 ignore_unknown_fields=True,
             )
         except (json_format.ParseError, TypeError, ValueError) as exc:
-            raise _invalid(f"invalid params: {str(exc)[:200]}", None) from None
+            raise invalid_params(f"invalid params: {str(exc)[:200]}", None) from None
         message = params.message
         value = carried(message.metadata)
         dialog = message.context_id or None
@@ -183,10 +227,23 @@ class Enforcer:
         else:
             decision = self.agent.check_offer(value, dialog=dialog)
         if decision.run:
+            if decision.received is not None:
+                self.working_in(decision.received.payload.dialog, decision.received)
             return decision.received
         if decision.retransmission:
             return ("retransmission", decision, message.context_id)
         raise _refused(decision)
+
+    def _checked_cancel(self, request: dict[str, Any], session: str) -> Received | None:
+        """A cancel (A2A ``CancelTask``, MCP ``notifications/cancelled``) of work that
+        arrived with an offer: the Received it cancels once its ``canceled`` was checked;
+        None for any other request. Raises Refusal."""
+        method = request.get("method")
+        if method == "CancelTask":
+            return self._cancel(request.get("params"))
+        if method == "notifications/cancelled":
+            return self._tool_cancel(request.get("params"), session)
+        return None
 
     def _tool_call(self, request: dict[str, Any]) -> Received | tuple[Any, ...] | None:
         """An MCP ``tools/call``: the offer in ``params._meta`` (profile §9), checked as the
@@ -203,17 +260,19 @@ class Enforcer:
             # MCP names no dialog of its own: the carrier dialog is unknown (profile §6.5).
             decision = self.agent.check_offer(value, dialog=None, carrier="mcp")
         if decision.run:
+            if decision.received is not None:
+                self.working_in(decision.received.payload.dialog, decision.received)
             return decision.received
         if decision.retransmission:
             return ("mcp", decision)
         error = refused(decision)
         raise Refusal(error.code, error.message, error.data)
 
-    def _cancel(self, params: Any) -> None:
+    def _cancel(self, params: Any) -> Received | None:
         task_id = params.get("id") if isinstance(params, dict) else None
         received = self.tasks.get(task_id) if isinstance(task_id, str) else None
         if received is None:
-            return
+            return None
         from handoff_context import Outcome
         from handoff_context.carry import A2A_EXTENSION_URI
 
@@ -227,11 +286,44 @@ class Enforcer:
             reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
             detail = verdict.detail or ""
         if not ok and self.agent.mode is Mode.ENFORCE:
-            raise _invalid(
+            raise invalid_params(
                 f"cancel refused ({reason}): {detail}", {"reason": reason, "detail": detail}
             )
+        return received
 
-    async def _reply(self, send: Send, request: dict[str, Any], early: tuple[Any, ...]) -> None:
+    def _tool_cancel(self, params: Any, session: str) -> Received | None:
+        """MCP ``notifications/cancelled`` for a tool call that arrived with an offer: it
+        must carry the delegator's signed ``canceled`` in ``params._meta`` (profile §9),
+        checked as the mcp integration checks it. Unlike the in-process integration, which
+        sees the cancel only after the SDK acted on it, the sidecar sees it first: a
+        forged or unsigned cancel is refused (HTTP 400) and never reaches the tool."""
+        if not isinstance(params, dict):
+            return None
+        received = self.calls.get((session, rpc_id(params.get("requestId"))))
+        if received is None:
+            return None
+        from handoff_context import Outcome
+        from handoff_context.carry import MCP_META_KEY
+
+        meta = params.get("_meta")
+        value = meta.get(MCP_META_KEY) if isinstance(meta, dict) else None
+        if value is None:
+            reason, detail, ok = Reason.POLICY.value, "the cancel carries no signed canceled", False
+        else:
+            verdict = self.agent.check_cancel(received, value)
+            ok = verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE)
+            reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
+            detail = verdict.detail or ""
+        if not ok and self.agent.mode is Mode.ENFORCE:
+            from mcp_types.jsonrpc import INVALID_PARAMS
+
+            message = f"cancel refused ({reason}): {detail}"
+            raise Refusal(INVALID_PARAMS, message, {"reason": reason, "detail": detail})
+        return received
+
+    async def _reply(
+        self, send: Send, request: dict[str, Any], early: tuple[Any, ...], *, rest: bool = False
+    ) -> None:
         from google.protobuf import json_format
         from handoff_context.a2a import retransmission_reply
 
@@ -241,28 +333,128 @@ class Enforcer:
             result = retransmission_result(early[1])
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": dumped}
-            await _send_whole(send, _dumps(answer), "application/json")
+            await _send_whole(send, compact_json(answer), "application/json")
             return
         _, decision, context_id = early
         task_id = self.by_offer.get(decision.verdict.digest or b"")
         reply = retransmission_reply(decision, context_id=context_id, task_id=task_id)
         result = {"message": json_format.MessageToDict(reply, preserving_proto_field_name=False)}
         answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": result}
+        if rest:  # the HTTP+JSON binding answers with the result itself
+            answer = result
         if request.get("method") == "SendStreamingMessage":
-            await _send_whole(send, b"data: " + _dumps(answer) + b"\r\n\r\n", "text/event-stream")
+            await _send_whole(
+                send, b"data: " + compact_json(answer) + b"\r\n\r\n", "text/event-stream"
+            )
         else:
-            await _send_whole(send, _dumps(answer), "application/json")
+            await _send_whole(send, compact_json(answer), "application/json")
 
     # -- answers --------------------------------------------------------------------------
 
+    def working_in(self, dialog: str, received: Received) -> None:
+        """Remember that ``received`` is worked on in ``dialog`` (bounded, oldest out; and
+        in the agent's state file, where it keeps one, for after a restart)."""
+        offers = self.dialogs.setdefault(dialog, {})
+        offers[received.offer.digest] = received
+        self.dialogs.move_to_end(dialog)
+        while len(self.dialogs) > _KEEP_TASKS:
+            self.dialogs.popitem(last=False)
+        self._store_working(f"dialog:{dialog}", received)
+
+    def _store_working(self, name: str, received: Received) -> None:
+        keep = getattr(self.agent.state, "keep_working", None)
+        if keep is None:  # a memory without it (InMemoryState): this process's only
+            return
+        import cbor2
+        from handoff_context import handoff_object
+
+        obj = received.handoff
+        carried = handoff_object(obj.offer, obj.chain, form=obj.form)
+        keep(name, received.offer, cbor2.dumps({"carrier": received.carrier, "handoff": carried}))
+
+    def _stored_working(self, name: str) -> list[tuple[Received, bool]]:
+        """The offers the state file holds as worked on under ``name``: (Received, ended)."""
+        rows = getattr(self.agent.state, "working", None)
+        if rows is None:
+            return []
+        import cbor2
+        from handoff_context import parse_element, parse_object
+        from handoff_context.errors import HandoffError
+
+        found = []
+        for _digest, octets, done in rows(name):
+            try:
+                kept = cbor2.loads(octets)
+                obj = parse_object(kept["handoff"])
+                element = parse_element(obj.offer, obj.form)  # type: ignore[union-attr]
+                found.append((Received(obj, element, str(kept["carrier"])), done))  # type: ignore[arg-type]
+            except (HandoffError, ValueError, KeyError, TypeError, cbor2.CBORDecodeError):
+                continue  # a row this version cannot read names no work it can continue
+        return found
+
+    def task_named(self, task_id: str) -> Received | None:
+        """The offer the task ``task_id`` arrived with, if the sidecar took it on."""
+        if task_id in self.tasks:
+            return self.tasks[task_id]
+        stored = self._stored_working(f"task:{task_id}")
+        return stored[-1][0] if stored else None
+
+    def offers_in(self, dialog: str) -> list[tuple[Received, bool]]:
+        """The offers taken on in ``dialog``, oldest first, each with whether its work
+        ended (a final status signed, or a cancel)."""
+        found = {d: (r, ended(r)) for d, r in self.dialogs.get(dialog, {}).items()}
+        for received, done in self._stored_working(f"dialog:{dialog}"):
+            found.setdefault(received.offer.digest, (received, done))
+        return list(found.values())
+
+    def _ended(self, received: Received) -> None:
+        end = getattr(self.agent.state, "end_working", None)
+        if end is not None and ended(received):
+            end(received.offer.digest)
+
     def keep(self, task_id: str, received: Received) -> None:
         received.task_id = received.task_id or task_id
+        if task_id not in self.tasks:
+            self._store_working(f"task:{task_id}", received)
         self.tasks[task_id] = received
         self.tasks.move_to_end(task_id)
         self.by_offer[received.offer.digest] = task_id
         while len(self.tasks) > _KEEP_TASKS:
             _, dropped = self.tasks.popitem(last=False)
             self.by_offer.pop(dropped.offer.digest, None)
+
+    def _keep_call(self, key: tuple[str, Any], received: Received) -> None:
+        self.calls[key] = received
+        self.calls.move_to_end(key)
+        while len(self.calls) > _KEEP_TASKS:
+            self.calls.popitem(last=False)
+
+    def answer_tool(self, request_id: Any, received: Received | None, answer: Any) -> bool:
+        """Sign, in the answer to an MCP tool call that arrived with an offer, the status its
+        result calls for (the mcp integration's ``answered_result``). True when changed."""
+        if received is None or not isinstance(answer, dict) or answer.get("id") != request_id:
+            return False
+        from handoff_context.mcp import answered_result
+
+        if isinstance(answer.get("result"), dict):
+            answer["result"] = answered_result(self.agent, received, answer["result"])
+            return True
+        if "error" in answer:  # the tool call failed: a signed failed, the error unchanged
+            from handoff_context import StatusState
+
+            self.agent.answer(received, StatusState.FAILED)
+        return False
+
+    def sign_bare(self, answer: Any, received: Received | None) -> bool:
+        """``sign`` for the HTTP+JSON binding, whose answers are the result itself."""
+        if not isinstance(answer, dict) or "error" in answer:
+            return False
+        wrapped = {"result": answer}
+        if not self.sign(wrapped, received):
+            return False
+        answer.clear()
+        answer.update(wrapped["result"])
+        return True
 
     def sign(self, answer: Any, received: Received | None) -> bool:
         """Sign, in a JSON-RPC answer, the task states of a task that arrived with an offer.
@@ -290,27 +482,25 @@ class Enforcer:
         owner = self.tasks.get(task_id)
         if owner is None:
             return False
+        if context_id and context_id != owner.payload.dialog:
+            self.working_in(context_id, owner)
         if not sign_task_status(self.agent, owner, status, task_id=task_id, context_id=context_id):
             return False
+        self._ended(owner)
         answer["result"] = json_format.MessageToDict(event, preserving_proto_field_name=False)
         return True
 
 
-class _Rewriter:
-    """The upstream's answer on its way back: JSON and event-stream answers are read so
-    that ``Enforcer.sign`` can put signed statuses in; anything else passes untouched."""
+class AnswerReader:
+    """An upstream's answer on its way back: JSON and event-stream answers are read and
+    each JSON-RPC answer in them is given to ``handle``, which may change it in place
+    (``Enforcer`` puts signed statuses in) and says so; anything else passes untouched.
+    The egress proxy (``app.cli.egress``) reads its delegates' answers with it too."""
 
-    def __init__(
-        self,
-        send: Send,
-        enforcer: Enforcer,
-        received: Received | None,
-        call: tuple[Any, Received | None] | None = None,
-    ) -> None:
+    def __init__(self, send: Send, handle: Callable[[Any], bool], *, errors: bool = False) -> None:
         self._send = send
-        self.enforcer = enforcer
-        self.received = received
-        self.call = call  # an MCP tool call: its request id and the offer it took on
+        self.handle = handle
+        self.errors = errors  # read 4xx answers too (the HTTP+JSON binding's refusals)
         self.kind = ""
         self.start: MutableMapping[str, Any] = {}
         self.buffer = b""
@@ -318,13 +508,15 @@ class _Rewriter:
     async def send(self, message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             headers = message.get("headers", [])
-            media = _header(headers, b"content-type")
-            encoded = _header(headers, b"content-encoding") not in (b"", b"identity")
-            if encoded or message["status"] != 200:
+            media = header(headers, b"content-type")
+            encoded = header(headers, b"content-encoding") not in (b"", b"identity")
+            readable = message["status"] == 200 or (self.errors and 400 <= message["status"] < 500)
+            if encoded or not readable:
                 self.kind = "pass"
             elif media.startswith(b"text/event-stream"):
                 self.kind = "events"
-            elif media.startswith(b"application/json"):
+            elif media.startswith(b"application/json") or media.split(b";")[0].endswith(b"+json"):
+                # application/a2a+json: the A2A HTTP+JSON binding's answers.
                 self.kind = "json"
             else:
                 self.kind = "pass"
@@ -376,24 +568,7 @@ class _Rewriter:
             answer = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             return body
-        return _dumps(answer) if self._sign(answer) else body
-
-    def _sign(self, answer: Any) -> bool:
-        if self.call is None:
-            return self.enforcer.sign(answer, self.received)
-        request_id, received = self.call
-        if received is None or not isinstance(answer, dict) or answer.get("id") != request_id:
-            return False
-        from handoff_context.mcp import answered_result
-
-        if isinstance(answer.get("result"), dict):
-            answer["result"] = answered_result(self.enforcer.agent, received, answer["result"])
-            return True
-        if "error" in answer:  # the tool call failed: a signed failed, the error unchanged
-            from handoff_context import StatusState
-
-            self.enforcer.agent.answer(received, StatusState.FAILED)
-        return False
+        return compact_json(answer) if self.handle(answer) else body
 
     def _event(self, block: bytes, sep: bytes) -> bytes:
         line_sep = sep[: len(sep) // 2]
@@ -405,10 +580,10 @@ class _Rewriter:
             answer = json.loads(b"\n".join(data))
         except (ValueError, UnicodeDecodeError):
             return block
-        if not self._sign(answer):
+        if not self.handle(answer):
             return block
         rest = [line for line in lines if not line.startswith(b"data:")]
-        return line_sep.join([*rest, b"data: " + _dumps(answer)])
+        return line_sep.join([*rest, b"data: " + compact_json(answer)])
 
 
 def _is_tool_call(request: Any) -> bool:
@@ -421,14 +596,15 @@ def _event_end(buffer: bytes) -> tuple[int, bytes]:
     return min(found) if found else (-1, b"")
 
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
+def header(headers: list[tuple[bytes, bytes]], name: bytes, *, lower: bool = True) -> bytes:
     for key, value in headers:
         if key.lower() == name:
-            return bytes(value).strip().lower()
+            value = bytes(value).strip()
+            return value.lower() if lower else value
     return b""
 
 
-def _dumps(value: Any) -> bytes:
+def compact_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -439,7 +615,7 @@ def _refused(decision: Decision) -> Refusal:
     return _rendered(refused(decision))
 
 
-def _invalid(message: str, data: dict[str, Any] | None) -> Refusal:
+def invalid_params(message: str, data: dict[str, Any] | None) -> Refusal:
     from a2a.utils.errors import InvalidParamsError
 
     return _rendered(InvalidParamsError(message=message, data=data))
@@ -450,19 +626,61 @@ def _rendered(error: Any) -> Refusal:
     from a2a.server.request_handlers.response_helpers import build_error_response
 
     body = build_error_response(None, error)["error"]
-    return Refusal(body["code"], body["message"], body.get("data"))
+    return Refusal(body["code"], body["message"], body.get("data"), error)
 
 
-async def _rpc_error(send: Send, request_id: Any, exc: Refusal) -> None:
+async def rpc_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 200) -> None:
     error: dict[str, Any] = {"code": exc.code, "message": exc.message}
     if exc.data is not None:
         error["data"] = exc.data
     answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
-    await _send_whole(send, _dumps(answer), "application/json")
+    await _send_whole(send, compact_json(answer), "application/json", status=status)
 
 
-async def _plain_error(send: Send, detail: str, *, status: int = 400) -> None:
-    await _send_whole(send, _dumps({"detail": detail}), "application/json", status=status)
+def ended(received: Received) -> bool:
+    """Has the work ``received`` started ended (a final status signed, or canceled)?"""
+    final = {StatusState.COMPLETED, StatusState.FAILED, StatusState.REJECTED}
+    return bool(received.signed & final) or received.canceled is not None
+
+
+def rpc_id(value: Any) -> str | int | None:
+    """A JSON-RPC id as a key: a string or an integer (JSON-RPC 2.0 §4), else None (an
+    id of another type names no call the sidecar keeps)."""
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
+
+
+def rest_call(path: bytes) -> tuple[str, str | None] | None:
+    """The A2A HTTP+JSON call a POST to ``path`` is, as its JSON-RPC method and the task
+    id the path names: ``.../message:send``, ``.../message:stream``, ``.../tasks/ID:cancel``
+    (any prefix, a tenant's included); None for any other path."""
+    if path.endswith(b"/message:send"):
+        return "SendMessage", None
+    if path.endswith(b"/message:stream"):
+        return "SendStreamingMessage", None
+    head, slash, last = path.rpartition(b"/")
+    if slash and last.endswith(b":cancel") and head.endswith(b"/tasks") and len(last) > 7:
+        return "CancelTask", urllib.parse.unquote(last[:-7].decode("latin-1"))
+    return None
+
+
+async def rest_error(send: Send, request_id: Any, exc: Refusal, *, status: int = 400) -> None:
+    """A refusal as the a2a-sdk's HTTP+JSON server renders its error (what its REST client
+    raises: ``InvalidParamsError`` with the same ``data``), with that error's own HTTP
+    status (``request_id`` and ``status``: unused, ``rpc_error``'s signature)."""
+    from a2a.utils.error_handlers import build_rest_error_payload
+
+    if exc.error is not None:
+        payload = build_rest_error_payload(exc.error)
+    else:
+        payload = {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": exc.message}}
+    code = payload["error"].get("code", 400)
+    await _send_whole(send, compact_json(payload), "application/json", status=int(code))
+
+
+async def plain_error(send: Send, detail: str, *, status: int = 400) -> None:
+    await _send_whole(send, compact_json({"detail": detail}), "application/json", status=status)
 
 
 async def _send_whole(send: Send, body: bytes, media: str, *, status: int = 200) -> None:

@@ -36,7 +36,10 @@ With ``--enforce`` the tap is the agent's handoff side instead of a watcher: the
 app sits behind ``app.cli.enforce.Enforcer``, which checks every A2A send with the agent's
 ``handoff_context.agent.Agent`` (``--receiver``, ``--trust``, optionally its key from
 ``--key-file``) before it is forwarded and signs the statuses of the task states the
-answers show; the agent's reports replace the watching tap's.
+answers show; the agent's reports replace the watching tap's. With ``--egress-listen`` the
+same process also listens, on loopback, as the agent's HTTP proxy to its ``--delegate``
+peers and signs its delegations (``app.cli.egress.Egress``): one uvicorn server with two
+sockets (``Listeners`` tells them apart), so one shutdown covers both.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -145,6 +149,29 @@ def add_tap_command(sub: Any) -> None:
         default=Path("."),
         metavar="DIR",
         help="where --enforce keeps the agent's replay memory, in .handoff-state/ (default: .)",
+    )
+    p.add_argument(
+        "--egress-listen",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="with --enforce and --key-file: a loopback address where the agent's HTTP proxy "
+        "for its outgoing calls listens; the sidecar signs each delegation's offer there",
+    )
+    p.add_argument(
+        "--delegate",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("ID", "URL"),
+        help="a delegate the agent may call through --egress-listen: its identifier and URL "
+        "(repeat it for each; no other target is reached)",
+    )
+    p.add_argument(
+        "--egress-untied",
+        choices=("refuse", "new-dialog"),
+        default="refuse",
+        help="an outgoing call that names no task or dialog of a handoff the agent works "
+        "under: refuse it (default), or start a new dialog",
     )
     p.set_defaults(func=cmd_tap)
 
@@ -411,6 +438,64 @@ def enforcing_agent(args: argparse.Namespace, reporter: Reporter) -> Any:
     return Agent(signer, trust, iss=args.receiver, state=state, reporter=reporter)
 
 
+def egress_of(args: argparse.Namespace, app: Any, client: httpx.AsyncClient) -> Any:
+    """The egress proxy for ``--egress-listen``, or None. Raises UsageError."""
+    if args.egress_listen is None:
+        return None
+    from app.cli.egress import Egress, delegates_of, loopback
+
+    if not args.enforce or args.key_file is None:
+        raise UsageError("--egress-listen needs --enforce and the agent's --key-file to sign")
+    host = args.egress_listen[0]
+    if not loopback(host):
+        # Whoever reaches the listener has offers signed with the agent's key.
+        raise UsageError(f"--egress-listen must be a loopback address, not {host!r}")
+    if args.egress_listen[1] == args.listen[1]:
+        # The two listeners are told apart by their port (Listeners).
+        raise UsageError("--egress-listen needs a port of its own, not --listen's")
+    if not args.delegate:
+        raise UsageError("--egress-listen needs at least one --delegate ID URL")
+    try:
+        delegates = delegates_of(args.delegate)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(str(exc)) from None
+
+    def forwarder(origin: str) -> Any:
+        return forwarding_app(origin, client)
+
+    return Egress(app, delegates, forwarder, untied=args.egress_untied, client=client)
+
+
+class Listeners:
+    """One server, two listeners: a request is the egress proxy's when it came to the
+    egress listener's socket, else the ingress side's; lifespan goes to the ingress side
+    (which closes the shared upstream client)."""
+
+    def __init__(self, ingress: Any, egress: Any, egress_address: tuple[str, int]) -> None:
+        self.ingress, self.egress, self.port = ingress, egress, egress_address[1]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server")
+        if scope["type"] != "lifespan" and server and server[1] == self.port:
+            await self.egress(scope, receive, send)
+        else:
+            await self.ingress(scope, receive, send)
+
+
+def bound(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (raises OSError), as uvicorn binds its own."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def _exit_on_term(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_OK)
 
@@ -425,10 +510,16 @@ def cmd_tap(args: argparse.Namespace) -> int:
             f"pass --token-file FILE or set {TOKEN_VARIABLE}"
         )
     token = read_token(args.token_file)
-    reporter = Reporter(args.service, token, receiver=args.receiver)
+    # The tap owns the order of shutdown (below): the reporter chains no SIGTERM handler.
+    reporter = Reporter(args.service, token, receiver=args.receiver, handle_sigterm=False)
     agent = enforcing_agent(args, reporter)
     client = upstream_client(args.idle_timeout)
+    egress = None
+    if args.delegate and args.egress_listen is None:
+        raise UsageError("--delegate is for --egress-listen")
     if agent is None:
+        if args.egress_listen is not None:
+            raise UsageError("--egress-listen needs --enforce and the agent's --key-file")
         app: Any = build_tap(args.upstream, reporter, client, forwarded_host=args.forwarded_host)
     else:
         from app.cli.enforce import Enforcer
@@ -437,24 +528,42 @@ def cmd_tap(args: argparse.Namespace) -> int:
         # the watching tap would report the same offers a second time.
         forward = forwarding_app(args.upstream, client, forwarded_host=args.forwarded_host)
         app = Enforcer(forward, agent)
-    # uvicorn shuts down gracefully on SIGTERM (cutting what is still open after
-    # --shutdown-timeout) and then raises the signal again, which by default ends the
-    # process at once: the reporter would lose what it still holds. Made an exit instead,
-    # the ``finally`` below flushes first.
+        egress = egress_of(args, app, client)
+    sockets = []
+    for address in (args.listen, args.egress_listen):
+        if address is None:
+            continue
+        try:
+            sockets.append(bound(*address))
+        except OSError as exc:  # the port is taken, the address is not ours
+            for sock in sockets:
+                sock.close()
+            reporter.close(FLUSH_TIMEOUT)
+            if agent is not None:
+                agent.state.close()
+            raise UsageError(f"cannot listen on {address[0]}:{address[1]}: {exc}") from exc
+    if egress is not None:
+        app = Listeners(app, egress, args.egress_listen)
+    # One owner of shutdown: uvicorn stops accepting on SIGTERM (both listeners), lets open
+    # requests finish for --shutdown-timeout and cuts what is left, then raises the signal
+    # again, which by default ends the process at once: the reporter would lose what it
+    # still holds. Made an exit instead, the ``finally`` below flushes it, then the state
+    # is closed.
     signal.signal(signal.SIGTERM, _exit_on_term)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=args.shutdown_timeout,
+    )
     try:
-        uvicorn.run(
-            app,
-            host=host,
-            port=port,
-            log_level="warning",
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=args.shutdown_timeout,
-        )
-    except OSError as exc:  # the port is taken, the address is not ours
-        raise UsageError(f"cannot listen on {host}:{port}: {exc}") from exc
+        uvicorn.Server(config).run(sockets=sockets)
     finally:
+        for sock in sockets:
+            sock.close()
         reporter.close(FLUSH_TIMEOUT)
         if agent is not None:
             agent.state.close()

@@ -175,7 +175,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         max_element_bytes=_element_limit_of(args),
     )
     with fewer_collections():
-        report = verify_inputs(inputs, trust=trust, options=options, objects=objects)
+        # ``fork``: this command runs one thread, so a forked child can verify signatures
+        # on the second core (app/ingest/forked.py).
+        report = verify_inputs(inputs, trust=trust, options=options, objects=objects, fork=True)
     if args.json:
         # The text of ``json.dump([v.to_json() ...], indent=2)``, written a few hundred
         # verdicts at a time: the standard library's indented encoder is pure Python and

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from handoff_context import (
     AvailableObject,
@@ -28,6 +29,9 @@ from handoff_context.errors import Reason
 from app.capture.carriers import Carried, CarrierError, ExtractStats, read_capture
 from app.ingest.batches import batched
 from app.ingest.signatures import Ahead, elements_of, submit_ahead
+
+if TYPE_CHECKING:
+    from app.ingest.forked import Helper
 
 # The profile's receiver defaults are the library's (``Policy``), stated once there.
 DEFAULTS = Policy()
@@ -122,12 +126,43 @@ def verify_inputs(
     objects: ObjectIndex | None = None,
     content_type: str | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
+    fork: bool = False,
 ) -> Report:
     """Verify every element in every input, in order, against one memory (profile §11).
 
     With ``on_verdict``, each verdict is handed to it in input order once it is final (a
     pending status waits for its offer while fewer than ``VERDICT_WINDOW`` verdicts came
-    after it, as in ingest) and the report keeps none: memory does not grow with the input."""
+    after it, as in ingest) and the report keeps none: memory does not grow with the input.
+    With ``fork``, a large input's signatures are verified ahead by a forked child
+    (``app.ingest.forked``): only for a caller that runs one thread (the ``verify`` command)."""
+    helper = None
+    if fork:
+        from app.ingest.forked import Helper
+
+        inputs = list(inputs)  # the child reads them too
+        helper = Helper.start(
+            inputs,
+            trust=trust,
+            max_element=options.max_element_bytes,
+            skew=options.skew,
+            content_type=content_type,
+        )
+    try:
+        return _verify_inputs(inputs, trust, options, objects, content_type, on_verdict, helper)
+    finally:
+        if helper is not None:
+            helper.stop()
+
+
+def _verify_inputs(
+    inputs: Iterable[tuple[str, bytes]],
+    trust: TrustStore,
+    options: VerifyOptions,
+    objects: ObjectIndex | None,
+    content_type: str | None,
+    on_verdict: Callable[[Verdict], None] | None,
+    helper: Helper | None,
+) -> Report:
     verifier = Verifier(trust=trust, policy=options.policy, objects=objects or ObjectIndex())
     cache = verifier.signature_cache
     assert cache is not None  # the verifier's own (profile §6.1)
@@ -162,12 +197,18 @@ def verify_inputs(
                 session.add(item.value, context_for(item, options), source=item.source)
         hand_on()
 
+    position = 0  # items handed to ``judge`` so far, over every input (the helper's index)
     for name, data in inputs:
         items = read_capture(data, name=name, content_type=content_type, stats=stats)
         # The signatures of the next batch are verified on every core while this one is
         # judged in input order (``app.ingest.signatures``).
         previous: tuple[list[Carried | CarrierError], Ahead] | None = None
         for batch in batched(items):
+            if helper is not None:
+                helper.before(position, cache)  # what the child verified ahead so far
+                position += len(batch)
+                judge(batch, Ahead())
+                continue
             found = (i for i in batch if not isinstance(i, CarrierError))
             elements = (e for i in found for e in elements_of(i.value, max_element=limit))
             ahead = submit_ahead(elements, trust, cache)

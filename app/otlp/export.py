@@ -2,20 +2,24 @@
 export of ``handoff-trace export-otlp``, and the service's background exporter.
 
 The background exporter never touches ingest: it reads, in read-only transactions of its
-own, the hops derived since its last round (``derived_at``, indexed; rounds overlap by
-``OVERLAP`` seconds so that a batch committed after its clock is still seen), builds their
-spans and posts them in requests of at most ``PAGE`` spans. A span equal to the one last
-sent for its hop is not sent again (a bounded memory of ``REMEMBERED`` hops); ids are
-deterministic, so one sent twice changes nothing anyway. When the receiver fails (no
-connection, a timeout, 408/429/5xx) the walk stays where it is and is tried again after a
-delay that doubles up to ``MAX_BACKOFF``, with jitter: the backlog waits in the database,
-so memory stays bounded however long the receiver is down. A request the receiver refuses
-outright (another 4xx) cannot succeed if sent again: it is logged and skipped.
+own, the hops whose derivation committed since its last round, by the change sequence that
+derivation writes (``hop.change``, app/store/otlp.py says why no change is read twice or
+passed over, on PostgreSQL with several serve processes too). A round walks the marks from
+where the last walk ended up to the horizon the round before took (a change waits one
+round, so a hop whose statuses follow close behind its offer is built and sent once),
+builds the spans of the hops and posts them in requests of at most ``PAGE`` spans. A hop
+derived again to the same row and flags (another item of a later batch touched it) is not
+built or sent again (a bounded memory of ``REMEMBERED`` hops); ids are deterministic, so a
+span sent twice changes nothing anyway.
+When the receiver fails (no connection, a timeout, 408/429/5xx) the walk stays where it is
+and is tried again after a delay that doubles up to ``MAX_BACKOFF``, with jitter: the
+backlog waits in the database, so memory stays bounded however long the receiver is down.
+A request the receiver refuses outright (another 4xx) cannot succeed if sent again: it is
+logged and skipped.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import threading
@@ -36,11 +40,13 @@ from app.store import db
 from app.store.otlp import (
     HopTrace,
     Position,
+    change_horizon,
     changed_hops,
+    count_changed,
     count_hops_since,
-    flag_marks,
     hop_traces,
     hops_since,
+    page_flags,
 )
 
 log = logging.getLogger("handoff_trace.otlp")
@@ -50,7 +56,6 @@ PROTOBUF = "application/x-protobuf"
 TIMEOUT = 10.0
 PAGE = 512  # spans per request (the OpenTelemetry SDK's default batch)
 PAGES_PER_ROUND = 20  # a round posts at most this many requests; the next goes on
-OVERLAP = 2  # seconds each round re-reads before the last one's start
 REMEMBERED = 32_768  # hops whose last sent span is remembered
 MAX_BACKOFF = 60.0
 _RETRY_STATUS = frozenset({408, 429, 502, 503, 504})
@@ -150,13 +155,25 @@ def export_since(
 @dataclass
 class ExporterStats:
     spans: int = 0  # spans the receiver took
-    unchanged: int = 0  # spans not sent again: equal to the last sent for their hop
+    unchanged: int = 0  # hops read again but not built: the same as when last sent
     failures: int = 0  # requests that failed (each retried or skipped)
+    last_success: int = 0  # the clock when the receiver last took a request (0: never)
+
+
+@dataclass(frozen=True)
+class ExporterStatus:
+    """What ``/api/v1/metrics`` says of this process's exporter (docs/otlp.md, "Metrics")."""
+
+    spans: int
+    failures: int
+    last_success: int
+    backlog: int
 
 
 class Exporter:
     """The service's background exporter; ``run_once`` is one round (the app's lifespan
-    calls it every ``HANDOFF_TRACE_OTLP_SECONDS`` from a worker thread)."""
+    calls it every ``HANDOFF_TRACE_OTLP_SECONDS`` from a worker thread). It exports the
+    hops that change after it was made."""
 
     def __init__(
         self,
@@ -173,20 +190,37 @@ class Exporter:
         self.page = page
         self.remembered = remembered
         self.stats = ExporterStats()
-        started = clock()
-        # The walk: hops derived at ``since`` or later, after ``after``; it began at
-        # ``walk_started`` (the next walk starts ``OVERLAP`` before that).
-        self.since = started
+        # The walk: hops whose change mark is in [start, end), past ``after`` (``end`` None:
+        # no walk under way). A walk ends at the horizon taken when the walk before it
+        # began (``settled``): a change waits one round, so a hop that changes again within
+        # it (its statuses close behind its offer) is built and sent once, as it is then.
+        with db.transaction(db.read_only(engine)) as session:
+            self.start = change_horizon(session)
+        self.settled = self.start
+        self.end: int | None = None
         self.after: Position | None = None
-        self.walk_started = started
         self.retry_at = 0.0
         self.attempts = 0
-        # Per hop: its row's key (``_row_key``) and the hash of the span last sent.
-        self._sent: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], bytes]] = OrderedDict()
+        # Per hop: its row's key (``_row_key``) when its span was last sent.
+        self._sent: OrderedDict[tuple[str, str], tuple[Any, ...]] = OrderedDict()
         self._lock = threading.Lock()  # one round at a time
 
     def close(self) -> None:
         self.sender.close()
+
+    def backlog(self) -> int:
+        """How many hops changed and are not exported yet (a read of the change index)."""
+        with db.transaction(db.read_only(self.engine)) as session:
+            return count_changed(session, start=self.start, after=self.after)
+
+    def status(self) -> ExporterStatus:
+        """The counters, and the backlog as the database has it now."""
+        return ExporterStatus(
+            spans=self.stats.spans,
+            failures=self.stats.failures,
+            last_success=self.stats.last_success,
+            backlog=self.backlog(),
+        )
 
     def run_once(self) -> int:
         """Export what changed since the last round; returns how many spans were taken.
@@ -198,19 +232,20 @@ class Exporter:
             sent = 0
             for _ in range(PAGES_PER_ROUND):
                 with db.transaction(db.read_only(self.engine)) as session:
+                    if self.end is None:
+                        self.end, self.settled = self.settled, change_horizon(session)
                     rows = changed_hops(
-                        session, since=self.since, after=self.after, limit=self.page
+                        session, start=self.start, end=self.end, after=self.after, limit=self.page
                     )
-                    # A hop re-read only because the rounds overlap is not built again.
-                    marks = flag_marks(session, rows)
-                    keyed = [(r, _row_key(r, marks.get((r.iss, r.hop)))) for r in rows]
+                    # A hop derived again to what was sent is not built again.
+                    flags = page_flags(session, rows)
+                    keyed = [(r, _row_key(r, flags.get((r.iss, r.hop)))) for r in rows]
                     fresh = [(r, k) for r, k in keyed if self._known(r) != k]
                     self.stats.unchanged += len(rows) - len(fresh)
-                    traces = hop_traces(session, [r for r, _ in fresh])
+                    traces = hop_traces(session, [r for r, _ in fresh], flags)
                 if not rows:
-                    # Caught up: the next walk re-reads from a little before this one began.
-                    self.since, self.after = self.walk_started - OVERLAP, None
-                    self.walk_started = now
+                    # Caught up to the horizon.
+                    self.start, self.end, self.after = self.end, None, None
                     break
                 try:
                     sent += self._send_changed(traces, [k for _, k in fresh])
@@ -224,38 +259,37 @@ class Exporter:
                         return sent
                     log.error("OTLP export refused, these spans are skipped: %s", exc.detail)
                 self.attempts = 0
+                if len(rows) < self.page:
+                    # The last page of the walk: the next walk starts at its horizon.
+                    self.start, self.end, self.after = self.end, None, None
+                    break
                 last = rows[-1]
-                self.after = (last.derived_at, last.iss, last.hop)
-            self.stats.spans += sent
+                self.after = (last.change, last.iss, last.hop)
             return sent
 
     def _known(self, row: Any) -> tuple[Any, ...] | None:
-        seen = self._sent.get((row.iss, row.hop))
-        return None if seen is None else seen[0]
+        return self._sent.get((row.iss, row.hop))
 
     def _send_changed(self, traces: list[HopTrace], keys: list[tuple[Any, ...]]) -> int:
-        """Send the spans that differ from the last sent for their hop; remember them all."""
+        """Send the spans of ``traces`` in one request; remember what each hop was."""
         request, into = new_request()
-        remember: list[tuple[tuple[str, str], tuple[Any, ...], bytes]] = []
+        for t in traces:
+            hop_span(t, into.add())
+        sent = 0
+        if len(into):
+            sent = self.sender.post(request.SerializeToString(), len(into))
+            self.stats.spans += sent
+            self.stats.last_success = self.clock()
         for t, row_key in zip(traces, keys, strict=True):
             key = (t.hop.iss, t.hop.hop)
-            span = hop_span(t, into.add())
-            mark = hashlib.sha256(span.SerializeToString(deterministic=True)).digest()
-            seen = self._sent.get(key)
-            if seen is not None and seen[1] == mark:
-                self.stats.unchanged += 1
-                del into[-1]
-            remember.append((key, row_key, mark))
-        sent = self.sender.post(request.SerializeToString(), len(into)) if len(into) else 0
-        for key, row_key, mark in remember:
-            self._sent[key] = (row_key, mark)
+            self._sent[key] = row_key
             self._sent.move_to_end(key)
         while len(self._sent) > self.remembered:
             self._sent.popitem(last=False)
         return sent
 
 
-def _row_key(row: Any, flags: tuple[int, int] | None) -> tuple[Any, ...]:
+def _row_key(row: Any, flags: tuple[tuple[int, int], Any] | None) -> tuple[Any, ...]:
     """What tells a hop apart from the one last exported, read from its row and its flags:
     a hop derived again to the same state, times and flags (another item of a later batch
     touched it) is not built again. *[choice]* A verified status that changes none of them
@@ -268,5 +302,5 @@ def _row_key(row: Any, flags: tuple[int, int] | None) -> tuple[Any, ...]:
         row.terminal_at,
         row.exp,
         row.task,
-        flags,
+        None if flags is None else flags[0],
     )

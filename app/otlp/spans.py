@@ -59,12 +59,12 @@ def _put(target: Any, pairs: Iterable[tuple[str, Value | None]]) -> None:
             continue
         kv = target.add()
         kv.key = key
-        if isinstance(value, bool):
+        if isinstance(value, str):  # first: most values are text
+            kv.value.string_value = value
+        elif isinstance(value, bool):  # before int: a bool is an int
             kv.value.bool_value = value
         elif isinstance(value, int):
             kv.value.int_value = value
-        elif isinstance(value, str):
-            kv.value.string_value = value
         else:
             values = kv.value.array_value.values
             for item in value:

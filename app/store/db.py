@@ -450,10 +450,81 @@ def insert_ignore(
     return execute(session, stmt, values).first() is not None
 
 
-@functools.cache
-def _insert_ignore_many_statement(dialect: str, table: Any, keys: tuple[str, ...]) -> Any:
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    return insert(table).on_conflict_do_nothing(index_elements=keys)
+@dataclass(frozen=True)
+class _BulkInsert:
+    """One table's INSERT in the driver's own SQL, with each column's conversion to what
+    the driver takes (SQLAlchemy's bind processors for the dialect: JSON text or wrapper,
+    booleans, doubles) and its scalar default."""
+
+    sql: str
+    columns: tuple[str, ...]
+    convert: tuple[Callable[[Any], Any] | None, ...]
+    defaults: tuple[Any, ...]
+
+    def params(self, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+        plan = tuple(zip(self.columns, self.convert, self.defaults, strict=True))
+        out = []
+        for row in rows:
+            values = []
+            for name, convert, default in plan:
+                value = row.get(name, default)
+                # Every value through the converter, None too: JSON writes it as 'null'.
+                values.append(value if convert is None else convert(value))
+            out.append(tuple(values))
+        return out
+
+
+@functools.lru_cache(maxsize=64)
+def _bulk_insert(
+    dialect: Any, table: Any, columns: tuple[str, ...], conflict: tuple[str, ...] | None
+) -> _BulkInsert:
+    placeholder = "?" if dialect.paramstyle == "qmark" else "%s"
+    preparer = dialect.identifier_preparer
+    chosen = [table.c[name] for name in columns]
+    # Columns with a scalar default that a row may leave out are written too, as
+    # SQLAlchemy's INSERT writes them.
+    chosen += [
+        c
+        for c in table.columns
+        if c.name not in columns and c.default is not None and c.default.is_scalar
+    ]
+    sql = (
+        f"INSERT INTO {preparer.format_table(table)} "
+        f"({', '.join(preparer.format_column(c) for c in chosen)}) "
+        f"VALUES ({', '.join([placeholder] * len(chosen))})"
+    )
+    if conflict is not None:
+        sql += f" ON CONFLICT ({', '.join(map(preparer.quote, conflict))}) DO NOTHING"
+    return _BulkInsert(
+        sql=sql,
+        columns=tuple(c.name for c in chosen),
+        convert=tuple(c.type._cached_bind_processor(dialect) for c in chosen),
+        defaults=tuple(
+            c.default.arg if c.default is not None and c.default.is_scalar else None for c in chosen
+        ),
+    )
+
+
+def insert_many(
+    session: Session,
+    model: Any,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    ignore: Sequence[str] | None = None,
+) -> None:
+    """INSERT many rows of ``model`` in one executemany, in the driver's own SQL: the
+    statement is built once per table and columns (those of the first row), and each row
+    is converted as SQLAlchemy would convert it, without its per-row compiler work (~10 us
+    a row, more than SQLite takes to insert it). ``ignore``: ON CONFLICT (ignore) DO
+    NOTHING. Rows must have the first row's keys (a missing one is NULL or its default)."""
+    if not rows:
+        return
+    connection = session.connection()
+    table = model.__table__
+    plan = _bulk_insert(
+        connection.dialect, table, tuple(rows[0]), tuple(ignore) if ignore is not None else None
+    )
+    connection.exec_driver_sql(plan.sql, plan.params(rows))
 
 
 def insert_ignore_many(
@@ -461,9 +532,7 @@ def insert_ignore_many(
 ) -> None:
     """INSERT .. ON CONFLICT (keys) DO NOTHING for many rows in one statement
     (executemany), when which of them were new does not matter."""
-    if rows:
-        stmt = _insert_ignore_many_statement(_dialect(session), model.__table__, tuple(keys))
-        session.connection().execute(stmt, [dict(row) for row in rows])
+    insert_many(session, model, rows, ignore=keys)
 
 
 def insert_ignore_many_keys(

@@ -67,6 +67,7 @@ from app.store.models import (
     RejectedOctetsRow,
     VerdictRow,
 )
+from app.store.otlp import stamp_changes
 
 HopKey = tuple[str, str]  # (iss, hop) of the offer
 
@@ -205,7 +206,8 @@ def derive_hops(
             for iss, hop in chunk
         ]
         sync_many_flags(session, [f for _, f in derived], now=now)
-        upsert_many(session, HopRow, [h for h, _ in derived if h is not None], ["iss", "hop"])
+        hops = stamp_changes(session, [h for h, _ in derived if h is not None])  # OTLP export
+        upsert_many(session, HopRow, hops, ["iss", "hop"])
 
 
 # Hops whose facts one query reads: bounded, so a sweep of many hops stays within the

@@ -39,7 +39,7 @@ from app.store.models import (
 Table = dict[Any, Any]  # comparable key -> comparable value
 _VERDICT_SKIP = ("id", "observation_id", "judged_at")
 _VERDICT = [c.name for c in VerdictRow.__table__.columns if c.name not in _VERDICT_SKIP]
-_HOP = [c.name for c in HopRow.__table__.columns if c.name != "derived_at"]
+_HOP = [c.name for c in HopRow.__table__.columns if c.name not in ("derived_at", "change")]
 _FLAG = ["kind", "variant", "severity", "evidence", "iss", "hop", "offer", "opened_at", "detail"]
 _OBSERVATION = [c.name for c in ObservationRow.__table__.columns if c.name != "id"]
 

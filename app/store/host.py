@@ -19,7 +19,7 @@ from sqlalchemy import bindparam, insert, select, union
 from sqlmodel import Session
 
 from app.store.db import execute
-from app.store.models import ElementRow, HostStateRow, ObservationRow
+from app.store.models import ElementRow, HostStateRow, ObservationRow, VerdictRow
 
 _ADD = insert(HostStateRow)
 
@@ -66,10 +66,17 @@ def hops_of_tasks(session: Session, task_ids: Iterable[str]) -> set[tuple[str, s
 
 # The tasks each element was observed in (or that its offer names), and every captured
 # state of those tasks: one query for all the elements of a chunk of hops (app.store.derive).
+# An observation whose element was refused (a replay of an expired offer in a task of the
+# replayer's own, say) ties no task to the hop: that task's states are not the hop's, and a
+# careful receiver does not let someone else's replay raise a flag on a legitimate hop.
 _IN_DIGESTS = bindparam("b_digests", expanding=True)
 _ELEMENT_TASKS = union(
-    select(ObservationRow.digest, ObservationRow.task_id.label("task")).where(
-        ObservationRow.digest.in_(_IN_DIGESTS), ObservationRow.task_id.is_not(None)
+    select(ObservationRow.digest, ObservationRow.task_id.label("task"))
+    .join(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
+    .where(
+        ObservationRow.digest.in_(_IN_DIGESTS),
+        ObservationRow.task_id.is_not(None),
+        VerdictRow.outcome != "reject",
     ),
     select(ElementRow.digest, ElementRow.task.label("task")).where(
         ElementRow.digest.in_(_IN_DIGESTS), ElementRow.task.is_not(None)

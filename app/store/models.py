@@ -223,7 +223,8 @@ class HopRow(SQLModel, table=True):
 
     ``offer`` is the hop's offer by the canonical rule (see ``app.store.derive``);
     ``deadline`` is when the derived answer changes with no new element (the sweep's
-    index); ``derived_at`` the clock it was derived at.
+    index); ``derived_at`` the clock it was derived at; ``change`` its last change in the
+    OTLP exporter's change sequence (docs/otlp.md, "Export").
     """
 
     __tablename__ = "hop"
@@ -252,6 +253,9 @@ class HopRow(SQLModel, table=True):
     terminal_at: int | None = _time(default=None)
     deadline: int | None = _time(default=None, index=True)
     derived_at: int = _time(index=True)
+    # The hop's place in the change sequence the OTLP exporter walks (app/store/otlp.py,
+    # ``stamp_changes``): set whenever the hop is derived, in the same transaction.
+    change: int | None = _time(default=None, index=True)
 
 
 class FlagRow(SQLModel, table=True):

@@ -34,14 +34,24 @@ def _dumps(value: object) -> bytes:
 
 
 class Listing:
-    """The verdicts one answer lists, within the bounds, and the count of all of them."""
+    """The verdicts one answer lists, within the bounds (``MAX_LISTED`` verdicts and
+    ``MAX_LISTED_BYTES`` unless given), and the count of all of them. ``numbered``: each
+    listed verdict carries ``item``, its position among all verdicts (from 1), since past a
+    bound the list skips the accepted ones."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        max_listed: int = MAX_LISTED,
+        max_bytes: int = MAX_LISTED_BYTES,
+        numbered: bool = False,
+    ) -> None:
         self.lines: list[tuple[bool, bytes]] = []  # (accept, the verdict's JSON)
         self.size = 0
         self.only_refused = False
         self.omitted = 0
         self.outcomes: Counter[str] = Counter()
+        self.max_listed, self.max_bytes, self.numbered = max_listed, max_bytes, numbered
 
     def add(self, verdict: Verdict) -> None:
         self.outcomes[verdict.outcome.value] += 1
@@ -49,7 +59,10 @@ class Listing:
         if (accept and self.only_refused) or (self.only_refused and self._full()):
             self.omitted += 1  # cannot be listed: not even serialised
             return
-        line = _dumps(verdict.to_json())
+        shown = verdict.to_json()
+        if self.numbered:
+            shown["item"] = sum(self.outcomes.values())
+        line = _dumps(shown)
         if not self._fits(line) and not self.only_refused:
             # Past a bound: only what is not ``accept`` is listed from now on.
             self.only_refused = True
@@ -66,10 +79,10 @@ class Listing:
         self.size += len(line) + 1
 
     def _full(self) -> bool:
-        return len(self.lines) >= MAX_LISTED or self.size >= MAX_LISTED_BYTES
+        return len(self.lines) >= self.max_listed or self.size >= self.max_bytes
 
     def _fits(self, line: bytes) -> bool:
-        return len(self.lines) < MAX_LISTED and self.size + len(line) + 1 <= MAX_LISTED_BYTES
+        return len(self.lines) < self.max_listed and self.size + len(line) + 1 <= self.max_bytes
 
     def counts(self, skipped: int) -> dict[str, int]:
         """Verdicts by outcome (every outcome present), plus totals (profile §12)."""

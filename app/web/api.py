@@ -588,8 +588,10 @@ def post_revocation(
 
 
 @router.get("/healthz", response_model=Health, tags=["service"])
-def healthz() -> Health:
-    """Liveness: the process answers. Anonymous."""
+async def healthz() -> Health:
+    """Liveness: the process answers. Anonymous. Answered on the event loop itself, with no
+    hop to a worker thread: while a large request's work holds the GIL in a worker, each such
+    hop waits for a switch interval, and a liveness probe should not."""
     return Health(status="ok")
 
 
@@ -632,9 +634,11 @@ def get_metrics(request: Request, service: ServiceDep, credentials: Credentials)
         requires(Permission.METRICS)(request, service, credentials)
     with service.reading() as session:
         counts = store_counts(session, now=service.clock())
+    exporter = getattr(request.app.state, "otlp_exporter", None)
     body = metrics.exposition(
         counts,
         workers=request.app.state.metrics_multiprocess,
         sources=service.sources.status(),
+        otlp=None if exporter is None else exporter.status(),
     )
     return Response(body, media_type=metrics.CONTENT_TYPE)

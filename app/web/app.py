@@ -79,6 +79,7 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock) -> FastAPI:
             await anyio.to_thread.run_sync(notifier.collect)
             tasks.append(asyncio.create_task(_notify_forever(notifier, settings.webhook_seconds)))
         exporter = otlp_exporter(settings, service)
+        app.state.otlp_exporter = exporter  # its metrics (app/web/metrics.py)
         if exporter is not None:
             tasks.append(asyncio.create_task(_export_forever(exporter, settings.otlp_seconds)))
         try:

@@ -14,7 +14,9 @@
   instance and every worker reports the same values.
 - Process metrics (CPU, memory, open files) are those of the process that answered, and so
   are the trust sources' (``handoff_trace_trust_source_stale`` and its neighbours): each
-  instance fetches its sources itself.
+  instance fetches its sources itself. So are the OTLP exporter's (``handoff_trace_otlp_*``,
+  present when ``HANDOFF_TRACE_OTLP_ENDPOINT`` is set): each process exports for itself;
+  its backlog is read from the database at scrape time.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from app.otlp.export import ExporterStatus
 from app.store.queries import StoreCounts
 
 # The text format generate_latest writes, as this route always answered.
@@ -151,6 +154,36 @@ class _Sources(Collector):
         yield failures
 
 
+class _Otlp(Collector):
+    """This process's background OTLP exporter (app/otlp/export.py, docs/otlp.md)."""
+
+    def __init__(self, status: ExporterStatus) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.status
+        yield CounterMetricFamily(
+            "handoff_trace_otlp_spans_exported",
+            "Spans the OTLP receiver took from this process's exporter.",
+            value=s.spans,
+        )
+        yield CounterMetricFamily(
+            "handoff_trace_otlp_export_failures",
+            "Export requests that failed (retried later, or skipped when refused outright).",
+            value=s.failures,
+        )
+        yield GaugeMetricFamily(
+            "handoff_trace_otlp_last_success_timestamp_seconds",
+            "When the OTLP receiver last took a request from this exporter (0: never).",
+            value=s.last_success,
+        )
+        yield GaugeMetricFamily(
+            "handoff_trace_otlp_backlog",
+            "Hops changed and not yet exported by this exporter (read from the database).",
+            value=s.backlog,
+        )
+
+
 class _Forward(Collector):
     """This process's own registry, in a single-process service."""
 
@@ -158,9 +191,16 @@ class _Forward(Collector):
         yield from REGISTRY.collect()
 
 
-def exposition(counts: StoreCounts, *, workers: bool, sources: Sequence[SourceState] = ()) -> bytes:
+def exposition(
+    counts: StoreCounts,
+    *,
+    workers: bool,
+    sources: Sequence[SourceState] = (),
+    otlp: ExporterStatus | None = None,
+) -> bytes:
     """The scrape: counters (summed over the workers when ``workers``: prometheus_client's
-    multiprocess mode), process metrics, the database's gauges and the trust sources'."""
+    multiprocess mode), process metrics, the database's gauges, the trust sources' and the
+    OTLP exporter's (``otlp``, when one runs)."""
     registry = CollectorRegistry()
     if workers:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
@@ -169,6 +209,8 @@ def exposition(counts: StoreCounts, *, workers: bool, sources: Sequence[SourceSt
         registry.register(_Forward())  # the default registry holds the process collector
     registry.register(_Store(counts))
     registry.register(_Sources(sources))
+    if otlp is not None:
+        registry.register(_Otlp(otlp))
     return generate_latest(registry)
 
 

@@ -8,13 +8,15 @@ further check, then the verdict; the form sets the judging time (now, the elemen
 ``iat``, or a time given) and the receiver (unset: the audience is not checked).
 
 The report is a table of verdicts, paged (``PER_PAGE`` a page, ``?report=KEY&page=N``) and
-filtered to rejections or to everything not accepted (``only=``), so an answer stays
-bounded whatever was uploaded: one page of verdicts, at most ``MAX_ERRORS`` item errors and
-the counts (docs/profile.md §12). It can be downloaded as the JSON that ``verify --json``
-prints (``MAX_REPORT`` octets at most; past that, the first verdicts that fit and how many
-were left out). Reports are kept in the database for ``HANDOFF_TRACE_UPLOAD_REPORT_SECONDS``,
-per user, behind an unguessable id (``app.store.reports``), so any instance or worker
-serves the download and the pages.
+filtered to rejections or to everything not accepted (``only=``), so an answer stays bounded
+whatever was uploaded: one page of verdicts, at most ``MAX_ERRORS`` item errors and the
+counts (docs/profile.md §12). Verdicts are handed on as they are made, never all held at
+once: the kept report lists every verdict up to ``REPORT_LISTED`` of them or
+``REPORT_BYTES`` of JSON, past that only those not accepted, with ``item`` (each verdict's
+position) and ``left_out`` (how many were not listed); the counts cover all. It can be
+downloaded as JSON in the shape of the API's bounded answer. Reports are kept in the
+database for ``HANDOFF_TRACE_UPLOAD_REPORT_SECONDS``, per user, behind an unguessable id
+(``app.store.reports``), so any instance or worker serves the download and the pages.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from app.ingest.build import verify_options
 from app.ingest.pipeline import ingest
 from app.store import db
 from app.store.reports import get_report, keep_report
+from app.web import answers
 from app.web.auth import GRANTS, Permission
 from app.web.inspect import (
     CHECK_SENTENCES,
@@ -51,7 +54,11 @@ from app.web.sessions import PageError, Verifier, Viewer
 
 router = APIRouter(include_in_schema=False)
 KEEP_REPORTS = 32
-MAX_REPORT = 32 * 1024 * 1024
+# A kept report lists every verdict up to these bounds, then only those not accepted (the
+# counts cover all): its JSON stays near 4 MiB, so a page of it is read quickly.
+REPORT_LISTED = 20_000
+REPORT_BYTES = 4 * 1024 * 1024
+MAX_REPORT = 8 * 1024 * 1024  # a report larger than this (many item errors) is not kept
 PER_PAGE = 100  # verdicts on one page of a report
 MAX_ERRORS = 20  # item errors shown (all are counted, and in the JSON)
 FILTERS = {"": "all", "not-accept": "not accepted", "reject": "rejections only"}
@@ -99,7 +106,7 @@ def upload_page(
             "counts": {o.value: kept["counts"].get(o.value, 0) for o in Outcome},
             "skipped": kept["counts"].get("skipped", 0),
             "errors": kept.get("errors", [])[:MAX_ERRORS],
-            "error_count": len(kept.get("errors", [])),
+            "error_count": kept.get("error_count", len(kept.get("errors", []))),
             "key": report,
             "left_out": kept.get("left_out", 0),
             **_page(kept["verdicts"], page=page, only=only),
@@ -112,7 +119,7 @@ def _page(verdicts: list[dict[str, Any]], *, page: int, only: str) -> dict[str, 
     """One page of a report's verdicts (JSON shape, numbered from 1), filtered by ``only``."""
     only = only if only in FILTERS else ""
     numbered = [
-        (n, v)
+        (v.get("item", n), v)
         for n, v in enumerate(verdicts, 1)
         if only == ""
         or (only == "reject" and v["outcome"] == Outcome.REJECT.value)
@@ -239,18 +246,30 @@ async def upload(
     options = verify_options(s, at=judged_at, receiver=chosen)
     errors: list[Any] = []
     envelope_errors: list[Any] = []
+    # Verdicts are handed on one by one as they are made, never all held: the report keeps
+    # what its bounds allow (``Listing``), the pasted elements' own verdicts are kept apart.
+    listing = answers.Listing(max_listed=REPORT_LISTED, max_bytes=REPORT_BYTES, numbered=True)
+    wanted = {p.digest for p in pasted}
+    by_digest: dict[bytes, Any] = {}
+
+    def each(verdict: Any) -> None:
+        listing.add(verdict)
+        if verdict.digest is not None and digest_text(verdict.digest) in wanted:
+            by_digest[verdict.digest] = verdict
+
     if store:
-        result = await run_in_threadpool(ingest, service.pipeline(options), [(name, data)], now=now)
+        result = await run_in_threadpool(
+            ingest, service.pipeline(options), [(name, data)], now=now, on_verdict=each
+        )
         observe_ingest("upload", result)
-        verdicts, skipped, errors = result.verdicts, result.skipped, result.errors
+        skipped, errors = result.skipped, result.errors
         envelope_errors = result.envelopes.errors
     else:
         report = await run_in_threadpool(
-            service.verify, [(name, data)], options, content_type=None, trust=trust
+            service.verify, [(name, data)], options, content_type=None, trust=trust, on_verdict=each
         )
-        verdicts, skipped = report.verdicts, report.skipped
-    counts = {o.value: sum(1 for v in verdicts if v.outcome is o) for o in Outcome}
-    rows = [v.to_json() for v in verdicts]
+        skipped = report.skipped
+    counts = {o.value: listing.outcomes[o.value] for o in Outcome}
     meta = {
         "name": name,
         "size": len(data),
@@ -259,18 +278,19 @@ async def upload(
         "at": judged_at,
         "receiver": chosen,
     }
-    listed_errors = [{"source": e.source, "detail": e.detail} for e in errors]
-    body, left_out = _report_body(
-        rows,
+    listed_errors = answers.problems(errors)
+    left_out = listing.omitted
+    body = listing.body(
         {
-            "counts": {**counts, "verdicts": len(verdicts), "skipped": skipped},
+            "counts": listing.counts(skipped),
             "errors": listed_errors,
-            "envelope_errors": [{"source": e.source, "detail": e.detail} for e in envelope_errors],
+            "error_count": len(errors),
+            "envelope_errors": answers.problems(envelope_errors),
             "upload": meta,
-        },
+            "left_out": left_out,
+        }
     )
     key = await run_in_threadpool(_keep, service, user.id, body)
-    by_digest = {v.digest: v for v in verdicts if v.digest is not None}
     steps = [_steps(p, by_digest, judged_at) for p in pasted]
     context = _context(
         service,
@@ -280,10 +300,10 @@ async def upload(
             "counts": counts,
             "skipped": skipped,
             "errors": listed_errors[:MAX_ERRORS],
-            "error_count": len(listed_errors),
+            "error_count": len(errors),
             "key": key,
             "left_out": left_out,
-            **_page(rows, page=1, only=""),
+            **_page([json.loads(line) for _, line in listing.lines], page=1, only=""),
         },
         pasted=pasted,
         steps=steps,
@@ -291,21 +311,6 @@ async def upload(
         form={"when": when, "at": at, "receiver": receiver},
     )
     return render(request, "upload.html", context)
-
-
-def _report_body(rows: list[dict[str, Any]], rest: dict[str, Any]) -> tuple[bytes, int]:
-    """The report's JSON, at most ``MAX_REPORT`` octets: the first verdicts that fit, and
-    how many were left out (``left_out``)."""
-    budget = MAX_REPORT - len(json.dumps(rest)) - 1024
-    kept: list[dict[str, Any]] = []
-    for row in rows:
-        budget -= len(json.dumps(row)) + 8
-        if budget < 0:
-            break
-        kept.append(row)
-    left_out = len(rows) - len(kept)
-    body = {"verdicts": kept, **rest, "left_out": left_out}
-    return json.dumps(body, indent=1).encode(), left_out
 
 
 def _steps(pasted: Pasted, by_digest: dict[bytes, Any], at: int) -> dict[str, Any]:

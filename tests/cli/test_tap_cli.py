@@ -20,6 +20,10 @@ GOOD = {
 }
 
 
+# --egress-listen with what it needs but its address (then given by each case).
+EGRESS = ["--enforce", "--trust", "TRUST", "--key-file", "OWN", "--egress-listen"]
+
+
 def run(argv: list[str]) -> tuple[int, str]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
@@ -93,6 +97,30 @@ def test_a_missing_or_bad_token_is_a_usage_error(
         (["--enforce", "--trust", "MISSING"], "cannot use the trust file"),
         (["--enforce", "--trust", "TRUST", "--key-file", "MISSING"], "cannot use the key file"),
         (["--enforce", "--trust", "TRUST", "--key-file", "OTHER"], "not the --receiver"),
+        (["--egress-listen", "127.0.0.1:9002"], "--egress-listen needs --enforce and"),
+        (["--delegate", "spiffe://t", "http://t"], "--delegate is for --egress-listen"),
+        (
+            ["--enforce", "--trust", "TRUST", "--egress-listen", "127.0.0.1:9002"],
+            "--egress-listen needs --enforce and the agent's --key-file",
+        ),
+        (
+            [*EGRESS, "0.0.0.0:9002", "--delegate", "spiffe://t", "http://t"],
+            "--egress-listen must be a loopback address",
+        ),
+        (
+            [*EGRESS, "127.0.0.1:9001", "--delegate", "spiffe://t", "http://t"],
+            "--egress-listen needs a port of its own",
+        ),
+        ([*EGRESS, "127.0.0.1:9002"], "needs at least one --delegate ID URL"),
+        ([*EGRESS, "127.0.0.1:9002", "--delegate", "spiffe://t", "t:80"], "not an http(s) URL"),
+        (
+            [
+                *EGRESS,
+                "[::1]:9002",
+                *("--delegate", "a", "http://t", "--delegate", "b", "http://T"),
+            ],
+            "T is named twice",
+        ),
     ],
 )
 def test_bad_enforce_options_are_usage_errors(
@@ -101,11 +129,14 @@ def test_bad_enforce_options_are_usage_errors(
     from handoff_context import Signer, trust_document
 
     other = Signer.generate("spiffe://b/agent/other", "Ed25519", kid="o1")
+    own = Signer.generate(GOOD["--receiver"], "Ed25519", kid="c1")
     (tmp_path / "trust.json").write_text(json.dumps(trust_document([other])))
     other.save(tmp_path / "other.jwk")
+    own.save(tmp_path / "own.jwk")
     files = {
         "TRUST": tmp_path / "trust.json",
         "OTHER": tmp_path / "other.jwk",
+        "OWN": tmp_path / "own.jwk",
         "MISSING": tmp_path / "missing",
     }
     monkeypatch.setenv("HANDOFF_TRACE_TOKEN", "t")

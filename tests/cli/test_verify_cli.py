@@ -443,3 +443,35 @@ def test_verify_collects_less_often_while_it_verifies_then_as_before(
     assert (code, [v["outcome"] for v in verdicts]) == (0, ["accept"])
     assert gc.get_threshold() == before
     assert seen == [(before[0], max(before[1], 100), before[2])]
+
+
+def test_verify_with_its_forked_signature_helper_prints_the_same_bytes(
+    chain_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify`` forks a child to verify signatures ahead on a second core for a large
+    input (app/ingest/forked.py); forced on for the worked example, with a broken chain
+    and a retransmission beside it, the output is byte for byte the one without."""
+    from app.ingest import forked
+
+    hop = json.loads(Path("hop3.json").read_text())
+    del hop["chain"][1]
+    Path("broken.json").write_text(json.dumps(hop))
+    argv = ["verify", "--trust", "trust.json", "--at", "1793000010", "--json"]
+    inputs = ["broken.json", "hop1.json", "hop2.json", "hop3.json", "hop3.json"]
+    code, alone, _ = _run(capsys, *argv, *inputs)
+    started: list[int] = []
+    real_start = forked.Helper.start.__func__  # type: ignore[attr-defined]
+
+    def start(cls: type[forked.Helper], *args: object, **kw: object) -> object:
+        helper = real_start(cls, *args, **kw)
+        started.append(helper.pid)
+        return helper
+
+    monkeypatch.setattr(forked, "idle_core", lambda: True)
+    monkeypatch.setattr(forked, "MIN_OCTETS", 0)
+    monkeypatch.setattr(forked, "AHEAD", 0)
+    monkeypatch.setattr(forked.Helper, "start", classmethod(start))
+    assert _run(capsys, *argv, *inputs) == (code, alone, "")
+    outcomes = [v["outcome"] for v in json.loads(alone)]
+    assert outcomes == ["reject", "accept", "accept", "duplicate", "duplicate"]
+    assert code == 1 and len(started) == 1

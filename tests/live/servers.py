@@ -45,3 +45,23 @@ def wait_until(ready: Any, *, what: Any, timeout: float = 30.0, interval: float 
             said = what() if callable(what) else what
             raise TimeoutError(f"{said} was not ready within {timeout} s")
         time.sleep(interval)
+
+
+@contextmanager
+def serving_twice(app: Any, ports: tuple[int, int]) -> Iterator[tuple[str, str]]:
+    """Serve ``app`` on two loopback ports at once, one uvicorn server as ``handoff-trace
+    tap --egress-listen`` runs it (lifespan on); yields both base URLs."""
+    from app.cli.tap import bound
+
+    sockets = [bound("127.0.0.1", port) for port in ports]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, what=f"uvicorn on ports {ports}")
+        yield f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        for sock in sockets:
+            sock.close()

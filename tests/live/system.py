@@ -51,7 +51,9 @@ CLIENT = Signer.generate("spiffe://a.example/agent/client", "Ed25519", kid="a1")
 PLANNER = Signer.generate("spiffe://b.example/agent/planner", "ES256", kid="b1")
 CODER = Signer.generate("spiffe://c.example/agent/coder", "ES256", kid="c1")
 TOOL = Signer.generate("spiffe://d.example/tool/builder", "Ed25519", kid="d1")
-TRUST = trust_document([CLIENT, PLANNER, CODER, TOOL])
+# The coder's own delegate, in the sidecar egress test (tests/live/test_tap_enforce.py).
+TESTER = Signer.generate("spiffe://e.example/agent/tester", "Ed25519", kid="e1")
+TRUST = trust_document([CLIENT, PLANNER, CODER, TOOL, TESTER])
 TRUST_STORE = TrustStore.from_mapping(TRUST)
 SCRIPTS = ("complete", "fail", "wait", "lost")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
@@ -33,7 +34,11 @@ from handoff_context import (
     status_object,
 )
 from handoff_context.a2a import HandoffClient
-from handoff_context.agent import Agent
+from handoff_context.agent import Agent, Delegation
+from handoff_context.mcp import HandoffMcpClient
+from handoff_context.reporter import Reporter
+from mcp.client.client import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
@@ -41,9 +46,9 @@ from app.capture.carriers import A2A_EXTENSION_URI, MCP_META_KEY
 
 from .agents import Worker, a2a_app, card
 from .hostile import hostile_offers, message, refuses_each
-from .servers import serving, wait_until
+from .servers import free_port, serving, wait_until
 from .service import Service, service, tap
-from .system import CODER, PLANNER, TOOL, TRUST, TRUST_STORE
+from .system import CODER, PLANNER, TESTER, TOOL, TRUST, TRUST_STORE, tool_app
 from .test_enforce import (
     a2a_sender,
     carried_status,
@@ -196,8 +201,12 @@ def test_enforcing_tap_signs_for_a_coder_with_no_handoff_code(svc: Service, tmp_
         sent = {"message": {"messageId": "m-rest", "role": "ROLE_USER", "parts": [{"text": "x"}]}}
         sent["message"]["metadata"] = {A2A_EXTENSION_URI: bad}
         async with httpx.AsyncClient(timeout=30) as http:
-            rest = await http.post(url + "/rest/message:send", json=sent)
-            assert rest.status_code == 400 and "JSON-RPC" in rest.json()["detail"]
+            # The HTTP+JSON binding is checked as JSON-RPC is (tests/live/test_tap_egress.py):
+            # a send without an offer is refused as the SDK's REST server refuses it.
+            plain = {"message": {k: v for k, v in sent["message"].items() if k != "metadata"}}
+            rest = await http.post(url + "/rest/message:send", json=plain)
+            assert rest.status_code == 400, rest.text
+            assert rest.json()["error"]["details"][0]["metadata"]["reason"] == "policy"
             old = {"jsonrpc": "2.0", "id": 7, "method": "message/send", "params": sent}
             answer = (await http.post(url + "/", json=old)).json()
             assert answer["id"] == 7 and answer["error"]["code"] == -32602, answer
@@ -317,3 +326,208 @@ def test_an_answer_too_large_to_hold_passes_unsigned_and_whole() -> None:
     asyncio.run(enforcer(scope, receive, client_send))
     assert sum(seen) == len(big)
     assert max(seen) <= MAX_BODY + 65536  # passed on once over the bound, not held whole
+
+
+# --- egress: the sidecar signs the coder's own delegations (issue 22, item 3) -------------
+
+
+class Relaying(Worker):
+    """A coder with no handoff code that works by delegating: it asks the tester (A2A) and
+    calls the tool (MCP), passing its task's ``contextId`` along as any A2A agent that
+    continues a conversation does, then completes; a refused delegation fails its task.
+
+    Its HTTP clients use ``proxy`` (the sidecar's egress listener; ``HTTP_PROXY`` does the
+    same for an agent whose code is not touched at all). With ``agent`` instead, it is the
+    in-process integration's coder: the same work through ``HandoffClient`` and
+    ``HandoffMcpClient``, for the comparison. Scripts: ``relay`` (the tester and the
+    tool), ``elsewhere`` (the tester, in another dialog than its task's), and the
+    ``Worker``'s own (``complete``, ``fail``, ...), which delegate nothing."""
+
+    def __init__(self, tester_url: str, tool_url: str) -> None:
+        super().__init__()
+        self.tester_url, self.tool_url = tester_url, tool_url
+        self.proxy: str | None = None
+        self.agent: Agent | None = None
+        self.outcomes: dict[str, list[Any]] = {}
+
+    async def execute(self, context: Any, event_queue: Any) -> None:
+        from a2a.helpers.proto_helpers import new_task_from_user_message
+        from a2a.server.tasks import TaskUpdater
+
+        if context.get_user_input().split()[0] not in ("relay", "elsewhere"):
+            await super().execute(context, event_queue)
+            return
+        self.runs.append(context.get_user_input())
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        await event_queue.enqueue_event(
+            context.current_task or new_task_from_user_message(context.message)
+        )
+        await updater.start_work()
+        script = context.get_user_input().split()[0]
+        dialog = context.context_id if script == "relay" else f"{context.context_id}-elsewhere"
+        outcomes = self.outcomes.setdefault(context.context_id, [])
+        try:
+            outcomes.append(await self._ask_tester(dialog))
+            if script == "relay":
+                outcomes.append(await self._call_tool(context.context_id))
+        except (InvalidParamsError, MCPError) as exc:
+            outcomes.append(exc)
+            await updater.failed()
+            return
+        await updater.complete()
+
+    async def _ask_tester(self, dialog: str) -> Any:
+        async with httpx.AsyncClient(proxy=self.proxy, timeout=30) as http:
+            config = ClientConfig(httpx_client=http, streaming=True)
+            client: Any = ClientFactory(config).create(card(self.tester_url + "/"))
+            if self.agent is not None:
+                client = HandoffClient(self.agent, client, to=TESTER.iss)
+            request = pb.SendMessageRequest(message=message("complete", dialog, None))
+            states = [
+                event.status_update.status.state
+                if event.HasField("status_update")
+                else event.task.status.state
+                async for event in client.send_message(request)
+            ]
+            return states[-1]
+
+    async def _call_tool(self, dialog: str) -> Any:
+        # MCP names no dialog: the call names the task's in a header the sidecar reads.
+        headers = {"Handoff-Context": dialog} if self.agent is None else {}
+        async with httpx2.AsyncClient(proxy=self.proxy, headers=headers, timeout=30) as http:
+            transport = streamable_http_client(self.tool_url + "/mcp", http_client=http)
+            client: Any = McpClient(transport, mode="legacy")
+            if self.agent is not None:
+                client = HandoffMcpClient(self.agent, client, to=TOOL.iss)
+            async with client:
+                return await client.call_tool("build", {"target": "x"})
+
+
+SIDES = ("sidecar", "in-process")
+
+
+def test_the_sidecar_signs_the_coders_own_delegations(svc: Service, tmp_path: Path) -> None:
+    """planner -> coder -> tester (A2A) and coder -> tool (MCP), the coder with no handoff
+    code behind one sidecar for its ingress and egress: the tester and the tool accept the
+    offers the sidecar signed, continuing the planner's; the chain verifies at the tester;
+    the service shows the dialog's three hops settled with no flag, exactly as for the
+    same work by the in-process integration; a call the sidecar cannot tie to the handoff
+    it continues is refused (``--egress-untied refuse``) before it reaches the tester."""
+    now = int(time.time())
+    verdicts: list[Any] = []
+    reporters = [
+        Reporter(svc.url, svc.token, receiver=who.iss, interval=0.05)
+        for who in (TESTER, TOOL, CODER)
+    ]
+    tester_agent = Agent(
+        TESTER,
+        TRUST_STORE,
+        state=InMemoryState(),
+        reporter=reporters[0],
+        on_verdict=verdicts.append,
+    )
+    tester = Worker()
+    key = tmp_path / "coder.jwk"
+    CODER.save(key)
+    egress = f"127.0.0.1:{free_port()}"
+
+    async def ask(url: str, dialog: str, script: str = "relay") -> Delegation:
+        async with planner_client(url, streaming=True) as planner:
+            request = pb.SendMessageRequest(message=message(script, dialog, None))
+            return await planner.delegate(request)
+
+    async def same_script(url: str, how: str) -> Delegation:
+        """The script both coders run: a failing task, an expired offer, then the relay."""
+        await ask(url, f"egress-{how}-fail", "fail")
+        async with a2a_sender(url) as client:
+            stale = handoff_object(
+                make_offer(PLANNER, aud=CODER.iss, dialog=f"egress-{how}-stale", iat=now - 900)
+            )
+            with pytest.raises(InvalidParamsError):
+                await send(client, message("complete", f"egress-{how}-stale", stale))
+        return await ask(url, f"egress-{how}")
+
+    with (
+        serving(a2a_app(tester, card("http://tester/"), tester_agent)) as tester_url,
+        serving(
+            tool_app(Agent(TOOL, TRUST_STORE, state=InMemoryState(), reporter=reporters[1])),
+            lifespan="on",
+        ) as tool_url,
+    ):
+        coder = Relaying(tester_url, tool_url)
+        # The same work by the in-process integration, for the comparison.
+        coder.agent = Agent(CODER, TRUST_STORE, state=InMemoryState(), reporter=reporters[2])
+        with serving(a2a_app(coder, card("http://coder/"), coder.agent)) as coder_url:
+            in_process = asyncio.run(same_script(coder_url, "in-process"))
+        coder.agent, coder.proxy = None, f"http://{egress}"
+        options = ("--enforce", "--trust", str(svc.trust), "--key-file", str(key))
+        delegates = ("--delegate", TESTER.iss, tester_url, "--delegate", TOOL.iss, tool_url)
+        with (
+            serving(a2a_app(coder, card("http://coder/"))) as upstream,
+            tap(
+                upstream,
+                receiver=CODER.iss,
+                svc=svc,
+                log=tmp_path / "tap.log",
+                extra=(
+                    *options,
+                    "--state-dir",
+                    str(tmp_path),
+                    "--egress-listen",
+                    egress,
+                    *delegates,
+                ),
+            ) as url,
+        ):
+            sidecar = asyncio.run(same_script(url, "sidecar"))
+            untied = asyncio.run(ask(url, "egress-untied", "elsewhere"))
+    for reporter in reporters:
+        assert reporter.close(30), reporter.stats
+
+    # The planner's delegation completed, the coder's statuses signed by its sidecar.
+    assert in_process.state is sidecar.state is StatusState.COMPLETED
+    assert coder_states(sidecar.statuses) == [StatusState.ACCEPTED, StatusState.COMPLETED]
+    # The coder got its delegates' answers, untouched: the tester's task completed, the
+    # tool's result carries the tool's signed completed.
+    done = coder.outcomes["egress-sidecar"]
+    assert done[0] == pb.TaskState.TASK_STATE_COMPLETED and not done[1].is_error
+    assert (
+        parse_element(done[1].meta[MCP_META_KEY]["status"].encode(), Form.JWS).payload.iss
+        == TOOL.iss
+    )
+    # The tester accepted the offer the sidecar signed: it continues the planner's (prev),
+    # carrying the planner's offer as its chain, every link checked (profile §7).
+    accepted = [v for v in verdicts if v.element == "offer" and v.iss == CODER.iss]
+    assert [v.outcome.value for v in accepted] == ["accept", "accept"]  # in process, sidecar
+    chain = accepted[1].chain
+    assert chain.carried and not chain.partial
+    assert [(e.iss, e.result.value) for e in chain.elements] == [(PLANNER.iss, "pass")]
+    assert accepted[1].dialog == "egress-sidecar"
+    # A call into another dialog ties to nothing: refused by the sidecar, the tester never
+    # asked; the coder's task failed.
+    assert untied.state is StatusState.FAILED
+    (refusal,) = coder.outcomes["egress-untied"]
+    assert isinstance(refusal, InvalidParamsError)
+    assert "--egress-untied refuse" in str((refusal.data or {})["detail"])
+    assert tester.runs == ["complete", "complete"]
+
+    # The service: one dialog with the planner's hop and the coder's two, settled, no flag,
+    # the same as the in-process integration's run of the same work.
+    def hops(dialog: str) -> list[tuple[str, str, str, list[str]]]:
+        return sorted((h["iss"], h["aud"], h["state"], h["flags"]) for h in shown(svc, dialog))
+
+    assert hops("egress-sidecar") == sorted(
+        [
+            (PLANNER.iss, CODER.iss, "completed", []),
+            (CODER.iss, TESTER.iss, "completed", []),
+            (CODER.iss, TOOL.iss, "completed", []),
+        ]
+    )
+    assert hops("egress-in-process") == hops("egress-sidecar")
+    assert hops("egress-in-process-fail") == hops("egress-sidecar-fail")
+    assert [h[2] for h in hops("egress-sidecar-fail")] == ["failed"]
+    # A refused offer makes no hop: the service judged it alike (a stale offer, then the
+    # coder's signed rejected), whichever side refused it.
+    stale = {how: sorted(judged_in(svc, f"egress-{how}-stale", count=2)) for how in SIDES}
+    assert stale["sidecar"] == stale["in-process"]
+    assert ("offer", "reject", "stale") in stale["sidecar"]

@@ -371,45 +371,96 @@ def test_an_mcp_client_that_drops_its_stream_reconnects_through_the_tap() -> Non
 def test_sigterm_with_an_abandoned_stream_exits_in_bound_and_flushes(
     tmp_path: Path, upstream: tuple[str, Upstream]
 ) -> None:
+    """A watching tap with a stream abandoned on it, then (same service) an enforcing one
+    with ``--egress-listen`` and a stream abandoned on its egress listener: one server owns
+    both listeners, so that stream is cut like the other, and the enforcing agent's reporter
+    (which chains no SIGTERM handler of its own: the tap owns the order) flushes the offer
+    it judged just before."""
+    from handoff_context import handoff_object, make_offer
+
+    from .system import CODER, PLANNER
+
     url, plain = upstream
+    key = tmp_path / "coder.jwk"
+    CODER.save(key)
     with service(tmp_path, TRUST) as svc:
         port = free_port()
-        env = {**os.environ, "HANDOFF_TRACE_TOKEN": svc.token}
+        tap = f"http://127.0.0.1:{port}"
         argv = [
             *(CLI, "tap", "--listen", f"127.0.0.1:{port}", "--upstream", url),
-            *("--receiver", "spiffe://b/agent/coder", "--service", svc.url),
-            *("--shutdown-timeout", "1"),
+            *("--service", svc.url, "--shutdown-timeout", "1"),
         ]
-        log = tmp_path / "tap.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            tap = f"http://127.0.0.1:{port}"
-            wait_until(lambda: _answers(tap, proc, log), what="handoff-trace tap")
+        watching = [*argv, "--receiver", "spiffe://b/agent/coder"]
+        with _tap_until_sigterm(watching, svc.token, tmp_path / "tap.log") as proc:
             # The token is nowhere in the process's arguments (what `ps` shows).
             cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
             assert svc.token.encode() not in cmdline
-            with httpx.Client(timeout=30) as http, http.stream("GET", tap + "/events") as s:
-                assert next(s.iter_raw()).startswith(b"data: ")
-                # The stream stays open, its client silent: SIGTERM now.
-                proc.send_signal(signal.SIGTERM)
-                # The bound: --shutdown-timeout, then the reporter's flush, then exit.
-                assert proc.wait(timeout=1 + FLUSH_TIMEOUT + 20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
+            _abandon_a_stream(tap + "/events", proc)
         wait_until(lambda: plain.open == 0, what="the upstream stream's close")
-    # The stream's first event (a host task state) reached the service before the exit.
+
+        egress = free_port()
+        enforcing = [
+            *argv,
+            *("--receiver", CODER.iss, "--enforce", "--trust", str(svc.trust)),
+            *("--key-file", str(key), "--state-dir", str(tmp_path)),
+            *("--egress-listen", f"127.0.0.1:{egress}"),
+            *("--delegate", "spiffe://f.example/agent/streamer", url),
+        ]
+        with _tap_until_sigterm(enforcing, svc.token, tmp_path / "tap-2.log") as proc:
+            offer = make_offer(PLANNER, aud=CODER.iss, dialog="sigterm-egress", iat=_now())
+            message = {"messageId": "m-1", "contextId": "sigterm-egress", "role": "ROLE_USER"}
+            message["parts"] = [{"text": "x"}]
+            message["metadata"] = {A2A_EXTENSION_URI: handoff_object(offer)}
+            send = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {}}
+            send["params"] = {"message": message}
+            assert httpx.post(tap + "/echo", json=send, timeout=30).status_code == 200
+            _abandon_a_stream(url + "/events", proc, proxy=f"http://127.0.0.1:{egress}")
+        wait_until(lambda: plain.open == 0, what="the upstream stream's close")
+    # The first stream's first event (a host task state) reached the service before the
+    # exit, and so did the enforcing sidecar's judged offer.
     with contextlib.closing(sqlite3.connect(tmp_path / "trace.db")) as db:
         stored = db.execute("SELECT task_id, task_state FROM host_state").fetchall()
-    assert stored == [("t-2", "TASK_STATE_WORKING")], log.read_text()[-2000:]
+        offers = db.execute("SELECT dialog FROM element WHERE type = 'offer'").fetchall()
+    assert stored == [("t-2", "TASK_STATE_WORKING")]
+    assert offers == [("sigterm-egress",)]
+
+
+@contextmanager
+def _tap_until_sigterm(argv: list[str], token: str, log: Path) -> Iterator[Any]:
+    """``handoff-trace tap`` with ``argv``, once it answers; the block must end it."""
+    env = {**os.environ, "HANDOFF_TRACE_TOKEN": token}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(lambda: _answers(argv[argv.index("--listen") + 1], proc, log), what="tap")
+        yield proc
+        assert proc.poll() is not None, "the tap still runs"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+def _abandon_a_stream(url: str, proc: Any, *, proxy: str | None = None) -> None:
+    """Open an event stream at ``url``, leave it silent, SIGTERM the tap: it exits 0 within
+    its bound (--shutdown-timeout, then the reporter's flush)."""
+    with httpx.Client(timeout=30, proxy=proxy) as http, http.stream("GET", url) as stream:
+        assert next(stream.iter_raw()).startswith(b"data: ")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=1 + FLUSH_TIMEOUT + 20) == 0
 
 
 def _answers(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    url = url if url.startswith("http") else f"http://{url}"
     if proc.poll() is not None:
         raise RuntimeError(f"tap exited: {log.read_text()[-2000:]}")
     try:
         return httpx.post(url + "/echo", content=b"{}", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _now() -> int:
+    import time
+
+    return int(time.time())

@@ -7,21 +7,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from handoff_context import digest_text
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-from sqlalchemy import Engine
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine, select
 
 from app.cli.root import main
 from app.otlp.export import Exporter, Sender, export_since
 from app.otlp.ids import span_id, trace_id
 from app.settings import Settings, SettingsError
+from app.store.models import HopRow
 from tests.conftest import World
 from tests.live.servers import serving
 from tests.store.builders import DIALOG, T0, bundle, digest, offer, rec, run, st, status, twin
+from tests.web.conftest import start
 
 
 @dataclass
@@ -162,40 +166,160 @@ class Clock:
 
 
 def test_the_background_exporter_retries_and_sends_only_what_changed(
-    databases: Any, world: World, sink: tuple[Sink, str]
+    engine: Engine, world: World, sink: tuple[Sink, str]
 ) -> None:
-    from app.store.db import make_engine
-
     receiver, base = sink
-    engine = make_engine(databases.new("sqlite"))
     clock = Clock(T0 + 20)
     exporter = Exporter(engine, Sender(base), clock=clock)
     try:
         assert exporter.run_once() == 0  # nothing derived since it started
         receiver.fail = [503, 503]
         c = load_chain(engine, world, now=T0 + 30)
+        assert exporter.backlog() == 3
+        # A change waits one round (a hop that changes again meanwhile is sent once).
+        assert exporter.run_once() == 0 and receiver.taken == [] and exporter.stats.failures == 0
         clock.now = T0 + 30
         assert exporter.run_once() == 0 and exporter.stats.failures == 1
         assert exporter.run_once() == 0 and exporter.stats.failures == 1  # backing off
         clock.now = int(exporter.retry_at) + 1
         assert exporter.run_once() == 0 and exporter.stats.failures == 2
+        assert exporter.stats.last_success == 0 and exporter.backlog() == 3
         clock.now = int(exporter.retry_at) + 1
         assert exporter.run_once() == 3
+        assert exporter.stats.last_success == clock.now and exporter.backlog() == 0
         assert {s.span_id for s in receiver.spans()} == {
             span_id(digest(o)) for o in (c.p, c.q, c.x1)
         }
-        # The next rounds re-read the overlap, and send nothing that did not change.
+        # Nothing changed: the next round reads no hop at all (no overlap to re-read).
         clock.now += 1
-        assert exporter.run_once() == 0 and exporter.stats.unchanged == 3
-        # A new status changes one hop: only its span goes out again.
+        assert exporter.run_once() == 0
+        assert exporter.stats.unchanged == 0 and len(receiver.taken) == 1
+        # A retransmission derives its hop again to the same row: read, not built or sent.
+        run(engine, world.trust, [rec(bundle(c.x1), T0 + 31, world.coder.iss)], now=T0 + 31)
+        assert exporter.backlog() == 1
+        assert exporter.run_once() == 0 and exporter.stats.unchanged == 0
+        assert exporter.run_once() == 0 and exporter.stats.unchanged == 1
+        # A new hop: only its span goes out.
         y = offer(world.planner, world.coder, iat=T0 + 40, dialog="ctx-new")
         clock.now = T0 + 50
         run(engine, world.trust, [rec(bundle(y), T0 + 41, world.coder.iss)], now=T0 + 50)
+        assert exporter.run_once() == 0
         assert exporter.run_once() == 1
         assert receiver.spans()[-1].span_id == span_id(digest(y))
+        assert exporter.stats.spans == 4 and exporter.backlog() == 0
     finally:
         exporter.close()
-        engine.dispose()
+
+
+def _hop(n: int, *, state: str = "offered") -> dict[str, Any]:
+    """The values of a hop row as derivation writes them (``derive_hops``)."""
+    return {
+        "iss": "spiffe://a.example/agent/planner",
+        "hop": f"hop{n:019d}",
+        "offer": bytes([n]) * 32,
+        "aud": "spiffe://b.example/agent/coder",
+        "dialog": "ctx-order",
+        "task": None,
+        "iat": T0,
+        "exp": T0 + 300,
+        "state": state,
+        "a2a_state": None,
+        "accepted_at": None,
+        "terminal_at": None,
+        "deadline": None,
+        "derived_at": T0,
+    }
+
+
+def _write_hop(session: Any, n: int) -> None:
+    """What ``derive_hops`` does with a derived hop: stamp it, then upsert it."""
+    from app.store.db import upsert_many
+    from app.store.models import HopRow
+    from app.store.otlp import stamp_changes
+
+    upsert_many(session, HopRow, stamp_changes(session, [_hop(n)]), ["iss", "hop"])
+
+
+def test_a_change_committed_after_a_later_one_is_not_passed_over(
+    engine: Engine, sink: tuple[Sink, str]
+) -> None:
+    """The change sequence's one hard case: transaction A takes its mark, B takes a higher
+    one and commits first. An exporter that moved past B's mark would never see A's hop; the
+    horizon keeps it below A's mark until A ends (SQLite: B cannot start until A ends)."""
+    from app.store.db import transaction
+
+    receiver, base = sink
+    exporter = Exporter(engine, Sender(base), clock=Clock(T0))
+    postgresql = engine.dialect.name == "postgresql"
+    try:
+        with transaction(engine) as a:
+            _write_hop(a, 1)  # A's mark is taken, A is not committed
+            if postgresql:
+                with transaction(engine) as b:
+                    _write_hop(b, 2)
+                    assert (
+                        b.execute(select(HopRow.change)).scalar_one()
+                        > a.execute(
+                            select(HopRow.change).where(HopRow.hop == _hop(1)["hop"])
+                        ).scalar_one()
+                    )
+            # B (committed on PostgreSQL) waits behind A's mark: nothing is exported yet,
+            # however many rounds pass (the second would send what the first settled).
+            assert exporter.run_once() == 0 and exporter.run_once() == 0
+            assert receiver.taken == [] and exporter.backlog() == (1 if postgresql else 0)
+        assert exporter.run_once() == 0  # A's change settles for a round
+        assert exporter.run_once() == (2 if postgresql else 1)
+        assert {s.span_id for s in receiver.spans()} == {
+            span_id(bytes([n]) * 32) for n in ((1, 2) if postgresql else (1,))
+        }
+        assert exporter.run_once() == 0 and exporter.backlog() == 0
+    finally:
+        exporter.close()
+
+
+def _metrics(api: Any) -> dict[str, float]:
+    text = api.get("/api/v1/metrics").text
+    return {
+        sample.name: float(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("handoff_trace_otlp_")
+    }
+
+
+def test_the_exporter_metrics_after_a_real_export(
+    databases: Any, world: World, trust_file: Path, sink: tuple[Sink, str]
+) -> None:
+    """``/api/v1/metrics`` tells what this process's exporter did: read after its rounds
+    against a real receiver (whichever round exported, the lifespan's first one at start or
+    the ones called here, the totals are the same)."""
+    receiver, base = sink
+    for api in start(databases.new("sqlite"), trust_file, otlp_endpoint=base, otlp_seconds=3600):
+        exporter = api.app.state.otlp_exporter
+        load_chain(api.engine, world)
+        exporter.run_once()  # the changes settle for a round
+        exporter.run_once()
+        assert _metrics(api) == {
+            "handoff_trace_otlp_spans_exported_total": 3,
+            "handoff_trace_otlp_export_failures_total": 0,
+            "handoff_trace_otlp_last_success_timestamp_seconds": api.clock.now,
+            "handoff_trace_otlp_backlog": 0,
+        }
+        # The receiver fails: the new hop waits in the backlog, the failure is counted.
+        receiver.fail = [503]
+        y = offer(world.planner, world.coder, iat=T0 + 40, dialog="ctx-new")
+        run(api.engine, world.trust, [rec(bundle(y), T0 + 41, world.coder.iss)], now=T0 + 50)
+        exporter.run_once()
+        exporter.run_once()
+        after = _metrics(api)
+        assert after["handoff_trace_otlp_export_failures_total"] == 1
+        assert after["handoff_trace_otlp_backlog"] == 1
+        assert after["handoff_trace_otlp_spans_exported_total"] == 3
+    assert len(receiver.spans()) == 3
+
+
+def test_no_exporter_no_exporter_metrics(sqlite_api: Any) -> None:
+    assert _metrics(sqlite_api) == {}
 
 
 def test_a_receiver_that_refuses_is_skipped_not_retried(
@@ -211,7 +335,9 @@ def test_a_receiver_that_refuses_is_skipped_not_retried(
         load_chain(engine, world, now=T0 + 30)
         receiver.fail = [400]
         clock.now = T0 + 30
+        assert exporter.run_once() == 0 and exporter.stats.failures == 0  # settling
         assert exporter.run_once() == 0 and exporter.stats.failures == 1
+        assert exporter.backlog() == 0  # skipped, not retried
         assert exporter.retry_at == 0.0 and receiver.taken == []
     finally:
         exporter.close()

@@ -7,6 +7,7 @@ the signature and freshness checks and reach the store.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -76,3 +77,40 @@ def test_edited_payloads(vectors_api: Api, values: list[Any]) -> None:
     except (TypeError, ValueError):
         return  # bytes inside: not JSON
     targets.http_capture(body, "application/x-ndjson", poster(vectors_api))
+
+
+OTLP = [seed for seed in seeds.seeds("otlp") if seed[0] in (0, 1, 2)]  # protobuf, JSON, gzip
+
+
+def otlp_poster(api: Api) -> targets.OtlpPost:
+    def post(body: bytes, headers: dict[str, str]) -> Any:
+        return api.client.post(
+            "/v1/traces", content=body, headers={**api.auth("ingest"), **headers}
+        )
+
+    return post
+
+
+def test_the_otlp_seeds_reach_the_store(vectors_api: Api) -> None:
+    """The OTLP seeds carry the vectors' elements to the pipeline through ``/v1/traces``."""
+    post = otlp_poster(vectors_api)
+    judged = 0
+    for seed in OTLP[:60]:
+        shape, body = targets.pick(seed, targets.OTLP_SHAPES)
+        response = post(
+            gzip.compress(body) if shape[2] else body,
+            {"Content-Type": shape[0]} | ({"Content-Encoding": "gzip"} if shape[1] else {}),
+        )
+        assert response.status_code in (200, 400), response.text
+        judged += response.status_code == 200
+    assert judged >= 20
+
+
+@HTTP
+@given(seed=st.sampled_from(OTLP), data=st.data())
+def test_mutated_otlp_requests(vectors_api: Api, seed: bytes, data: Any) -> None:
+    """``POST /v1/traces`` with the seeds edited byte by byte: never a 5xx, whatever the
+    pipeline makes of the spans that still carry an element."""
+    shape, body = targets.pick(seed, targets.OTLP_SHAPES)
+    edited = data.draw(mutated(body), label="request")
+    targets.http_otlp(edited, shape, otlp_poster(vectors_api))

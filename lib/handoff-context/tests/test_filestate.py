@@ -312,3 +312,31 @@ def test_file_state_judges_like_the_in_memory_state(
             assert got == want
     finally:
         state.close()
+
+
+def test_the_offers_worked_under_survive_a_restart_until_they_expire(
+    world: World, tmp_path: Path
+) -> None:
+    """``keep_working`` (a sidecar's egress ties an agent's call to its task with it): by
+    name, once per offer and name, ended once ended, kept until exp + skew."""
+    path, clock = tmp_path / "coder.sqlite3", Clock(T0 + 10)
+    first, second = _offer(world), _offer(world, iat=T0 + 5)
+    elements = [parse_element(o, Form.JWS) for o in (first, second)]
+    with FileState(path, clock=clock) as state:
+        for element in elements:
+            state.keep_working("dialog:d", element, b"handoff-" + element.digest[:4])
+            state.keep_working("dialog:d", element, b"not kept: the first stays")
+        state.keep_working("task:t", elements[1], b"h2")
+        state.end_working(elements[0].digest)
+    with FileState(path, clock=clock) as state:  # a restart
+        assert state.working("dialog:d") == [
+            (elements[0].digest, b"handoff-" + elements[0].digest[:4], True),
+            (elements[1].digest, b"handoff-" + elements[1].digest[:4], False),
+        ]
+        assert state.working("task:t") == [(elements[1].digest, b"h2", False)]
+        assert state.working("task:other") == []
+        clock.now = T0 + 120 + 60 + 1  # the first past exp + skew, the second not yet
+        assert [row[0] for row in state.working("dialog:d")] == [elements[1].digest]
+        clock.now = T0 + 5 + 120 + 60 + 1
+        assert state.prune() == 3
+        assert state.working("dialog:d") == state.working("task:t") == []

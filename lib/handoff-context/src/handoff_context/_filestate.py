@@ -18,6 +18,10 @@ Choices made where the profile is silent (docs/profile.md §6.4):
   status answering long work arrives after the offer's ``exp``, and it can only be judged
   while the offer is known. Work that runs longer than ``keep`` gets its statuses judged
   ``pending``; raise ``keep`` for it.
+- The offers an agent works under, by name (its task, its dialog), for the delegations it
+  makes in them (``keep_working``; ``handoff-trace tap --egress-listen`` ties an outgoing
+  call to its task through them): kept until the offer's ``exp + skew``, past which no
+  delegation can continue it (profile §7). An additive table: schema version 1 still.
 - ``synchronous=NORMAL``: a commit survives the process (a crash, a restart, SIGKILL), not a
   power loss of the machine before the next checkpoint.
 
@@ -64,6 +68,11 @@ CREATE TABLE IF NOT EXISTS answer (
     offer BLOB PRIMARY KEY, status BLOB NOT NULL, until INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS answer_until ON answer (until);
+CREATE TABLE IF NOT EXISTS working (
+    name TEXT NOT NULL, offer BLOB NOT NULL, handoff BLOB NOT NULL, ended INTEGER NOT NULL,
+    until INTEGER NOT NULL, PRIMARY KEY (name, offer)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS working_until ON working (until);
 COMMIT;
 """
 
@@ -204,7 +213,7 @@ class FileState:
 
     def _prune(self, db: sqlite3.Connection, now: int) -> int:
         removed = 0
-        for table in _TABLES:
+        for table in (*_TABLES, "working"):
             removed += db.execute(f"DELETE FROM {table} WHERE until < ?", (now,)).rowcount
         self._writes = 0
         self._next_prune = now + _PRUNE_SECONDS
@@ -321,3 +330,43 @@ class FileState:
                 .fetchone()
             )
         return None if row is None else bytes(row[0])
+
+    # -- the offers worked under (a sidecar's egress) ---------------------------------------
+
+    def keep_working(self, name: str, offer: Element, handoff: bytes) -> None:
+        """Remember that ``offer`` (its handoff object's octets, ``handoff``) is worked on
+        under ``name`` (a task or a dialog, as the caller names them)."""
+        payload = offer.payload
+        now = self._now()
+        until = payload.exp + self.skew if isinstance(payload, Offer) else now
+        with self._lock:
+            db = self._conn()
+            db.execute(
+                "INSERT INTO working (name, offer, handoff, ended, until) VALUES (?, ?, ?, 0, ?)"
+                " ON CONFLICT (name, offer) DO NOTHING",
+                (name, offer.digest, bytes(handoff), until),
+            )
+            self._wrote(db, now)
+
+    def end_working(self, offer_digest: bytes) -> None:
+        """The work under the offer ``offer_digest`` ended (under every name)."""
+        now = self._now()
+        with self._lock:
+            db = self._conn()
+            db.execute("UPDATE working SET ended = 1 WHERE offer = ?", (offer_digest,))
+            self._wrote(db, now)
+
+    def working(self, name: str) -> list[tuple[bytes, bytes, bool]]:
+        """The offers worked on under ``name``, oldest first: (digest, handoff octets,
+        ended), rows past their time left out."""
+        with self._lock:
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT offer, handoff, ended FROM working WHERE name = ? AND until >= ? "
+                    "ORDER BY until",
+                    (name, self._now()),
+                )
+                .fetchall()
+            )
+        return [(bytes(r[0]), bytes(r[1]), bool(r[2])) for r in rows]

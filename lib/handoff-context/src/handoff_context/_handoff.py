@@ -50,7 +50,10 @@ def _element_octets(value: object, *, what: str, limit: int) -> tuple[bytes, For
 
 def is_handoff_like(value: object) -> bool:
     """True when ``value`` is a mapping that claims to be a handoff or status object."""
-    return isinstance(value, Mapping) and ("offer" in value or "status" in value)
+    # ``type(...) is dict`` first: decoded JSON is a dict, and the ABC check is slow.
+    return (type(value) is dict or isinstance(value, Mapping)) and (
+        "offer" in value or "status" in value
+    )
 
 
 def parse_object(

@@ -79,6 +79,8 @@ from handoff_context.errors import Reason
 __all__ = [
     "HandoffClient",
     "HandoffRequestHandler",
+    "check_refusal",
+    "check_reply_event",
     "refused",
     "retransmission_reply",
     "sign_task_status",
@@ -407,21 +409,10 @@ class HandoffClient:
         return self.last
 
     def _observe(self, delegation: Delegation, event: pb.StreamResponse) -> None:
-        for status_message, task_id in _status_messages(event):
-            if task_id:
-                delegation.task_id = task_id
-            if status_message is None:
-                continue
-            value = carried(status_message.metadata)
-            if value is not None:
-                self.agent.check_reply(delegation, value)
+        check_reply_event(self.agent, delegation, event)
 
     def _refusal(self, delegation: Delegation, exc: InvalidParamsError) -> None:
-        data = exc.data if isinstance(exc.data, dict) else {}
-        delegation.refusal = str(data.get("reason") or "refused")
-        status = data.get("status")
-        if isinstance(status, str):
-            self.agent.check_reply(delegation, {"status": status})
+        check_refusal(self.agent, delegation, exc.data)
 
     def _canceler(self, delegation: Delegation) -> Any:
         async def cancel(status: bytes) -> None:
@@ -438,27 +429,37 @@ class HandoffClient:
         delegation = delegation or self.last
         if delegation is None or not delegation.task_id:
             return None
-        from handoff_context._sign import make_status
-
-        status = make_status(
-            self.agent.signer,
-            offer_octets=delegation.offer,
-            state=StatusState.CANCELED,
-            iat=self.agent.clock(),
-        )
-        self.agent._sent(
-            status,
-            to=delegation.to,
-            dialog=delegation.dialog,
-            carrier="a2a",
-            role="cancel",
-            task_id=delegation.task_id,
-        )
+        status = self.agent.sign_cancel(delegation)
         request = pb.CancelTaskRequest(id=delegation.task_id)
         _put(request.metadata, status_object(status))
         task = await self.client.cancel_task(request)
         delegation.state = StatusState.CANCELED
         return task
+
+
+def check_reply_event(agent: Agent, delegation: Delegation, event: pb.StreamResponse) -> None:
+    """Check the statuses a reply event carries for ``delegation`` (profile §9: a reply
+    Message, a Task's status message, a status update) and note the delegate's task id.
+    Shared by ``HandoffClient`` and ``handoff-trace tap --egress``, which reads the same
+    events in the answers that pass it."""
+    for status_message, task_id in _status_messages(event):
+        if task_id:
+            delegation.task_id = task_id
+        if status_message is None:
+            continue
+        value = carried(status_message.metadata)
+        if value is not None:
+            agent.check_reply(delegation, value)
+
+
+def check_refusal(agent: Agent, delegation: Delegation, data: Any) -> None:
+    """A delegate refused ``delegation`` (the ``data`` of its ``InvalidParamsError``): note
+    the reason and check the signed ``rejected`` when one came."""
+    data = data if isinstance(data, dict) else {}
+    delegation.refusal = str(data.get("reason") or "refused")
+    status = data.get("status")
+    if isinstance(status, str):
+        agent.check_reply(delegation, {"status": status})
 
 
 def _status_messages(event: pb.StreamResponse) -> list[tuple[pb.Message | None, str]]:

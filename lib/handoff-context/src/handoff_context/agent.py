@@ -389,20 +389,7 @@ class Agent:
         for delegation in received.delegations:
             if delegation.cancel is None or delegation.state in _FINAL:
                 continue
-            status = make_status(
-                self.signer,
-                offer_octets=delegation.offer,
-                state=StatusState.CANCELED,
-                iat=self.clock(),
-            )
-            self._sent(
-                status,
-                to=delegation.to,
-                dialog=delegation.dialog,
-                carrier=delegation.carrier,
-                role="cancel",
-                task_id=delegation.task_id,
-            )
+            status = self.sign_cancel(delegation)
             try:
                 await delegation.cancel(status)
             except Exception:  # one delegate that cannot be reached must not stop the rest
@@ -411,6 +398,25 @@ class Agent:
                 )
             else:
                 delegation.state = StatusState.CANCELED
+
+    def sign_cancel(self, delegation: Delegation) -> bytes:
+        """The delegator's signed ``canceled`` for ``delegation`` (profile §1.2: iss and aud
+        as in the offer), reported as sent in a cancel; the caller carries it."""
+        status = make_status(
+            self.signer,
+            offer_octets=delegation.offer,
+            state=StatusState.CANCELED,
+            iat=self.clock(),
+        )
+        self._sent(
+            status,
+            to=delegation.to,
+            dialog=delegation.dialog,
+            carrier=delegation.carrier,
+            role="cancel",
+            task_id=delegation.task_id,
+        )
+        return status
 
     # -- delegating (profile §1.1, §7) ----------------------------------------------------
 

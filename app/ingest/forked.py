@@ -1,0 +1,194 @@
+"""The signature step on a second core, in a forked process (``verify`` on the command line).
+
+``cryptography`` releases the GIL while OpenSSL verifies, but a thread of the pool in
+``app.ingest.signatures`` needs it back after every call, and while ``verify`` judges the
+previous batch in input order its main thread holds it: a pool thread then waits up to
+the interpreter's switch interval (5 ms) per signature, and the second core stays mostly
+idle (0.43 x raw verify with the pool against 0.41 x without, BENCHMARKS.md). A process
+has a GIL of its own. ``verify`` holds its inputs in memory before it judges them, so a
+child forked at the start has them too, for nothing: it reads the same capture the same
+way (``read_capture``, so its items are the parent's, in the same order), verifies the
+signatures of items ahead of the parent (each item's element and its carried chain) and
+sends back only the SHA-256 digests of the elements whose signature verified. Before
+each batch the parent marks whatever has arrived in its signature cache, and the in-order
+checks find those there (``Verifier.check_signature``); what has not arrived they verify
+themselves. As with the threads, a signature that does not verify is never sent, and the
+in-order check reports its failure as a serial run does: verdicts are byte-identical with
+or without the helper.
+
+The parent never waits for the child. It writes how far it has got (the index of the first
+item of the batch it is about to judge) into a page both processes share, and the child
+verifies only items at least one batch beyond that: an item the parent will reach before
+the child could answer is skipped (read, not parsed). So the child always works ahead, and
+the share of the work each does follows the load: when the child is slow (another process
+has its core) the parent verifies more itself, and the child, reading only, catches up.
+The pipe bounds how far ahead the child gets (a full pipe blocks it until the parent
+reads). A child that ends early (killed, out of memory) only leaves the rest to the parent.
+
+Fork is safe here because the ``verify`` command runs one thread. The HTTP API's ``verify``
+runs inside a server with threads and does not use this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import signal
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from handoff_context import SignatureCache, TrustStore
+from handoff_context._signature import verify_element
+from handoff_context.errors import HandoffError
+
+from app.capture.carriers import CarrierError, ExtractStats, read_capture
+from app.ingest.batches import BATCH_ITEMS
+from app.ingest.signatures import elements_of, workers
+
+# Below this many octets of input the fork costs more than the second core gives back.
+MIN_OCTETS = 256 * 1024
+# The child verifies items at least this far beyond the first item of the parent's
+# current batch: the parent reads the answers before each batch.
+AHEAD = BATCH_ITEMS
+_POSITION = struct.Struct("q")  # the parent's position, at the start of the shared page
+_DIGEST = 32
+_SEND_EVERY = 16  # digests per write: fewer system calls, answers still early
+# Digests the child remembers having sent (chain elements recur), as the parent's cache.
+_REMEMBERED = 65_536
+
+
+def idle_core() -> bool:
+    """Whether a second core is likely to be idle: this process may run on two or more,
+    and the load average of the last minute leaves one free. On a machine busy with other
+    work the child only takes CPU time from the parent (measured: ``verify`` of 8,000
+    offers at load 11 on 2 cores took 1.5 to 1.7 times as long with the child as without)."""
+    cores = workers()
+    if cores < 2:
+        return False
+    try:
+        return os.getloadavg()[0] <= cores - 1
+    except OSError:  # pragma: no cover - no load average to read
+        return False
+
+
+@dataclass
+class Helper:
+    """The forked child and the parent's end of it (``start``)."""
+
+    pid: int
+    answers: int  # the read end of the pipe, non-blocking
+    shared: mmap.mmap
+    fingerprint: str
+    alive: bool = True
+    marked: int = 0  # digests marked so far
+    buffer: bytearray = field(default_factory=bytearray, repr=False)  # read, not yet used
+
+    @classmethod
+    def start(
+        cls,
+        inputs: Sequence[tuple[str, bytes]],
+        *,
+        trust: TrustStore,
+        max_element: int,
+        skew: int,
+        content_type: str | None = None,
+    ) -> Helper | None:
+        """Fork the child, or None where one would not help (a small input, no idle
+        second core)."""
+        if sum(len(data) for _, data in inputs) < MIN_OCTETS or not idle_core():
+            return None
+        shared = mmap.mmap(-1, _POSITION.size)  # anonymous, shared with the child
+        shared[:] = _POSITION.pack(0)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            code = 1
+            try:
+                os.close(read_end)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
+                _child(inputs, trust, max_element, skew, content_type, shared, write_end)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        os.set_blocking(read_end, False)
+        return cls(pid=pid, answers=read_end, shared=shared, fingerprint=trust.fingerprint)
+
+    def before(self, position: int, cache: SignatureCache) -> int:
+        """Called before each batch is judged, with the index of its first item: tells the
+        child, and marks in ``cache`` every digest the child has sent so far (never
+        waiting for more). Returns how many were marked."""
+        self.shared[:] = _POSITION.pack(position)
+        if not self.alive:
+            return 0
+        while True:
+            try:
+                chunk = os.read(self.answers, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:  # the child has finished, or is gone
+                self.alive = False
+                break
+            self.buffer += chunk
+        whole = len(self.buffer) - len(self.buffer) % _DIGEST
+        for i in range(0, whole, _DIGEST):
+            cache.mark_verified(bytes(self.buffer[i : i + _DIGEST]), self.fingerprint)
+        del self.buffer[:whole]
+        self.marked += whole // _DIGEST
+        return whole // _DIGEST
+
+    def stop(self) -> None:
+        """End the child (finished or not) and reap it."""
+        os.close(self.answers)
+        # SIGKILL: the child holds nothing to clean up (memory and the pipe's write end),
+        # and no handler it inherited from the parent can keep it from ending.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.shared.close()
+
+
+def _child(  # pragma: no cover - runs in the forked child
+    inputs: Sequence[tuple[str, bytes]],
+    trust: TrustStore,
+    max_element: int,
+    skew: int,
+    content_type: str | None,
+    shared: mmap.mmap,
+    out: int,
+) -> None:
+    verified: set[bytes] = set()
+    found: list[bytes] = []
+
+    def send() -> None:
+        view = memoryview(b"".join(found))
+        while view:
+            view = view[os.write(out, view) :]
+        found.clear()
+
+    index = -1
+    for name, data in inputs:
+        for item in read_capture(data, name=name, content_type=content_type, stats=ExtractStats()):
+            index += 1
+            if isinstance(item, CarrierError):
+                continue
+            (position,) = _POSITION.unpack(shared[:])
+            if index < position + AHEAD:
+                continue  # the parent gets there before an answer could
+            for element in elements_of(item.value, max_element=max_element):
+                if element.digest in verified:
+                    continue
+                try:
+                    verify_element(element, trust, skew=skew)
+                except HandoffError:
+                    continue
+                if len(verified) >= _REMEMBERED:
+                    verified.clear()
+                verified.add(element.digest)
+                found.append(element.digest)
+            if len(found) >= _SEND_EVERY:
+                send()
+    send()
