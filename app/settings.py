@@ -15,16 +15,13 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
-from handoff_context import MAX_ELEMENT_OCTETS, RefPolicy, Timing
+from handoff_context import MAX_ELEMENT_OCTETS, Policy, RefPolicy, Timing
 
 from app.envelope.config import EnvelopeConfig
 from app.envelope.extract import DEFAULT_TYPES
 from app.envelope.ledger import CaseRules
 from app.errors import HandoffTraceError
-from app.ingest.verifying import VerifyOptions
-from app.store.db import UnsupportedDatabase, check_url
 
 PREFIX = "HANDOFF_TRACE_"
 # The embedded default: a SQLite file beside the working directory, created on demand.
@@ -38,6 +35,13 @@ _MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
 _MAX_SESSION = 30 * 24 * 3600
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LOG_FORMATS = ("auto", "json", "text")
+# The profile's receiver defaults (skew, offer lifetime, chain length: profile §6.3, §7)
+# and its flag timers are the library's, stated once there.
+_POLICY = Policy()
+_TIMING = Timing()
+# The databases the store supports (``app.store.db.SCHEMES``; a test keeps the two equal:
+# the settings are read before, and without, anything of the store).
+DATABASE_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 
 
 class SettingsError(HandoffTraceError):
@@ -52,11 +56,11 @@ class Settings:
 
     database_url: str | None = None  # None: the embedded SQLite file
     trust_file: Path | None = None
-    lost_outcome_after: int = 3600
-    cancel_grace: int = 60
-    skew: int = 60
-    max_lifetime: int = 300
-    max_chain: int = 16
+    lost_outcome_after: int = _TIMING.lost_outcome_after
+    cancel_grace: int = _TIMING.cancel_grace
+    skew: int = _POLICY.skew
+    max_lifetime: int = _POLICY.max_lifetime
+    max_chain: int = _POLICY.max_chain
     ref_policy: RefPolicy = RefPolicy.NONE
     max_request_bytes: int = 8 * 1024 * 1024
     max_element_bytes: int = MAX_ELEMENT_OCTETS
@@ -310,19 +314,6 @@ class Settings:
         rules = CaseRules(accept_window=self.accept_window, transcript_bytes=self.transcript_bytes)
         return EnvelopeConfig(types=self.envelope_types, rules=rules)
 
-    def verify_options(self, *, at: int, **overrides: Any) -> VerifyOptions:
-        """The profile §12 verify parameters from these settings; ``overrides`` (receiver,
-        dialog, or a per-request skew, ...) win where given."""
-        values: dict[str, Any] = {
-            "skew": self.skew,
-            "max_lifetime": self.max_lifetime,
-            "max_chain": self.max_chain,
-            "ref_policy": self.ref_policy,
-            "max_element_bytes": self.max_element_bytes,
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return VerifyOptions(at=at, **values)
-
 
 def default_store_url() -> str:
     """The embedded SQLite file, relative to the working directory."""
@@ -403,12 +394,14 @@ def check_otlp(s: Settings) -> None:
 
 
 def check_database_url(url: str) -> str:
-    """Accept only the databases the store supports (``app.store.db.check_url``). Raises
-    SettingsError."""
-    try:
-        check_url(url)
-    except UnsupportedDatabase as exc:
-        raise SettingsError(exc.detail) from exc
+    """Accept only the databases the store supports (as ``app.store.db.check_url`` does).
+    Raises SettingsError."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in DATABASE_SCHEMES:
+        raise SettingsError(
+            "DATABASE_URL must start with sqlite:/// or postgresql+psycopg://, "
+            f"not {scheme + '://' if scheme else repr(url[:20])}"
+        )
     return url
 
 

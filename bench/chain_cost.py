@@ -52,10 +52,10 @@ from handoff_context import (
 )
 from sqlalchemy import event
 
+from app.ingest.memory import StoreMemory
 from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import VerifyOptions
 from app.store import db
-from app.store.memory import StoreMemory
 
 T0 = 1_793_000_000
 STEP = 5  # seconds between hops

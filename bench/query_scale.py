@@ -79,8 +79,9 @@ from handoff_context import (
 )
 from sqlalchemy import event
 
+from app.envelope.ledger import CaseRules
+from app.ingest.sweep import sweep
 from app.store import dashboard, db, queries
-from app.store.derive import sweep
 from app.web import charts
 from tests import pg
 
@@ -713,7 +714,7 @@ def _search_exact(s: Any, rng: random.Random, d: Loaded) -> int:
 
 def _sweep(s: Any, rng: random.Random, d: Loaded) -> int:
     """What every read starts with (``Service.sweep``): nothing is due on a current store."""
-    return sweep(s, now=d.now, timing=Timing())
+    return sweep(s, now=d.now, timing=Timing(), cases=CaseRules())
 
 
 QUERIES: dict[str, tuple[str, Query]] = {

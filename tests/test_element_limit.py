@@ -8,6 +8,7 @@ import json
 from handoff_context import handoff_digest, handoff_object, make_offer
 from sqlalchemy import Engine
 
+from app.ingest.build import verify_options
 from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import verify_inputs
 from app.settings import Settings
@@ -21,8 +22,10 @@ def test_configured_element_limit_is_enforced(world: World) -> None:
         world.planner, aud=world.coder.iss, dialog="d", iat=T0, extra={"note": "x" * 2000}
     )
     capture = json.dumps(handoff_object(offer)).encode()
-    roomy = Settings.from_env({}).verify_options(at=T0 + 5)
-    tight = Settings.from_env({"HANDOFF_TRACE_MAX_ELEMENT_BYTES": "1024"}).verify_options(at=T0 + 5)
+    roomy = verify_options(Settings.from_env({}), at=T0 + 5)
+    tight = verify_options(
+        Settings.from_env({"HANDOFF_TRACE_MAX_ELEMENT_BYTES": "1024"}), at=T0 + 5
+    )
     [ok] = verify_inputs([("c.json", capture)], trust=world.trust, options=roomy).verdicts
     [refused] = verify_inputs([("c.json", capture)], trust=world.trust, options=tight).verdicts
     assert ok.outcome.value == "accept"
@@ -37,7 +40,9 @@ def test_ingest_enforces_the_configured_element_limit_as_verify_does(
         world.planner, aud=world.coder.iss, dialog="d", iat=T0, extra={"note": "x" * 2000}
     )
     capture = json.dumps(handoff_object(offer)).encode()
-    tight = Settings.from_env({"HANDOFF_TRACE_MAX_ELEMENT_BYTES": "1024"}).verify_options(at=T0 + 5)
+    tight = verify_options(
+        Settings.from_env({"HANDOFF_TRACE_MAX_ELEMENT_BYTES": "1024"}), at=T0 + 5
+    )
     pipeline = Pipeline(engine=engine, trust=world.trust, options=tight)
     [stored] = ingest(pipeline, [("c.json", capture)], now=T0 + 10).verdicts
     [verified] = verify_inputs([("c.json", capture)], trust=world.trust, options=tight).verdicts

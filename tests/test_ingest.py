@@ -11,7 +11,9 @@ from handoff_context.carry import A2A_EXTENSION_URI
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+import app.ingest.judge as judge_module
 import app.ingest.pipeline as ingest_module
+import app.ingest.report as report_module
 from app.errors import NotStored
 from app.store.db import transaction
 from app.store.models import LinkRow, ObservationRow, RejectedObservationRow, VerdictRow
@@ -328,14 +330,14 @@ def test_a_database_error_spoils_only_its_item(
     engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     o1, o2, o3 = (offer(world.planner, world.coder) for _ in range(3))
-    real = ingest_module.add_observation
+    real = judge_module.add_observation
 
     def failing(session: Any, **kw: Any) -> int:
         if kw["source"] == "capture.jsonl:2":
             raise IntegrityError("INSERT INTO observation", {}, Exception("item on fire"))
         return real(session, **kw)
 
-    monkeypatch.setattr(ingest_module, "add_observation", failing)
+    monkeypatch.setattr(judge_module, "add_observation", failing)
     report = run(
         engine,
         world.trust,
@@ -358,14 +360,14 @@ def test_a_database_that_cannot_be_written_stops_the_ingest_at_its_first_item(
     engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     o1, o2, o3 = (offer(world.planner, world.coder) for _ in range(3))
-    real = ingest_module.add_observation
+    real = judge_module.add_observation
 
     def failing(session: Any, **kw: Any) -> int:
         if kw["source"] == "capture.jsonl:2":
             raise OperationalError("INSERT INTO observation", {}, Exception("disk on fire"))
         return real(session, **kw)
 
-    monkeypatch.setattr(ingest_module, "add_observation", failing)
+    monkeypatch.setattr(judge_module, "add_observation", failing)
     records = [rec(bundle(o), T0 + 1) for o in (o1, o2, o3)]
     report = run(engine, world.trust, records)
     # The batch failed, its items ran alone: the first stored, the second met the
@@ -487,7 +489,7 @@ def test_a_batch_that_cannot_commit_is_ingested_item_by_item(
 def test_with_a_sink_verdicts_are_handed_on_in_order_and_the_report_keeps_counts(
     engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest_module, "VERDICT_WINDOW", 2)
+    monkeypatch.setattr(report_module, "VERDICT_WINDOW", 2)
     early, late = (offer(world.planner, world.coder, iat=T0 + i) for i in range(2))
     others = [offer(world.planner, world.tester) for _ in range(3)]
     records = [

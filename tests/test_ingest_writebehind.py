@@ -11,7 +11,7 @@ from handoff_context import digest_text
 from sqlalchemy import Engine, event, select
 from sqlalchemy.exc import IntegrityError
 
-import app.ingest.pipeline as ingest_module
+import app.ingest.judge as judge_module
 from app.errors import NotStored
 from app.store.db import Locks, transaction
 from app.store.models import ObservationRow, RefOutcomeRow, VerdictRow
@@ -53,7 +53,7 @@ def test_an_item_failing_after_its_rows_were_buffered_leaves_none_of_them(
     # o2 is stored already, so nothing but the buffer's undo keeps its second receipt out
     # (a receipt of an element not stored would fail its foreign key at the flush).
     assert outcomes(run(engine, world.trust, [rec(bundle(o2), T0 + 1)])) == ["accept"]
-    real = ingest_module._Item._complete
+    real = judge_module.Judge._complete
 
     def failing(self: Any, known: set[bytes]) -> None:
         if digest(o2) in known:  # its observation and verdict are buffered by now
@@ -62,7 +62,7 @@ def test_an_item_failing_after_its_rows_were_buffered_leaves_none_of_them(
             raise IntegrityError("SELECT", {}, Exception("item on fire"))
         real(self, known)
 
-    monkeypatch.setattr(ingest_module._Item, "_complete", failing)
+    monkeypatch.setattr(judge_module.Judge, "_complete", failing)
     report = run(engine, world.trust, [rec(bundle(o), T0 + 1) for o in (o1, o2, o3)])
     assert outcomes(report) == ["accept", "accept"]
     assert report.errors == [NotStored("capture.jsonl:2", "database error: item on fire")]

@@ -37,11 +37,12 @@ from app.cli.common import (
     visible,
 )
 from app.envelope.flags import FlagKind
-from app.ingest.pipeline import IngestReport, Pipeline, ingest
+from app.ingest.build import build_pipeline, verify_options
+from app.ingest.pipeline import IngestReport, ingest
+from app.ingest.sweep import sweep
 from app.ingest.verifying import load_objects
 from app.settings import Settings
 from app.store import db
-from app.store.derive import sweep
 from app.store.queries import FlagStatus, list_flags, list_hops
 
 # Inputs above this size get a progress line on stderr.
@@ -139,14 +140,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         files.callback(engine.dispose)
         trust = store_trust(str(trust_file), engine)
         now = int(time.time())
-        options = settings.verify_options(at=now)
-        pipeline = Pipeline(
-            engine=engine,
-            trust=trust,
-            options=options,
-            timing=settings.timing,
-            objects=_objects(settings),
-            envelope=settings.envelope,
+        options = verify_options(settings, at=now)
+        pipeline = build_pipeline(
+            settings, engine, trust, options=options, objects=_objects(settings)
         )
         large = {name for name, file in inputs if _size(file) > _LARGE_BYTES}
         summary = _Summary(sys.stdout if args.json else None)

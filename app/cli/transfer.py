@@ -33,8 +33,10 @@ from app.cli.common import (
     print_table,
     store_trust,
 )
+from app.ingest.build import build_pipeline, verify_options
 from app.ingest.pipeline import Pipeline
 from app.ingest.rederive import Rederived, Replayed, rederive, replay, replay_trust
+from app.ingest.sweep import sweep
 from app.ingest.verifying import load_objects
 from app.log.checkpoint import open_checkpoint
 from app.log.errors import LogError
@@ -42,7 +44,6 @@ from app.log.exported import MEMBER, Anchor, Rebuild, check
 from app.log.note import Verifier
 from app.settings import Settings
 from app.store import db
-from app.store.derive import sweep
 from app.store.transfer import (
     RecordsDigest,
     TransferError,
@@ -153,11 +154,10 @@ def _pipeline_for(args: argparse.Namespace, settings: Settings, store: Engine) -
     # (rederive replays into a scratch store).
     trust = store_trust(str(trust_file), store)
     objects = load_objects(Path(args.objects)) if args.objects else None
-    options = settings.verify_options(at=int(time.time()))
+    options = verify_options(settings, at=int(time.time()))
 
     def make(engine: Engine) -> Pipeline:
-        extra = {} if objects is None else {"objects": objects}
-        return Pipeline(engine, trust, options, timing=settings.timing, **extra)
+        return build_pipeline(settings, engine, trust, options=options, objects=objects)
 
     return make
 
@@ -320,7 +320,12 @@ def cmd_import(args: argparse.Namespace) -> int:
                 )
                 done.rows.update(history.rows)
                 check_records(first, digest)
-                db.run(scratch, lambda session: sweep(session, now=now, timing=settings.timing))
+                db.run(
+                    scratch,
+                    lambda session: sweep(
+                        session, now=now, timing=settings.timing, cases=settings.envelope.rules
+                    ),
+                )
                 # 3. Into the database in one transaction: all of it or nothing.
                 db.run(engine, lambda session: copy_store(scratch, session), attempts=1)
             finally:

@@ -25,7 +25,7 @@ from app.cli.common import (
 )
 from app.ingest.json_text import array_chunks
 from app.ingest.verdict_text import VerdictWriter
-from app.ingest.verifying import VerifyOptions, load_objects, verify_inputs
+from app.ingest.verifying import DEFAULTS, VerifyOptions, load_objects, verify_inputs
 
 VERIFY_EPILOG = """\
 INPUT is a capture file (profile §10): JSON, JSON Lines (.jsonl/.ndjson), HAR 1.2 (.har) or CBOR
@@ -78,23 +78,23 @@ def add_verify(sub: Any) -> None:
     p.add_argument(
         "--skew",
         type=nonneg_int,
-        default=60,
+        default=DEFAULTS.skew,
         metavar="SECONDS",
-        help="allowed clock skew (default: 60)",
+        help=f"allowed clock skew (default: {DEFAULTS.skew})",
     )
     p.add_argument(
         "--max-lifetime",
         type=positive_int,
-        default=300,
+        default=DEFAULTS.max_lifetime,
         metavar="SECONDS",
-        help="longest allowed exp - iat (default: 300)",
+        help=f"longest allowed exp - iat (default: {DEFAULTS.max_lifetime})",
     )
     p.add_argument(
         "--max-chain",
         type=positive_int,
-        default=16,
+        default=DEFAULTS.max_chain,
         metavar="N",
-        help="most offers in a chain, current one included (default: 16)",
+        help=f"most offers in a chain, current one included (default: {DEFAULTS.max_chain})",
     )
     p.add_argument(
         "--max-element-bytes",

@@ -34,7 +34,8 @@ def load_run(paths: DemoPaths, *, now: int | None, settings: Settings, url: str)
     Raises DemoLoadError when the settings, the trust file or the database cannot be used."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from app.ingest.pipeline import Pipeline, ingest
+    from app.ingest.build import build_pipeline, verify_options
+    from app.ingest.pipeline import ingest
     from app.store import db
 
     try:
@@ -46,14 +47,9 @@ def load_run(paths: DemoPaths, *, now: int | None, settings: Settings, url: str)
     except SQLAlchemyError as exc:
         raise DemoLoadError(f"cannot use the database: {str(exc).splitlines()[0][:200]}") from exc
     clock = int(time.time())
-    options = settings.verify_options(at=clock, ref_policy=RefPolicy.CHECK_AVAILABLE)
-    pipeline = Pipeline(
-        engine=engine,
-        trust=trust,
-        options=options,
-        timing=settings.timing,
-        objects=load_objects(paths.objects),
-    )
+    options = verify_options(settings, at=clock, ref_policy=RefPolicy.CHECK_AVAILABLE)
+    objects = load_objects(paths.objects)
+    pipeline = build_pipeline(settings, engine, trust, options=options, objects=objects)
     try:
         with paths.out.open("rb") as out, paths.cbor.open("rb") as cbor:
             # Streamed, keeping counts rather than verdicts: a run can be many GB.

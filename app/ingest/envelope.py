@@ -10,7 +10,7 @@ ledger depends on the set of stored items only, so deriving once leaves what der
 each capture item would have; per capture item, deriving a case's ledger from all its items
 made the flush cost more than the signed ingest itself, BENCHMARKS.md). The batch is
 written set-based: one INSERT for its items, and the ledgers of all its cases derived
-together (``app.store.envelopes.derive_cases``) from what this ingest already read. When
+together (``app.ingest.cases.derive_cases``) from what this ingest already read. When
 the batch cannot be stored, nothing of it was kept and each of its capture items is stored
 again alone, in a transaction of its own: a failing item is reported and the rest goes on.
 """
@@ -40,17 +40,15 @@ from app.envelope.references import check_reference
 from app.errors import ItemProblem as EnvelopeError  # an invalid or unstorable envelope item
 from app.errors import NotStored
 from app.ingest.batches import BATCH_ITEMS, BUSY, BatchFailed, batched, not_stored, run_batch
+from app.ingest.cases import KnownItems, derive_cases, stored_as
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
     ItemRecord,
-    KnownItems,
     affected_cases,
     case_lock,
     context_lock,
-    derive_cases,
     store_items,
-    stored_as,
 )
 
 _RESTARTS = 50  # as for signed items: restarts after finding a lock taken

@@ -17,18 +17,18 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from handoff_context import Timing
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from app.capture.carriers import HostState
-from app.ingest.batches import BatchFailed
+from app.capture.carriers import Carried, HostState
+from app.ingest.batches import BATCH_ITEMS, BatchFailed, batched
 from app.store import db
 from app.store.db import Locks, NeedLocks
 from app.store.derive import derive_hops
-from app.store.host import add_host_states, hops_of_tasks, host_values, stored_keys
+from app.store.host import add_host_states, hops_of_tasks, stored_keys
 
 T = TypeVar("T")
 # The longest an item read from a live input waits before it is committed.
@@ -108,6 +108,28 @@ class HostStates:
         return len(states) - len(fresh)
 
 
+def host_values(
+    state: Carried | HostState, *, received_at: int, received_by: str | None, now: int
+) -> dict[str, Any]:
+    """A row for one captured task state; ``received_at`` is what the checks used."""
+    assert state.task_id is not None and state.task_state is not None
+    key = state.key if isinstance(state, HostState) else None
+    return {
+        "task_id": state.task_id,
+        "task_state": state.task_state,
+        "dialog": state.dialog,
+        "received_at": received_at,
+        "received_exact": state.received_at,
+        "seq": state.seq,
+        "received_by": received_by,
+        "source": state.source,
+        "carrier": state.carrier.value,
+        "element": isinstance(state, Carried),
+        "ingested_at": now,
+        "observation_key": key,
+    }
+
+
 _END = object()
 
 
@@ -153,3 +175,22 @@ def timed_batches(
         yield batch
     if failure:
         raise failure[0]
+
+
+def batches(items: Iterable[T], *, live: bool = False) -> Iterator[list[T]]:
+    """Batches of ``BATCH_ITEMS``; from a stream (``live``), also cut after
+    ``FLUSH_SECONDS``, so that a trickling pipe is committed at least once a second."""
+    if live:
+        return timed_batches(items, size=BATCH_ITEMS)
+    return batched(items)
+
+
+def is_pipe(data: bytes | BinaryIO) -> bool:
+    """A stream that cannot seek (stdin on a pipe): it may trickle, so it is batched by
+    time too (``timed_batches``)."""
+    if isinstance(data, bytes):
+        return False
+    try:
+        return not data.seekable()
+    except (OSError, ValueError):
+        return True

@@ -26,17 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
-from handoff_context import b64url_decode
+from handoff_context import Element, Form, Timing, b64url_decode, parse_element
+from handoff_context.errors import HandoffError
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, Carrier, Role
+from app.envelope.ledger import CaseRules
+from app.ingest.cases import derive_cases
 from app.ingest.pipeline import Pipeline, ingest_carried
+from app.ingest.sweep import sweep
 from app.store import db
 from app.store.db import Locks
-from app.store.derive import sweep
-from app.store.derived import TableDiff, compare, replace, snapshot, swept_snapshot
-from app.store.envelopes import UNKNOWN_CASE, derive_cases
+from app.store.derived import TableDiff, compare, replace, snapshot
+from app.store.envelopes import UNKNOWN_CASE
 from app.store.models import RejectedOctetsRow
 from app.store.rejected import get_refused
 from app.store.transfer import (
@@ -45,6 +48,7 @@ from app.store.transfer import (
     export_records,
     insert_rows,
     latest_item_time,
+    plain_rows,
     restore_workflow,
     stored_elements,
 )
@@ -144,7 +148,21 @@ def _flush(engine: Engine, batch: list[Mapping[str, Any]], rows: dict[str, int])
 
 
 def _insert(session: Session, *, kind: str, batch: list[Mapping[str, Any]]) -> None:
-    insert_rows(session, kind, batch)
+    """Insert one batch of plain records; an element whose octets parse is stored as
+    ingest stores it, one that no longer parses as it was exported."""
+    rows = plain_rows(kind, batch)
+    elements: list[tuple[Element, int]] = []
+    if kind == "element":
+        kept = []
+        for row in rows:
+            try:
+                elements.append(
+                    (parse_element(row["octets"], Form(row["form"])), row["first_seen"])
+                )
+            except (HandoffError, ValueError):
+                kept.append(row)
+        rows = kept
+    insert_rows(session, kind, rows, elements=elements)
 
 
 def _batches(records: Iterable[Mapping[str, Any]]) -> Iterator[list[Mapping[str, Any]]]:
@@ -267,9 +285,11 @@ def rederive(
             with db.transaction(db.read_only(engine)) as source:
                 replayed = replay(pipeline, export_records(source, secrets=False))
             with db.transaction(scratch) as session:
-                sweep(session, now=now, timing=pipeline.timing)
+                sweep(session, now=now, timing=pipeline.timing, cases=pipeline.envelope.rules)
                 after = snapshot(session)
-            before = swept_snapshot(engine, now=now, timing=pipeline.timing)
+            before = swept_snapshot(
+                engine, now=now, timing=pipeline.timing, cases=pipeline.envelope.rules
+            )
             diffs = compare(before, after)
             # A replay that could not rebuild every carried chain may judge those items
             # more leniently than ingest did: report, never overwrite with that.
@@ -286,3 +306,15 @@ def rederive(
         finally:
             scratch.dispose()
     return Rederived(diffs, replayed, applied)
+
+
+def swept_snapshot(engine: Engine, *, now: int, timing: Timing, cases: CaseRules) -> dict[str, Any]:
+    """The stored derived state at clock ``now``: swept in a transaction that is rolled
+    back, so a dry run changes nothing."""
+    with Session(engine) as session:
+        session.begin()
+        try:
+            sweep(session, now=now, timing=timing, cases=cases)
+            return snapshot(session)
+        finally:
+            session.rollback()

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from handoff_context import (
-    MAX_ELEMENT_OCTETS,
     AvailableObject,
     Context,
     ObjectIndex,
@@ -34,6 +33,9 @@ from app.ingest.signatures import Ahead, elements_of, submit_ahead
 if TYPE_CHECKING:
     from app.ingest.forked import Helper
 
+# The profile's receiver defaults are the library's (``Policy``), stated once there.
+DEFAULTS = Policy()
+
 
 @dataclass(frozen=True)
 class VerifyOptions:
@@ -42,11 +44,11 @@ class VerifyOptions:
     at: int
     receiver: str | None = None
     dialog: str | None = None
-    skew: int = 60
-    max_lifetime: int = 300
-    max_chain: int = 16
-    ref_policy: RefPolicy = RefPolicy.NONE
-    max_element_bytes: int = MAX_ELEMENT_OCTETS
+    skew: int = DEFAULTS.skew
+    max_lifetime: int = DEFAULTS.max_lifetime
+    max_chain: int = DEFAULTS.max_chain
+    ref_policy: RefPolicy = DEFAULTS.ref_policy
+    max_element_bytes: int = DEFAULTS.max_element
 
     @property
     def policy(self) -> Policy:

@@ -1,6 +1,7 @@
-"""Hop state and flags, re-derived from stored facts (profile §8) by the pure
-``handoff_context.derive_hop``; plus the two flags it leaves to the store
-(equivocation and rejected-element) and the sweep that applies the clock.
+"""Hop state and flags, re-derived from stored facts (profile §8) by the library's pure
+rules (``handoff_context.derive_hop``, and ``canonical_order``, ``equivocation_flag`` and
+``rejection_flags`` across a hop's offers and refusals), and the sweep of the hops that
+applies the clock. What is here reads the facts and writes the results; the rules are the library's.
 
 Every fact read here depends on the *set* of stored elements and observations, never on
 the order they arrived in, so any permutation of the same input yields the same hops and
@@ -28,16 +29,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from handoff_context import (
-    SEVERITY,
+    CountingOffer,
     DownstreamFact,
-    Flag,
-    FlagKind,
     OfferFact,
+    Rejection,
     StatusFact,
     StatusState,
     Timing,
-    Variant,
+    canonical_order,
     derive_hop,
+    equivocation_flag,
+    rejection_flags,
 )
 from sqlalchemy import (
     ColumnElement,
@@ -52,9 +54,8 @@ from sqlalchemy import (
 )
 from sqlmodel import Session
 
-from app.envelope.ledger import CaseRules
 from app.store.db import Locks, digest_lock, execute, hop_lock, pair_params, pairs_in, upsert_many
-from app.store.envelopes import case_due_conditions, sweep_cases
+from app.store.envelopes import case_due_conditions
 from app.store.flags import HopFlags, hop_flags, sync_many_flags
 from app.store.host import HostFact, host_facts, host_of
 from app.store.models import (
@@ -123,17 +124,6 @@ def _counts(digest_column: Any) -> Any:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Offer:
-    element: Any  # a row of _OFFER_ROWS: the element's columns
-    prev: bytes | None
-    first: int  # earliest received_at among the observations by which it counts
-
-    @property
-    def order(self) -> tuple[int, bytes]:
-        return (self.first, self.element.digest)
-
-
 # Built once: see app.store.db, "dialect-specific statements".
 _OFFER_ROWS = (
     select(
@@ -192,20 +182,6 @@ _CANCELS = _valid_status_observations(
 _FIRST_CANCELS = select(_CANCELS.c.offer, func.min(_CANCELS.c.received_at)).group_by(
     _CANCELS.c.offer
 )
-
-
-def _equivocation(offers: Sequence[_Offer]) -> Flag:
-    differs = any(o.element.content != offers[0].element.content for o in offers[1:])
-    variant = Variant.CONTENT if differs else Variant.SIGNATURE_ONLY
-    kind = FlagKind.EQUIVOCATION
-    return Flag(
-        kind=kind,
-        severity=SEVERITY[kind],
-        evidence=tuple(sorted(o.element.digest for o in offers)),
-        opened_at=offers[1].first,  # when the second offer for the hop was received
-        variant=variant.value,
-        detail=f"{len(offers)} different offers signed for one hop ({variant.value} differs)",
-    )
 
 
 # --- derivation -------------------------------------------------------------------------
@@ -292,8 +268,9 @@ _DOWNSTREAM_MANY = (
 class _Facts:
     """The stored facts of a set of hops, read with one query per kind of fact."""
 
-    offers: dict[HopKey, list[_Offer]]
-    rejections: dict[HopKey, list[tuple[str, bytes, int]]]
+    offers: dict[HopKey, list[CountingOffer]]  # the hop's offer first (canonical_order)
+    elements: dict[bytes, Any]  # rows of _OFFER_ROWS: the offers' columns, by digest
+    rejections: dict[HopKey, list[Rejection]]
     statuses: dict[bytes, list[StatusFact]]  # by the offer they name
     downstream: dict[bytes, list[DownstreamFact]]  # by their prev
     host: dict[bytes, list[HostFact]]  # by the element whose tasks they are in
@@ -307,24 +284,23 @@ class _Facts:
         every = [d for by_digest in firsts.values() for d in by_digest]
         rows = {r.digest: r for r in _rows(session, _OFFER_ROWS, "b_offers", every)}
         offers = {
-            key: sorted(
-                (_Offer(rows[d], rows[d].prev, first) for d, first in by_digest.items()),
-                key=lambda o: o.order,
+            key: canonical_order(
+                CountingOffer(d, rows[d].content, first) for d, first in by_digest.items()
             )
             for key, by_digest in firsts.items()
         }
-        rejections: dict[HopKey, list[tuple[str, bytes, int]]] = {}
+        rejections: dict[HopKey, list[Rejection]] = {}
         for statement in (_REJECTIONS_MANY, _REFUSED_MANY):
             for r in execute(session, statement, hops):
                 key = (r.hop_iss, r.hop)
-                rejections.setdefault(key, []).append((r[2], r.digest, r.first))
+                rejections.setdefault(key, []).append(Rejection(r[2], r.digest, r.first))
         statuses: dict[bytes, list[StatusFact]] = {}
         for r in _rows(session, _STATUSES, "b_offers", every):
             statuses.setdefault(r.offer, []).append(_status_fact(r))
         downstream = _downstream_many(session, every)
         observed = every + [s.digest for found in statuses.values() for s in found]
         host = host_facts(session, observed)
-        return cls(offers, rejections, statuses, downstream, host)
+        return cls(offers, rows, rejections, statuses, downstream, host)
 
 
 def _rows(session: Session, statement: Any, name: str, values: Sequence[bytes]) -> list[Any]:
@@ -358,24 +334,6 @@ def _downstream_many(
     return found
 
 
-def _rejection_flags(found_rows: Sequence[tuple[str, bytes, int]]) -> list[Flag]:
-    by_fault: dict[str, list[tuple[bytes, int]]] = {}
-    for fault, digest, first in found_rows:
-        by_fault.setdefault(fault, []).append((digest, first))
-    kind = FlagKind.REJECTED_ELEMENT
-    return [
-        Flag(
-            kind=kind,
-            severity=SEVERITY[kind],
-            evidence=tuple(sorted(d for d, _ in found)),
-            opened_at=min(at for _, at in found),
-            variant=fault,
-            detail=f"{len(found)} element(s) rejected: {fault}",
-        )
-        for fault, found in sorted(by_fault.items())
-    ]
-
-
 _DELETE_HOP = delete(HopRow).where(
     HopRow.iss == bindparam("b_iss"), HopRow.hop == bindparam("b_hop")
 )
@@ -394,11 +352,11 @@ def _derive_one(
     """Derive one hop; returns its hop row to store (None: the hop has no offer any more,
     and its row was deleted) and its flags to sync (``sync_many_flags``)."""
     offers = facts.offers.get((iss, hop), [])
-    flags = _rejection_flags(facts.rejections.get((iss, hop), []))
+    flags = rejection_flags(facts.rejections.get((iss, hop), []))
     if not offers:
         execute(session, _DELETE_HOP, {"b_iss": iss, "b_hop": hop})
         return None, (iss, hop, flags, None, stored_flags)
-    element = offers[0].element
+    element = facts.elements[offers[0].digest]
     fact = OfferFact(
         digest=element.digest,
         iss=element.iss,
@@ -408,9 +366,9 @@ def _derive_one(
         task=element.task,
         iat=element.iat,
         exp=element.exp,
-        prev=offers[0].prev,
+        prev=element.prev,
     )
-    digests = [o.element.digest for o in offers]
+    digests = [o.digest for o in offers]
     statuses = [s for d in digests for s in facts.statuses.get(d, [])]
     observed = [*digests, *(s.digest for s in statuses)]
     view = derive_hop(
@@ -438,28 +396,27 @@ def _derive_one(
         "derived_at": now,
     }
     flags.extend(view.flags)
-    if len(offers) > 1:
-        flags.append(_equivocation(offers))
+    equivocation = equivocation_flag(offers)
+    if equivocation is not None:
+        flags.append(equivocation)
     return values, (iss, hop, flags, fact.digest, stored_flags)
 
 
-def sweep(session: Session, *, now: int, timing: Timing, cases: CaseRules | None = None) -> int:
-    """Apply the clock: re-derive every hop whose answer changes by ``now`` (its deadline
-    has passed), or that was derived for a later clock than ``now``, and every envelope
-    case whose acceptance window ran out (``cases``: the deployment's case rules). Returns
-    how many hops and cases.
+def sweep_hops(session: Session, *, now: int, timing: Timing) -> int:
+    """Apply the clock to the hops: re-derive every hop whose answer changes by ``now``
+    (its deadline has passed), or that was derived for a later clock than ``now``. Returns
+    how many (``app.ingest.sweep`` sweeps the envelope cases too).
 
     Run it in its own transaction (``app.store.db.run``); it waits for the hops' locks."""
-    swept = sweep_cases(session, now=now, rules=cases or CaseRules())
     due = _due(session, now)
     if not due:
-        return swept
+        return 0
     locks = Locks(session, [hop_lock(hop) for _, hop in due])
     # Again, now that no writer of these hops is at work (hops due meanwhile wait for the
     # next sweep).
     due = [key for key in _due(session, now) if hop_lock(key[1]) in locks.held or not locks.active]
     derive_hops(session, due, now=now, timing=timing, locks=locks)
-    return swept + len(due)
+    return len(due)
 
 
 def anything_due(session: Session, now: int) -> bool:

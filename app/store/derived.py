@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handoff_context import Timing, digest_text
-from sqlalchemy import Engine, delete, select, text
+from sqlalchemy import delete, select, text
 from sqlmodel import Session, SQLModel
 
 from app.errors import HandoffTraceError
 from app.store.db import Locks
-from app.store.derive import HopKey, derive_hops, sweep
+from app.store.derive import HopKey, derive_hops
 from app.store.models import (
     ElementRow,
     FlagRow,
@@ -230,15 +230,3 @@ def _every_hop(session: Session) -> set[HopKey]:
     for query in queries:
         keys.update((iss, hop) for iss, hop in session.execute(query.distinct()))
     return keys
-
-
-def swept_snapshot(engine: Engine, *, now: int, timing: Timing) -> dict[str, Table]:
-    """The stored derived state at clock ``now``: swept in a transaction that is rolled
-    back, so a dry run changes nothing."""
-    with Session(engine) as session:
-        session.begin()
-        try:
-            sweep(session, now=now, timing=timing)
-            return snapshot(session)
-        finally:
-            session.rollback()

@@ -13,13 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from handoff_context import Flag, FlagKind, digest_text
 from sqlalchemy import bindparam, delete, insert, select, union_all, update
 from sqlmodel import Session
 
-from app.envelope.ledger import CaseFlag
 from app.store.db import execute, insert_ignore_many, pair_params, pairs_in
 from app.store.models import ActionRow, CommentRow, FlagRow
 
@@ -112,6 +111,20 @@ def sync_many_flags(session: Session, hops: Sequence[HopFlags], *, now: int) -> 
     for existing, wanted, offer in syncs:
         writes.sync(existing, wanted, case_id=None, offer=offer)
     writes.apply(session)
+
+
+class CaseFlag(Protocol):
+    """A flag of an envelope case as the ledger derives it (``app.envelope.ledger.CaseFlag``):
+    the agent at fault and the handoff, beside the flag."""
+
+    @property
+    def flag(self) -> Flag: ...
+
+    @property
+    def agent(self) -> str: ...
+
+    @property
+    def handoff_id(self) -> str: ...
 
 
 def case_flag_key(case_id: str, flag: CaseFlag) -> str:

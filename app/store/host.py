@@ -18,33 +18,10 @@ from handoff_context import HostObservation
 from sqlalchemy import bindparam, insert, select, union
 from sqlmodel import Session
 
-from app.capture.carriers import Carried, HostState
 from app.store.db import execute
 from app.store.models import ElementRow, HostStateRow, ObservationRow, VerdictRow
 
 _ADD = insert(HostStateRow)
-
-
-def host_values(
-    state: Carried | HostState, *, received_at: int, received_by: str | None, now: int
-) -> dict[str, Any]:
-    """A row for one captured task state; ``received_at`` is what the checks used."""
-    assert state.task_id is not None and state.task_state is not None
-    key = state.key if isinstance(state, HostState) else None
-    return {
-        "task_id": state.task_id,
-        "task_state": state.task_state,
-        "dialog": state.dialog,
-        "received_at": received_at,
-        "received_exact": state.received_at,
-        "seq": state.seq,
-        "received_by": received_by,
-        "source": state.source,
-        "carrier": state.carrier.value,
-        "element": isinstance(state, Carried),
-        "ingested_at": now,
-        "observation_key": key,
-    }
 
 
 def add_host_states(session: Session, rows: Sequence[dict[str, Any]]) -> None:

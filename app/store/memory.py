@@ -1,39 +1,24 @@
-"""The receiver's memories backed by the database (profile §6.4: they survive a restart).
+"""The rows behind the receiver's memories (profile §6.4: they survive a restart): the
+replay memory, the known offers, the seen statuses and the signature cache, each resting
+on a primary key and ``INSERT .. ON CONFLICT DO NOTHING`` (of two workers remembering the
+same (iss, hop), exactly one records it and the other finds it).
 
-``StoreMemory`` implements the memory Protocols of ``handoff_context`` (replay memory, known
-offers, seen statuses, signature cache) over one session, so a ``Verifier`` built by
-``store_verifier`` judges against everything any worker ever stored. Each memory rests on a
-primary key and ``INSERT .. ON CONFLICT DO NOTHING``: of two workers remembering the same
-(iss, hop), exactly one records it and the other finds it.
+SQL only: the memories the verifier asks (``app.ingest.memory.StoreMemory``) are built
+over these functions by ingest, which also parses what they return.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Collection
-from typing import Literal
+from collections.abc import Collection, Sequence
+from typing import Any
 
-from handoff_context import (
-    Element,
-    Form,
-    InMemoryState,
-    ObjectIndex,
-    Offer,
-    Policy,
-    Remembered,
-    TrustStore,
-    Verifier,
-    content_fingerprint,
-    parse_element,
-)
-from handoff_context.errors import HandoffError
+from handoff_context import Element, Offer, Remembered, content_fingerprint
 from sqlalchemy import bindparam, select
 from sqlmodel import Session
 
 from app.store.db import execute, insert_ignore, insert_ignore_many, pair_params, pairs_in
 from app.store.models import ElementRow, LinkRow, ReplayRow, SeenStatusRow, SignatureCacheRow
 from app.store.records import Ancestor
-from app.store.writebehind import BatchWrites
 
 # Built once: see app.store.db, "dialect-specific statements".
 _ELEMENT_OCTETS = select(ElementRow.octets, ElementRow.form).where(
@@ -52,33 +37,6 @@ _SIGNATURE_CACHED = select(SignatureCacheRow.digest).where(
     SignatureCacheRow.digest == bindparam("b_digest"),
     SignatureCacheRow.trust == bindparam("b_trust"),
 )
-
-
-class _VerifiedSignatures:
-    """A bounded, process-wide front of the signature cache table: (digest, trust
-    fingerprint) pairs whose signature verified. Whether a signature verifies under a trust
-    store is a fact about the octets alone, so this memory can never be wrong, even when
-    the transaction that recorded the pair in the table rolls back; it only spares the
-    lookup. Replay, dedupe and equivocation still rest on the database alone."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._pairs: OrderedDict[tuple[bytes, str], None] = OrderedDict()
-
-    def __contains__(self, pair: tuple[bytes, str]) -> bool:
-        if pair in self._pairs:
-            self._pairs.move_to_end(pair)
-            return True
-        return False
-
-    def add(self, pair: tuple[bytes, str]) -> None:
-        self._pairs[pair] = None
-        self._pairs.move_to_end(pair)
-        if len(self._pairs) > self.size:
-            self._pairs.popitem(last=False)
-
-
-_VERIFIED = _VerifiedSignatures(65_536)  # ~10 MiB at most
 
 
 def element_values(element: Element, *, now: int) -> dict[str, object]:
@@ -150,276 +108,60 @@ def replay_among(
     return {(r.iss, r.hop): Remembered(r.digest, r.content) for r in rows}
 
 
-class StoreMemory:
-    """Replay memory, offer index, seen statuses and signature cache over one session."""
+def stored_rows(session: Session, digests: Collection[bytes]) -> list[Any]:
+    """The stored elements among ``digests``: digest, type, octets, form and (offers)
+    ``prev``, one query."""
+    if not digests:
+        return []
+    return list(execute(session, _STORED_ROWS, {"b_digests": list(digests)}))
 
-    def __init__(
-        self, session: Session, *, trust: TrustStore, now: int, stored: set[bytes] | None = None
-    ) -> None:
-        self.session = session
-        self.trust = trust
-        self.now = now
-        # Digests known to be stored in this transaction (loaded for a whole batch with one
-        # query, ``load_batch``, and kept up to date): an element among them is not
-        # inserted again. An element once stored stays stored, so the set can only ever
-        # miss one, never name one that is not there.
-        self.stored: set[bytes] = set() if stored is None else stored
-        self.inserted: set[bytes] = set()  # digests this memory stored for the first time
-        # Digests whose signature cache rows were loaded (``load_batch``): a miss among
-        # them needs no lookup. Rows to add are written once, by ``flush``.
-        self._cache_loaded: set[bytes] = set()
-        self._to_mark: list[dict[str, object]] = []
-        # Seen statuses and replay memory held for the batch (``load_batch(exact=True)``).
-        self._seen_loaded: set[bytes] = set()
-        self._seen: set[bytes] = set()
-        self._seen_rows: list[dict[str, object]] = []
-        self._replay_loaded: set[tuple[str, str]] = set()
-        self._replay: dict[tuple[str, str], Remembered] = {}
-        self._replay_rows: list[dict[str, object]] = []
-        # Set by ``store_verifier``: the verifier's cached signature check (profile §6.1).
-        self.check_signature: Callable[[Element], None] | None = None
-        self._offers: dict[bytes, Element | None] = {}
-        # Set by the ingest pipeline: the batch's rows not yet written (on SQLite its new
-        # elements too), and the stored offers loaded up front by digest (``load_batch``),
-        # with the digests whose absence is exact (SQLite).
-        self.writes: BatchWrites | None = None
-        self._rows: dict[bytes, Ancestor] = {}
-        self._rows_loaded: set[bytes] = set()
 
-    def load_batch(
-        self,
-        digests: Collection[bytes],
-        *,
-        hops: Collection[tuple[str, str]] = (),
-        exact: bool = False,
-        named: Collection[bytes] = (),
-    ) -> None:
-        """Load what a batch will ask about ``digests`` with one query each: which are
-        stored, and which verified under this trust store.
+def stored_offer(session: Session, digest: bytes) -> Ancestor | None:
+    """The stored offer ``digest`` (its octets and form; ``prev`` is not read), or None."""
+    row = execute(session, _OFFER_OCTETS, {"b_digest": digest}).first()
+    return None if row is None else Ancestor(row.octets, row.form, None)
 
-        ``exact`` (SQLite: one writer, so nothing changes under the batch but the batch
-        itself): also which of ``digests`` are seen statuses, and what the replay memory
-        holds for ``hops`` ((iss, hop) pairs); the batch then asks and updates both in
-        memory, and ``flush`` writes what it added. Without ``exact`` (PostgreSQL, where
-        another writer may record either at any time) every question goes to the database,
-        whose ``INSERT .. ON CONFLICT`` is what makes the answer right.
 
-        ``named``: digests the batch names (statuses' offers, offers' ``prev``): their
-        stored offers are read in the same query as ``digests``, so judging a status or
-        walking a stored chain asks nothing more for them. An element once stored stays
-        as it is, so what was read stays true; with ``exact`` so does what was not found."""
-        if exact:
-            self._seen_loaded = set(digests)
-            self._seen = seen_among(self.session, digests=digests)
-            self._replay_loaded = set(hops)
-            self._replay = replay_among(self.session, hops=hops)
-        wanted = {d for d in (*digests, *named) if d not in self.stored}
-        if wanted:
-            for row in execute(self.session, _STORED_ROWS, {"b_digests": list(wanted)}):
-                self.stored.add(row.digest)
-                if row.type == "offer":
-                    self._rows[row.digest] = Ancestor(row.octets, row.form, row.prev)
-        if exact:
-            self._rows_loaded |= wanted
-        fingerprint = self.trust.fingerprint
-        unknown = [d for d in digests if (d, fingerprint) not in _VERIFIED]
-        if unknown:
-            params = {"b_digests": unknown, "b_trust": fingerprint}
-            for digest in execute(self.session, _SIGNATURES_CACHED, params).scalars():
-                _VERIFIED.add((digest, fingerprint))
-        self._cache_loaded.update(unknown)
+def cached_signatures(session: Session, digests: Sequence[bytes], *, trust: str) -> list[bytes]:
+    """Which of ``digests`` the signature cache says verified under ``trust``: one query."""
+    if not digests:
+        return []
+    params = {"b_digests": list(digests), "b_trust": trust}
+    return list(execute(session, _SIGNATURES_CACHED, params).scalars())
 
-    def flush(self) -> None:
-        """Write the signature cache rows gathered since the last flush (one statement).
-        A row is a fact about octets and keys, true whether or not the item that found it
-        was kept, so it may outlive a savepoint rolled back."""
-        rows, self._to_mark = self._to_mark, []
-        insert_ignore_many(self.session, SignatureCacheRow, rows, ["digest", "trust"])
-        replay, self._replay_rows = self._replay_rows, []
-        insert_ignore_many(self.session, ReplayRow, replay, ["iss", "hop"])
-        seen, self._seen_rows = self._seen_rows, []
-        insert_ignore_many(self.session, SeenStatusRow, seen, ["digest"])
 
-    # -- ReplayMemory ------------------------------------------------------------------
+def signature_cached(session: Session, digest: bytes, *, trust: str) -> bool:
+    params = {"b_digest": digest, "b_trust": trust}
+    return execute(session, _SIGNATURE_CACHED, params).first() is not None
 
-    def remember(self, element: Element) -> tuple[Remembered, bool]:
-        p = element.payload
-        mine = Remembered(element.digest, content_fingerprint(element))
-        row = {
-            "iss": p.iss,
-            "hop": p.hop,
-            "digest": mine.digest,
-            "content": mine.content,
-            "recorded_at": self.now,
-        }
-        key = (p.iss, p.hop)
-        if key in self._replay_loaded:
-            first = self._replay.get(key)
-            if first is not None:
-                return first, False
-            self._replay[key] = mine
-            self._replay_rows.append(row)
-            return mine, True
-        if insert_ignore(self.session, ReplayRow, row, ["iss", "hop"]):
-            return mine, True
-        first = execute(self.session, _REPLAY_FIRST, {"b_iss": p.iss, "b_hop": p.hop}).one()
-        return Remembered(first.digest, first.content), False
 
-    # -- OfferIndex --------------------------------------------------------------------
-
-    def get_offer(self, digest: bytes) -> Element | None:
-        """A stored offer whose signature verifies under the current trust store."""
-        if digest not in self._offers:
-            self._offers[digest] = self._verified_offer(digest)
-        return self._offers[digest]
-
-    def _verified_offer(self, digest: bytes) -> Element | None:
-        assert self.check_signature is not None, "use store_verifier"
-        try:
-            element = self._stored_offer(digest)
-            if element is None:
-                return None
-            self.check_signature(element)
-        except HandoffError:
-            return None
-        return element
-
-    def _stored_offer(self, digest: bytes) -> Element | None:
-        """The stored offer ``digest``, parsed (None when no such offer is stored).
-        Raises HandoffError when its octets no longer parse."""
-        if self.writes is not None:
-            buffered = self.writes.element(digest)
-            if buffered is not None:
-                return buffered if isinstance(buffered.payload, Offer) else None
-        known = self.ancestor(digest)
-        if known is False:
-            return None
-        if known is None:
-            row = execute(self.session, _OFFER_OCTETS, {"b_digest": digest}).first()
-            if row is None:
-                return None
-            known = Ancestor(row.octets, row.form, None)
-        return parse_element(known.octets, Form(known.form))
-
-    def ancestor(self, digest: bytes) -> Ancestor | Literal[False] | None:
-        """What this memory knows of the stored offer ``digest`` without asking the store:
-        it, False when no such offer is stored, None when it does not know
-        (``records.stored_ancestors``)."""
-        if self.writes is not None:
-            buffered = self.writes.element(digest)
-            if buffered is not None:
-                p = buffered.payload
-                if not isinstance(p, Offer):
-                    return False
-                return Ancestor(buffered.octets, buffered.form.value, p.prev)
-        row = self._rows.get(digest)
-        if row is not None:
-            return row
-        if digest in self._rows_loaded:
-            # Loaded (exact: SQLite) and no offer then, and none stored since: the buffer
-            # would hold it.
-            return False
+def remember_first(session: Session, row: dict[str, Any]) -> Remembered | None:
+    """Record ``row`` in the replay memory unless its (iss, hop) is there: None when this
+    call recorded it, else what was there first."""
+    if insert_ignore(session, ReplayRow, row, ["iss", "hop"]):
         return None
-
-    def add_offer(self, element: Element) -> None:
-        self.store(element)
-        self._offers[element.digest] = element
-
-    def store(self, element: Element) -> None:
-        """Store the element unless it is known to be stored already."""
-        if element.digest in self.stored:
-            return
-        if self.writes is not None and self.writes.buffers_elements:
-            # Exact (SQLite): not stored, so new; written with the batch.
-            self.writes.add_element(element, element_values(element, now=self.now))
-            self._note_inserted(element)
-        elif store_element(self.session, element, now=self.now):
-            self._note_inserted(element)
-        self.stored.add(element.digest)
-
-    def _note_inserted(self, element: Element) -> None:
-        self.inserted.add(element.digest)
-
-    def holds(self, digest: bytes) -> bool:
-        """True when this memory has seen the offer stored (it stored or read it)."""
-        return self._offers.get(digest) is not None
-
-    # -- SeenStatuses ------------------------------------------------------------------
-
-    def has_status(self, digest: bytes) -> bool:
-        if digest in self._seen_loaded:
-            return digest in self._seen
-        return execute(self.session, _SEEN_STATUS, {"b_digest": digest}).first() is not None
-
-    def add_status(self, digest: bytes) -> None:
-        row = {"digest": digest, "seen_at": self.now}
-        if digest in self._seen_loaded:
-            if digest not in self._seen:
-                self._seen.add(digest)
-                self._seen_rows.append(row)
-            return
-        insert_ignore(self.session, SeenStatusRow, row, ["digest"])
-
-    # -- SignatureCache ----------------------------------------------------------------
-
-    def verified(self, digest: bytes, trust_fingerprint: str) -> bool:
-        if (digest, trust_fingerprint) in _VERIFIED:
-            return True
-        if digest in self._cache_loaded and trust_fingerprint == self.trust.fingerprint:
-            return False
-        params = {"b_digest": digest, "b_trust": trust_fingerprint}
-        found = execute(self.session, _SIGNATURE_CACHED, params).first() is not None
-        if found:
-            _VERIFIED.add((digest, trust_fingerprint))
-        return found
-
-    def mark_verified(self, digest: bytes, trust_fingerprint: str) -> None:
-        row = {"digest": digest, "trust": trust_fingerprint, "verified_at": self.now}
-        self._to_mark.append(row)
-        _VERIFIED.add((digest, trust_fingerprint))
+    params = {"b_iss": row["iss"], "b_hop": row["hop"]}
+    first = execute(session, _REPLAY_FIRST, params).one()
+    return Remembered(first.digest, first.content)
 
 
-def store_verifier(
+def status_seen(session: Session, digest: bytes) -> bool:
+    return execute(session, _SEEN_STATUS, {"b_digest": digest}).first() is not None
+
+
+def add_seen_status(session: Session, row: dict[str, Any]) -> None:
+    insert_ignore(session, SeenStatusRow, row, ["digest"])
+
+
+def write_memories(
     session: Session,
     *,
-    trust: TrustStore,
-    policy: Policy,
-    objects: ObjectIndex,
-    now: int,
-    fresh: bool = False,
-    stored: set[bytes] | None = None,
-) -> Verifier:
-    """A verifier whose memories are the database. ``fresh``: known offers and the
-    signature cache still come from the database, but replay memory and seen statuses start
-    empty, which judges an element as if it were the first ever seen (ignoring replay).
-    ``stored``: see ``StoreMemory.stored``."""
-    memory = StoreMemory(session, trust=trust, now=now, stored=stored)
-    empty = InMemoryState()
-    verifier = Verifier(
-        trust=trust,
-        policy=policy,
-        objects=objects,
-        replay=empty if fresh else memory,
-        offers=memory,
-        statuses=empty if fresh else memory,
-        signature_cache=memory,
-    )
-    memory.check_signature = verifier.check_signature
-    return verifier
-
-
-def fresh_verifier(memory: StoreMemory, *, policy: Policy, objects: ObjectIndex) -> Verifier:
-    """A verifier over ``memory``'s known offers and signature cache whose replay memory and
-    seen statuses start empty: one judgement as if nothing had been seen before. Cheap, so
-    one is made for each such judgement (reusing one would make the next twin an
-    equivocation)."""
-    empty = InMemoryState()
-    return Verifier(
-        trust=memory.trust,
-        policy=policy,
-        objects=objects,
-        replay=empty,
-        offers=memory,
-        statuses=empty,
-        signature_cache=memory,
-    )
+    signatures: Sequence[dict[str, Any]],
+    replay: Sequence[dict[str, Any]],
+    seen: Sequence[dict[str, Any]],
+) -> None:
+    """Write rows gathered for the signature cache, the replay memory and the seen
+    statuses, one statement each (a row already there is left as it is)."""
+    insert_ignore_many(session, SignatureCacheRow, signatures, ["digest", "trust"])
+    insert_ignore_many(session, ReplayRow, replay, ["iss", "hop"])
+    insert_ignore_many(session, SeenStatusRow, seen, ["digest"])

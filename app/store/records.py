@@ -8,7 +8,7 @@ memory, which is what hop states and flags are derived from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -17,9 +17,8 @@ from handoff_context.errors import Reason
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
-from app.capture.carriers import Carried
 from app.store.db import Locks, digest_lock, execute
-from app.store.host import add_host_states, host_values
+from app.store.host import add_host_states
 from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
 # Profile §6.4: the replay memory holds what passed checks 1-3.
@@ -65,20 +64,23 @@ def add_observation(
     ctx: Context,
     source: str,
     now: int,
-    item: Carried | None = None,
+    carried: Mapping[str, Any] | None = None,
+    host: dict[str, Any] | None = None,
     via: bytes | None = None,
     writes: RowBuffer | None = None,
 ) -> int:
-    """Record one receipt of a stored element; ``ctx`` is what it was judged against.
+    """Record one receipt of a stored element; ``ctx`` is what it was judged against,
+    ``carried`` the receipt's carrier columns (``observation_values``), ``host`` the row
+    of the host task state it rode in, which counts like any other (app.store.host).
     With ``writes`` the rows are buffered there (``app.store.writebehind``), not written."""
-    values = observation_values(digest=digest, ctx=ctx, source=source, now=now, item=item, via=via)
-    if item is not None and item.task_id is not None and item.task_state is not None:
-        # The host task state the element rode in counts like any other (app.store.host).
-        row = host_values(item, received_at=ctx.now, received_by=ctx.receiver, now=now)
+    values = observation_values(
+        digest=digest, ctx=ctx, source=source, now=now, carried=carried, via=via
+    )
+    if host is not None:
         if writes is not None:
-            writes.add_host_state(row)
+            writes.add_host_state(host)
         else:
-            add_host_states(session, [row])
+            add_host_states(session, [host])
     if writes is not None:
         return writes.add_observation(values)
     return int(execute(session, _ADD_OBSERVATION, values).scalar_one())
@@ -98,10 +100,12 @@ def observation_values(
     ctx: Context,
     source: str,
     now: int,
-    item: Carried | None = None,
+    carried: Mapping[str, Any] | None = None,
     via: bytes | None = None,
 ) -> dict[str, Any]:
-    """The observation table's row for one receipt (without its id)."""
+    """The observation table's row for one receipt (without its id); ``carried``: the
+    columns of an item's receipt (carrier, role, task_id, task_state, received_exact,
+    observation_key), none for a chain element's."""
     values: dict[str, Any] = {
         "digest": digest,
         "received_at": ctx.now,
@@ -111,15 +115,8 @@ def observation_values(
         "via": via,
         "ingested_at": now,
     }
-    if item is not None:
-        values.update(
-            carrier=item.carrier.value,
-            role=item.role.value,
-            task_id=item.task_id,
-            task_state=item.task_state,
-            received_exact=item.received_at,
-            observation_key=item.key,
-        )
+    if carried is not None:
+        values.update(carried)
     return values
 
 

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from handoff_context import Form, alg_for_key, b64url_decode, b64url_encode, parse_element
-from handoff_context.errors import HandoffError
+from handoff_context import Element, alg_for_key, b64url_decode, b64url_encode
 from joserfc import jws
 from joserfc.errors import JoseError
 from sqlalchemy import Engine, LargeBinary, func, select, text
@@ -428,27 +427,28 @@ def _record(line: bytes | str, number: int) -> dict[str, Any]:
     return record
 
 
-def insert_rows(session: Session, kind: str, records: list[Mapping[str, Any]]) -> None:
-    """Insert a batch of records of one plain kind (element, rejected_octets, api_token,
-    operator_user). An element is stored as ingest stores it (``store_element``: its
-    columns and chain link derived from its octets again), with its own first-seen time."""
-    model = PLAIN[kind]
-    rows = [from_json(model, r) for r in records]
-    if kind == "element":
-        rows = [r for r in rows if not _store_element(session, r)]
+def plain_rows(kind: str, records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of records of one plain kind (element, rejected_octets, api_token,
+    operator_user), as exported."""
+    return [from_json(PLAIN[kind], r) for r in records]
+
+
+def insert_rows(
+    session: Session,
+    kind: str,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    elements: Sequence[tuple[Element, int]] = (),
+) -> None:
+    """Insert a batch of ``plain_rows`` of one kind as they were exported, and store
+    ``elements`` (with their first-seen times) as ingest stores them (``store_element``:
+    their columns and chain link derived from their octets again). Ingest parses the
+    elements (``app.ingest.rederive``); a row whose octets no longer parse is inserted as
+    it was exported (evidence is never dropped)."""
+    for element, first_seen in elements:
+        store_element(session, element, now=first_seen)
     if rows:
-        session.execute(model.__table__.insert(), rows)  # type: ignore[attr-defined]
-
-
-def _store_element(session: Session, row: Mapping[str, Any]) -> bool:
-    """True when the octets parse and were stored; a row whose octets no longer parse is
-    left to be inserted as it was exported (evidence is never dropped)."""
-    try:
-        element = parse_element(row["octets"], Form(row["form"]))
-    except (HandoffError, ValueError):
-        return False
-    store_element(session, element, now=row["first_seen"])
-    return True
+        session.execute(PLAIN[kind].__table__.insert(), list(rows))  # type: ignore[attr-defined]
 
 
 def restore_workflow(session: Session, work: Mapping[str, list[Mapping[str, Any]]]) -> int:

@@ -18,9 +18,10 @@ from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from app.envelope.flags import FlagKind
+from app.ingest.cases import case_detail
 from app.ingest.pipeline import IngestReport, ingest
 from app.store import db
-from app.store.cases import case_detail, list_cases
+from app.store.cases import list_cases
 from app.store.queries import (
     FlagActionError,
     FlagStatus,

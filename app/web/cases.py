@@ -2,7 +2,7 @@
 ``/cases/{case_id}``, one case's ownership timeline, its envelopes and its flags.
 
 Like the other pages, routes only translate: the ledger, the reference outcomes and the
-flags come from ``app.store.cases``; this module sorts them for reading (verified facts
+flags come from ``app.ingest.cases``; this module sorts them for reading (verified facts
 apart from claimed ones) and never judges anything itself.
 """
 
@@ -14,7 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.store.cases import CaseDetail, Envelope, Fact, case_detail, list_cases
+from app.ingest.cases import CaseDetail, Envelope, Fact, case_detail
+from app.store.cases import list_cases
 from app.web import charts
 from app.web.render import render
 from app.web.service import ServiceDep

@@ -16,7 +16,7 @@ from typing import Any
 from handoff_context import HopState, digest_text
 
 from app.envelope.ledger import band_at, fenced
-from app.store.cases import CaseDetail, CaseEvent, Epoch
+from app.ingest.cases import CaseDetail, CaseEvent, Epoch
 from app.store.dashboard import Activity
 from app.store.models import ElementRow
 from app.store.queries import TreeNode

@@ -19,6 +19,7 @@ from handoff_context import MAX_SAFE_INT, RefPolicy, parse_digest_text
 from handoff_context.errors import MalformedError
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.ingest.build import verify_options
 from app.ingest.verifying import VerifyOptions
 from app.settings import Settings
 from app.web.errors import ApiError, PayloadTooLarge
@@ -117,7 +118,8 @@ class VerifyParams(BaseModel):
     ref_policy: RefPolicy | None = None
 
     def options(self, settings: Settings, *, now: int) -> VerifyOptions:
-        return settings.verify_options(
+        return verify_options(
+            settings,
             at=now if self.at is None else self.at,
             receiver=self.receiver,
             dialog=self.dialog,

@@ -4,7 +4,7 @@ that did not propagate with their times against the grace deadline, and for a ca
 the envelope items, ledger epochs and writes it rests on.
 
 Nothing here judges anything: the flag, its evidence and the verdicts are the store's; the
-ledger is the one ``app.store.cases`` derives. This module only picks the rows that the
+ledger is the one ``app.ingest.cases`` derives. This module only picks the rows that the
 flag's evidence names and puts them side by side.
 """
 
@@ -18,9 +18,8 @@ from handoff_context import digest_text
 from sqlmodel import Session
 
 from app.envelope.ledger import CaseEvent, Epoch, Item
+from app.ingest.cases import case_detail, case_items
 from app.store import dashboard
-from app.store.cases import case_detail
-from app.store.envelopes import case_items
 from app.store.models import ElementRow, FlagRow
 from app.store.queries import HopListing, hop_for_offer, observations_of
 

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 from sqlmodel import SQLModel
 
 from app.envelope.flags import FlagKind
-from app.store.cases import CaseDetail, CaseSummary
+from app.ingest.cases import CaseDetail
+from app.store.cases import CaseSummary
 from app.store.models import ActionRow, ElementRow
 from app.store.queries import (
     AgentSummary,

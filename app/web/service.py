@@ -24,15 +24,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.errors import HandoffTraceError
+from app.ingest.build import build_pipeline, verify_options
 from app.ingest.pipeline import Pipeline
 from app.ingest.rejudge import Rejudged, RejudgeFailed, judged_under_other_trust, rejudge
+from app.ingest.sweep import sweep
 from app.ingest.verifying import Report, VerifyOptions, load_objects, verify_inputs
 from app.log.errors import LogKeyError
 from app.log.keys import load_signer
 from app.log.runner import EvidenceLog
 from app.settings import Settings
 from app.store import db
-from app.store.derive import anything_due, sweep
+from app.store.derive import anything_due
 from app.trust import TrustFileError, load_config, open_trust
 from app.web.errors import ApiError
 
@@ -244,13 +246,12 @@ class Service:
         at = self.clock()
         return rejudge(
             self.engine,
-            lambda engine: Pipeline(
-                engine=engine,
-                trust=trust,
-                options=self.settings.verify_options(at=at),
-                timing=self.settings.timing,
+            lambda engine: build_pipeline(
+                self.settings,
+                engine,
+                trust,
+                options=verify_options(self.settings, at=at),
                 objects=self.objects,
-                envelope=self.settings.envelope,
             ),
             old=old,
             new=trust.fingerprint,
@@ -287,13 +288,8 @@ class Service:
             yield session
 
     def pipeline(self, options: VerifyOptions) -> Pipeline:
-        return Pipeline(
-            engine=self.engine,
-            trust=self.trust,
-            options=options,
-            timing=self.settings.timing,
-            objects=self.objects,
-            envelope=self.settings.envelope,
+        return build_pipeline(
+            self.settings, self.engine, self.trust, options=options, objects=self.objects
         )
 
     def verify(

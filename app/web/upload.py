@@ -32,6 +32,7 @@ from fastapi.responses import Response
 from handoff_context import Outcome, digest_text
 from starlette.concurrency import run_in_threadpool
 
+from app.ingest.build import verify_options
 from app.ingest.pipeline import ingest
 from app.store import db
 from app.store.reports import get_report, keep_report
@@ -242,7 +243,7 @@ async def upload(
             "or leave them at “now” and unset to store.",
         )
     s = service.settings
-    options = s.verify_options(at=judged_at, receiver=chosen)
+    options = verify_options(s, at=judged_at, receiver=chosen)
     errors: list[Any] = []
     envelope_errors: list[Any] = []
     # Verdicts are handed on one by one as they are made, never all held: the report keeps

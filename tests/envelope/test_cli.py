@@ -11,8 +11,8 @@ import pytest
 from handoff_context import trust_document
 
 from app.cli import main
+from app.ingest.cases import case_detail
 from app.store import db
-from app.store.cases import case_detail
 from tests.conftest import T0, World
 
 from .builders import BILLING, CASE, TRANSCRIPT, envelope, jsonl, message_v1, record, send_v1

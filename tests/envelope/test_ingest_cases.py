@@ -22,11 +22,12 @@ from sqlalchemy.exc import DataError, OperationalError
 from app.envelope.config import EnvelopeConfig
 from app.envelope.ledger import CaseRules
 from app.ingest import envelope as envelope_ingest
+from app.ingest.cases import case_detail
 from app.ingest.pipeline import IngestReport, Pipeline, ingest
+from app.ingest.sweep import sweep
 from app.ingest.verifying import VerifyOptions
 from app.store import db
-from app.store.cases import case_detail, list_cases
-from app.store.derive import sweep
+from app.store.cases import list_cases
 from app.store.models import CaseRow, EnvelopeItemRow, FlagRow
 from tests.conftest import T0, make_world
 from tests.store.builders import TIMING

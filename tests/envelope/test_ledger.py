@@ -22,8 +22,8 @@ from app.envelope.ledger import (
     fenced,
     first_receivers,
 )
+from app.ingest.cases import item_of
 from app.ingest.envelope import item_rows
-from app.store.envelopes import item_of
 from tests.conftest import T0
 
 from .builders import (
@@ -350,3 +350,13 @@ def test_an_answer_links_by_task_id_or_by_the_epoch_before_its_own() -> None:
     by_epoch = record(response(task_v1(answer(True, handoff_id=None))), T0 + 20, TRIAGE)
     result = ledger([handoff(T0 + 10), by_epoch])
     assert (result.owner, result.epochs[-1].handoff_id) == (BILLING, f"{CASE}:4")
+
+
+def test_the_store_reads_every_field_of_a_ledger_item() -> None:
+    # app.store.envelopes names the columns without importing the ledger: kept equal here.
+    from dataclasses import fields
+
+    from app.envelope.ledger import Item
+    from app.store.envelopes import ITEM_COLUMNS
+
+    assert [f.name for f in fields(Item)] == list(ITEM_COLUMNS)

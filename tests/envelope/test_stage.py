@@ -13,18 +13,18 @@ from sqlalchemy import Engine
 from app.capture.formats import CaptureItem
 from app.envelope.extract import find_items
 from app.envelope.ledger import CaseRules
-from app.ingest.envelope import item_rows
-from app.store import db
-from app.store.db import Locks
-from app.store.envelopes import (
+from app.ingest.cases import (
     KnownItems,
     case_ledger,
     case_ledgers,
     cases_items,
     derive_cases,
-    store_items,
     stored_as,
 )
+from app.ingest.envelope import item_rows
+from app.store import db
+from app.store.db import Locks
+from app.store.envelopes import store_items
 from tests.conftest import T0
 
 from .builders import (

@@ -23,10 +23,11 @@ from handoff_context import (
 from handoff_context.carry import A2A_EXTENSION_URI
 from sqlalchemy import Engine, func, select
 
+from app.envelope.ledger import CaseRules
 from app.ingest.pipeline import IngestReport, Pipeline, ingest
+from app.ingest.sweep import sweep
 from app.ingest.verifying import VerifyOptions
 from app.store.db import transaction
-from app.store.derive import sweep
 from app.store.models import ElementRow, FlagRow, HopRow, ObservationRow
 from tests.conftest import T0
 
@@ -139,7 +140,7 @@ def hops(engine: Engine, *, now: int | None = None) -> dict[tuple[str, str], dic
     in the OTLP exporter's change sequence, which counts derivations)."""
     with transaction(engine) as session:
         if now is not None:
-            sweep(session, now=now, timing=TIMING)
+            sweep(session, now=now, timing=TIMING, cases=CaseRules())
         rows = session.execute(select(HopRow)).scalars()
         return {(h.iss, h.hop): h.model_dump(exclude={"change"}) for h in rows}
 

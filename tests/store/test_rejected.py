@@ -5,8 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
-from handoff_context import Form, b64url_decode, b64url_encode, digest_text, parse_element
+import pytest
+from handoff_context import (
+    Context,
+    Form,
+    Policy,
+    Verifier,
+    b64url_decode,
+    b64url_encode,
+    digest_text,
+    parse_element,
+)
 from sqlalchemy import Engine, select
 
 from app.demo.elements import embedded_key_offer
@@ -83,3 +94,33 @@ def test_an_object_that_is_none_is_kept_without_a_hop(engine: Engine, world: Wor
     assert (row.form, row.type, row.hop, row.octets) == ("json", None, None, b'{"offer":5}')
     assert row.digest == hashlib.sha256(b'{"offer":5}').digest()
     assert flags(engine) == []  # no hop to file it under; the row is the evidence
+
+
+def test_a_refused_item_is_parsed_once_and_judged_as_the_verifier_judges_it(
+    engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each refused item's object is read once on its way to its verdict and its evidence
+    (issue 20: three times before), and the verdict is the library's own for that value."""
+    import handoff_context._verify as library_verify
+
+    import app.ingest.judge as judge_module
+    import app.ingest.refused as refused_module
+
+    calls: list[object] = []
+    for module in (judge_module, refused_module, library_verify):
+        real = module.parse_object
+
+        def counting(value: object, *a: Any, _real: Any = real, **kw: Any) -> Any:
+            calls.append(value)
+            return _real(value, *a, **kw)
+
+        monkeypatch.setattr(module, "parse_object", counting)
+    keyed = _with_key(world)
+    items = [{"offer": 7}, {"offer": "a.b.c", "status": "a.b.c"}, bundle(keyed)]
+    report = run(engine, world.trust, [rec(item, T0 + 1) for item in items])
+    assert len(calls) == len(items)
+    expected = Verifier(trust=world.trust, policy=Policy())
+    for item, verdict in zip(items, report.verdicts, strict=True):
+        mine = expected.verify_value(item, Context(now=T0 + 1), source=verdict.source)
+        assert verdict.to_json() == mine.to_json()
+    assert len(_receipts(engine)) == 3

@@ -148,3 +148,28 @@ def test_the_instance_settings_are_read_and_checked() -> None:
     ):
         with pytest.raises(SettingsError, match=name.removeprefix("HANDOFF_TRACE_")):
             Settings.from_env({name: bad})
+
+
+def test_the_settings_accept_exactly_the_databases_the_store_supports() -> None:
+    # The settings are read before, and without, anything of the store: the list is stated
+    # twice, and kept equal here.
+    from app.settings import DATABASE_SCHEMES
+    from app.store.db import SCHEMES, UnsupportedDatabase, check_url
+
+    assert set(DATABASE_SCHEMES) == set(SCHEMES)
+    for url in ("mysql://x/y", "just-a-path.db"):
+        with pytest.raises(UnsupportedDatabase):
+            check_url(url)
+        with pytest.raises(SettingsError):
+            Settings.from_env({"DATABASE_URL": url})
+
+
+def test_the_profile_defaults_are_the_librarys_policy() -> None:
+    from handoff_context import Policy
+
+    from app.ingest.verifying import VerifyOptions
+
+    policy, settings, options = Policy(), Settings(), VerifyOptions(at=0)
+    for name in ("skew", "max_lifetime", "max_chain"):
+        assert getattr(settings, name) == getattr(policy, name) == getattr(options, name)
+    assert options.policy == policy

@@ -12,7 +12,7 @@ import hashlib
 
 from app.demo import envelope_wire as wire
 from app.demo.carry import A2A_1_0
-from app.store.cases import CaseDetail, CaseEvent, Envelope, Epoch, Fact, Reference
+from app.ingest.cases import CaseDetail, CaseEvent, Envelope, Epoch, Fact, Reference
 from app.store.models import FlagRow
 
 T0 = 1_793_000_000

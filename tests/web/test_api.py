@@ -16,7 +16,7 @@ from handoff_context import Form, make_offer
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-import app.ingest.pipeline as ingest_module
+import app.ingest.judge as judge_module
 from app.ingest.verifying import VerifyOptions, verify_inputs
 from app.settings import Settings
 from app.store import db
@@ -401,14 +401,14 @@ def test_a_database_error_in_one_item_is_reported_not_a_500(
     # A database error that is the item's own (a constraint): the rest goes on, and the
     # answer is 503 since that item was not stored.
     o1, o2 = offer(world.planner, world.coder), offer(world.planner, world.coder)
-    real = ingest_module.add_observation
+    real = judge_module.add_observation
 
     def failing(session: Any, **kw: Any) -> int:
         if kw["source"] == "request:1":
             raise IntegrityError("INSERT INTO observation", {}, Exception("item on fire"))
         return real(session, **kw)
 
-    monkeypatch.setattr(ingest_module, "add_observation", failing)
+    monkeypatch.setattr(judge_module, "add_observation", failing)
     response = api.post("/api/v1/ingest", jsonl([rec(bundle(o1), T0), rec(bundle(o2), T0)]))
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"
     answer = response.json()
@@ -425,14 +425,14 @@ def test_a_database_that_cannot_be_written_cuts_the_request_short(
     # An operational error (an outage, a full disk) is the database's: nothing after the
     # item is tried, and the answer names where to start again.
     o1, o2, o3 = (offer(world.planner, world.coder) for _ in range(3))
-    real = ingest_module.add_observation
+    real = judge_module.add_observation
 
     def failing(session: Any, **kw: Any) -> int:
         if kw["source"] == "request:2":
             raise OperationalError("INSERT INTO observation", {}, Exception("disk on fire"))
         return real(session, **kw)
 
-    monkeypatch.setattr(ingest_module, "add_observation", failing)
+    monkeypatch.setattr(judge_module, "add_observation", failing)
     records = [rec(bundle(o), T0) for o in (o1, o2, o3)]
     response = api.post("/api/v1/ingest", jsonl(records))
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"

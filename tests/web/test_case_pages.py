@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.ingest.cases import CaseEvent, Epoch
 from app.settings import Settings
 from app.store import db
-from app.store.cases import CaseEvent, CaseSummary, Epoch
+from app.store.cases import CaseSummary
 from app.store.tokens import Role
 from app.store.users import create_user
 from app.web import cases, charts

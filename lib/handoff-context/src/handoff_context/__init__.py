@@ -23,6 +23,13 @@ from handoff_context._encoding import (
     strict_json_loads,
 )
 from handoff_context._filestate import FileState
+from handoff_context._flags import (
+    CountingOffer,
+    Rejection,
+    canonical_order,
+    equivocation_flag,
+    rejection_flags,
+)
 from handoff_context._handoff import HandoffObject, StatusObject, parse_object
 from handoff_context._lifecycle import (
     A2A_STATE,
@@ -135,6 +142,7 @@ __all__ = [
     "CheckFailed",
     "CheckResult",
     "Context",
+    "CountingOffer",
     "Delegation",
     "DownstreamFact",
     "Element",
@@ -167,6 +175,7 @@ __all__ = [
     "RefOutcome",
     "RefPolicy",
     "RefReport",
+    "Rejection",
     "Remembered",
     "ReplayMemory",
     "ReplyError",
@@ -192,12 +201,14 @@ __all__ = [
     "alg_for_key",
     "b64url_decode",
     "b64url_encode",
+    "canonical_order",
     "carry",
     "check_identifier",
     "content_fingerprint",
     "continue_handoff",
     "derive_hop",
     "digest_text",
+    "equivocation_flag",
     "form_of",
     "handoff_digest",
     "handoff_object",
@@ -214,6 +225,7 @@ __all__ = [
     "parse_element",
     "parse_object",
     "public_jwk",
+    "rejection_flags",
     "sign_payload",
     "status_object",
     "status_parties",

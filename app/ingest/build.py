@@ -1,0 +1,69 @@
+"""The one place the ingest pipeline and its verify options are built from the settings.
+
+Every entry point that judges or stores (``serve``'s ``/ingest``, ``/verify`` and upload
+page, the live tap, ``handoff-trace ingest``, ``import``, ``rederive``, ``demo load``, the
+re-judging after a trust change) builds through here, so a setting (the receiver policy,
+the lifecycle timers, the envelope types and case rules) can never reach one entry point
+and miss another. The core below receives the plain values, never the settings object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from handoff_context import ObjectIndex, Timing, TrustStore
+from sqlalchemy import Engine
+
+from app.envelope.config import EnvelopeConfig
+from app.ingest.verifying import VerifyOptions
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Everything an ingest needs besides its input."""
+
+    engine: Engine
+    trust: TrustStore
+    options: VerifyOptions  # profile §12; ``at`` is the receive time of items without one
+    timing: Timing = field(default_factory=Timing)
+    objects: ObjectIndex = field(default_factory=ObjectIndex)
+    envelope: EnvelopeConfig = field(default_factory=EnvelopeConfig)
+
+
+def verify_options(settings: Settings, *, at: int, **overrides: Any) -> VerifyOptions:
+    """The profile §12 verify parameters from ``settings``; ``overrides`` (receiver,
+    dialog, or a per-request skew, ...) win where given (None: not given)."""
+    values: dict[str, Any] = {
+        "skew": settings.skew,
+        "max_lifetime": settings.max_lifetime,
+        "max_chain": settings.max_chain,
+        "ref_policy": settings.ref_policy,
+        "max_element_bytes": settings.max_element_bytes,
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return VerifyOptions(at=at, **values)
+
+
+def build_pipeline(
+    settings: Settings,
+    engine: Engine,
+    trust: TrustStore,
+    *,
+    options: VerifyOptions,
+    objects: ObjectIndex | None = None,
+) -> Pipeline:
+    """The ingest pipeline of this deployment over ``engine``: ``options`` as
+    ``verify_options`` made them, the lifecycle timers and the envelope types and case
+    rules from ``settings``, and ``objects`` (none: an empty index)."""
+    return Pipeline(
+        engine=engine,
+        trust=trust,
+        options=options,
+        timing=settings.timing,
+        objects=ObjectIndex() if objects is None else objects,
+        envelope=settings.envelope,
+    )
