@@ -62,7 +62,6 @@ from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY
 from handoff_context.errors import ChainWindowError, Reason
 
 from app.cli.enforce import (
-    MAX_BODY,
     AnswerReader,
     Enforcer,
     Refusal,
@@ -70,6 +69,7 @@ from app.cli.enforce import (
     header,
     invalid_params,
     plain_error,
+    read_body,
     rest_call,
     rest_error,
     rpc_error,
@@ -196,17 +196,9 @@ class Egress:
         if scope["method"] != "POST":
             await forward(inner, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > MAX_BODY:
-                await plain_error(send, "the request body is too large to sign", status=413)
-                return
-            if not message.get("more_body", False):
-                break
+        body = await read_body(receive, send, "the request body is too large to sign")
+        if body is None:
+            return
         try:
             request = json.loads(body) if body.strip() else None
         except (ValueError, UnicodeDecodeError):

@@ -113,17 +113,9 @@ class Enforcer:
             return
         path = scope.get("raw_path") or scope["path"].encode()
         rest = rest_call(path.split(b"?")[0])
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > MAX_BODY:
-                await plain_error(send, "the request body is too large to check", status=413)
-                return
-            if not message.get("more_body", False):
-                break
+        body = await read_body(receive, send, "the request body is too large to check")
+        if body is None:
+            return
         fail = rpc_error if rest is None else rest_error
         request_id: Any = None
         try:
@@ -273,23 +265,28 @@ class Enforcer:
         received = self.tasks.get(task_id) if isinstance(task_id, str) else None
         if received is None:
             return None
-        from handoff_context import Outcome
         from handoff_context.carry import A2A_EXTENSION_URI
 
         metadata = params.get("metadata") if isinstance(params, dict) else None
         value = metadata.get(A2A_EXTENSION_URI) if isinstance(metadata, dict) else None
-        if value is None:
-            reason, detail, ok = Reason.POLICY.value, "the cancel carries no signed canceled", False
-        else:
-            verdict = self.agent.check_cancel(received, value)
-            ok = verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE)
-            reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
-            detail = verdict.detail or ""
+        ok, reason, detail = self._judge_cancel(received, value)
         if not ok and self.agent.mode is Mode.ENFORCE:
             raise invalid_params(
                 f"cancel refused ({reason}): {detail}", {"reason": reason, "detail": detail}
             )
         return received
+
+    def _judge_cancel(self, received: Received, value: Any) -> tuple[bool, str, str]:
+        """Whether a cancel of ``received`` holds its delegator's signed ``canceled``
+        (``value``, as carried), and the reason and detail when it does not."""
+        from handoff_context import Outcome
+
+        if value is None:
+            return False, Reason.POLICY.value, "the cancel carries no signed canceled"
+        verdict = self.agent.check_cancel(received, value)
+        ok = verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE)
+        reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
+        return ok, reason, verdict.detail or ""
 
     def _tool_cancel(self, params: Any, session: str) -> Received | None:
         """MCP ``notifications/cancelled`` for a tool call that arrived with an offer: it
@@ -302,18 +299,11 @@ class Enforcer:
         received = self.calls.get((session, rpc_id(params.get("requestId"))))
         if received is None:
             return None
-        from handoff_context import Outcome
         from handoff_context.carry import MCP_META_KEY
 
         meta = params.get("_meta")
         value = meta.get(MCP_META_KEY) if isinstance(meta, dict) else None
-        if value is None:
-            reason, detail, ok = Reason.POLICY.value, "the cancel carries no signed canceled", False
-        else:
-            verdict = self.agent.check_cancel(received, value)
-            ok = verdict.outcome in (Outcome.ACCEPT, Outcome.DUPLICATE)
-            reason = verdict.reason.value if verdict.reason else Reason.POLICY.value
-            detail = verdict.detail or ""
+        ok, reason, detail = self._judge_cancel(received, value)
         if not ok and self.agent.mode is Mode.ENFORCE:
             from mcp_types.jsonrpc import INVALID_PARAMS
 
@@ -677,6 +667,22 @@ async def rest_error(send: Send, request_id: Any, exc: Refusal, *, status: int =
         payload = {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": exc.message}}
     code = payload["error"].get("code", 400)
     await _send_whole(send, compact_json(payload), "application/json", status=int(code))
+
+
+async def read_body(receive: Receive, send: Send, too_large: str) -> bytes | None:
+    """A request's whole body, at most ``MAX_BODY`` octets; None when the client went away
+    or the body was too large (answered 413 with ``too_large``)."""
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > MAX_BODY:
+            await plain_error(send, too_large, status=413)
+            return None
+        if not message.get("more_body", False):
+            return body
 
 
 async def plain_error(send: Send, detail: str, *, status: int = 400) -> None:
