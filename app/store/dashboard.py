@@ -224,26 +224,19 @@ def _refusals(session: Session, *, parsed: Any, octets: Any, limit: int) -> list
     none), and refused octets whose receipt or octets row matches ``octets``; newest
     first."""
     judged = func.max(VerdictRow.judged_at)
+    columns = (
+        VerdictRow.digest,
+        VerdictRow.element,
+        VerdictRow.reason,
+        ElementRow.iss,
+        ElementRow.hop,
+        ElementRow.dialog,
+    )
     parsed_rows = (
-        select(
-            VerdictRow.digest,
-            VerdictRow.element,
-            VerdictRow.reason,
-            ElementRow.iss,
-            ElementRow.hop,
-            ElementRow.dialog,
-            judged,
-        )
+        select(*columns, judged)
         .join(ElementRow, ElementRow.digest == VerdictRow.digest)
         .where(parsed, VerdictRow.outcome == "reject")
-        .group_by(
-            VerdictRow.digest,
-            VerdictRow.element,
-            VerdictRow.reason,
-            ElementRow.iss,
-            ElementRow.hop,
-            ElementRow.dialog,
-        )
+        .group_by(*columns)
         .order_by(judged.desc())
         .limit(limit)
     )
