@@ -387,6 +387,21 @@ async def rpc(http: httpx.AsyncClient, headers: dict[str, str], body: dict[str, 
     return await http.post("/mcp", headers=headers, json=body)
 
 
+async def mcp_session(http: httpx.AsyncClient, client: str) -> dict[str, str]:
+    """Initialise an MCP session over raw JSON-RPC; the headers of its further requests."""
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+    hello["clientInfo"] = {"name": client, "version": "1"}
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+    answer = await rpc(http, MCP_HEADERS, init)
+    headers = {
+        **MCP_HEADERS,
+        "mcp-session-id": answer.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    await rpc(http, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return headers
+
+
 def test_mcp_cancels_are_checked(svc: Service, tmp_path: Path) -> None:
     """notifications/cancelled with a canceled signed by another agent is judged a policy
     rejection and reported; the delegator's own is accepted. (The mcp SDK ends the call on
@@ -405,16 +420,7 @@ def test_mcp_cancels_are_checked(svc: Service, tmp_path: Path) -> None:
 
         async def session(url: str) -> None:
             async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-                hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
-                hello["clientInfo"] = {"name": "hostile", "version": "1"}
-                init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
-                answer = await rpc(http, MCP_HEADERS, init)
-                headers = {
-                    **MCP_HEADERS,
-                    "mcp-session-id": answer.headers["mcp-session-id"],
-                    "mcp-protocol-version": "2025-11-25",
-                }
-                await rpc(http, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+                headers = await mcp_session(http, "hostile")
                 for n, offer in offers.items():
                     params = {"name": "hold", "arguments": {"target": str(n)}}
                     params["_meta"] = {MCP_META_KEY: handoff_object(offer)}

@@ -47,7 +47,15 @@ from .agents import Worker, a2a_app, card, offer_of
 from .hostile import hostile_offers, message
 from .servers import free_port, serving, serving_twice, wait_until
 from .system import CLIENT, CODER, PLANNER, TESTER, TOOL, TRUST_STORE
-from .test_enforce import MCP_HEADERS, a2a_sender, check_rejected, forged_cancel, rpc, send
+from .test_enforce import (
+    MCP_HEADERS,
+    a2a_sender,
+    check_rejected,
+    forged_cancel,
+    mcp_session,
+    rpc,
+    send,
+)
 from .test_tap_enforce import coder_states, planner_client
 
 
@@ -356,16 +364,7 @@ def test_a_forged_mcp_cancel_never_reaches_the_tool() -> None:
 
     async def session(url: str) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
-            hello["clientInfo"] = {"name": "planner", "version": "1"}
-            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
-            answer = await rpc(http, MCP_HEADERS, init)
-            headers = {
-                **MCP_HEADERS,
-                "mcp-session-id": answer.headers["mcp-session-id"],
-                "mcp-protocol-version": "2025-11-25",
-            }
-            await rpc(http, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            headers = await mcp_session(http, "planner")
             params = {"name": "hold", "arguments": {"target": "1"}}
             params["_meta"] = {MCP_META_KEY: handoff_object(offer)}
             call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
