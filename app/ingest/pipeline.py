@@ -54,6 +54,7 @@ from app.ingest.batches import (
     run_batch,
 )
 from app.ingest.build import Pipeline
+from app.ingest.derive import derive_hops
 from app.ingest.envelope import EnvelopeIngest
 from app.ingest.judge import BatchState, Done, Judge, Parsed, Unparsed, parse, refuse
 from app.ingest.live import HostStates, batches, is_pipe
@@ -62,7 +63,7 @@ from app.ingest.signatures import verify_ahead
 from app.ingest.verifying import carrier_error_verdict
 from app.store import db
 from app.store.db import Locks, NeedLocks
-from app.store.derive import HopKey, affected_hops, derive_hops
+from app.store.derive import HopKey, affected_hops
 from app.store.writebehind import BatchWrites
 
 __all__ = ["VERDICT_WINDOW", "IngestReport", "Pipeline", "ingest", "ingest_carried"]
