@@ -5,6 +5,7 @@ idle second core and a large input, ``app.ingest.forked``)."""
 
 from __future__ import annotations
 
+import os
 import select
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,3 +154,52 @@ def test_the_child_sends_exactly_the_signatures_that_verify_a_batch_ahead(
     ahead = zip(capture.sent[BATCH_ITEMS:], capture.good[BATCH_ITEMS:], strict=True)
     assert cache.pairs == {(digest(o), fingerprint) for o, good in ahead if good}
     assert not any(cache.verified(digest(o), fingerprint) for o in capture.sent[:BATCH_ITEMS])
+
+
+PARENT = """
+import os, sys
+import app.ingest.second_core as second_core
+second_core._STARTING, second_core._PARENT = True, os.getpid()
+hold = int(sys.argv[1])
+pid = os.fork()
+if pid == 0:  # the helper's child, as Helper.start forks it: waits on a pipe forever
+    os.read(hold, 1)
+    os._exit(0)
+print(pid, flush=True)
+os.read(hold, 1)  # the parent waits too, until killed
+"""
+
+
+def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
+    """A parent killed with -9 leaves no helper behind holding its database connections
+    and the writer lock's file (``second_core._in_child``)."""
+    import signal
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()  # never written: both processes block on it
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(read_end)],
+        stdout=subprocess.PIPE,
+        pass_fds=(read_end,),
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        watch = os.pidfd_open(child)
+        try:
+            assert select.select([watch], [], [], 0)[0] == []  # the child runs
+            parent.send_signal(signal.SIGKILL)
+            parent.wait()
+            # Readable once the child has ended (a bound, not a wait for readiness).
+            assert select.select([watch], [], [], 30)[0] == [watch]
+        finally:
+            os.close(watch)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        parent.stdout.close()  # type: ignore[union-attr]
