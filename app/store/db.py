@@ -527,6 +527,78 @@ def insert_many(
     connection.exec_driver_sql(plan.sql, plan.params(rows))
 
 
+@dataclass
+class _Read:
+    """A prebuilt SELECT compiled once for a dialect, with each result column's conversion
+    from what the driver gives (SQLAlchemy's result processors for the dialect and the
+    column types the driver reports, found at the first run)."""
+
+    statement: Any  # kept so that its id stays its own while cached
+    compiled: Any
+    convert: tuple[tuple[int, Callable[[Any], Any]], ...] | None = None  # (column, converter)
+
+
+_READS: dict[tuple[str, int], _Read] = {}
+
+
+def _read(dialect: Any, statement: Any) -> _Read:
+    key = (dialect.name, id(statement))
+    found = _READS.get(key)
+    if found is None or found.statement is not statement:
+        found = _READS[key] = _Read(statement, statement.compile(dialect=dialect))
+    return found
+
+
+def _result_conversions(
+    dialect: Any, statement: Any, description: Sequence[Sequence[Any]]
+) -> tuple[tuple[int, Callable[[Any], Any]], ...]:
+    columns = statement.selected_columns
+    return tuple(
+        (i, processor)
+        for i, (c, described) in enumerate(zip(columns, description, strict=True))
+        if (processor := c.type._cached_result_processor(dialect, described[1])) is not None
+    )
+
+
+def select_rows(
+    session: Session, statement: Any, params: Mapping[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """Run a prebuilt SELECT in the driver's own SQL and answer plain tuples in its column
+    order: compiled once per dialect, its expanding ``IN`` lists filled in for these
+    ``params`` and each value converted as SQLAlchemy would convert it, without its
+    per-call cache key, compiler lookup or ``Row`` objects (the read side of
+    ``insert_many``). Only for module-level statements built once."""
+    connection = session.connection()
+    dialect = connection.dialect
+    read = _read(dialect, statement)
+    state = read.compiled.construct_expanded_state(dict(params or {}))
+    processors = state.processors
+    values = {
+        name: processors[name](value) if name in processors else value
+        for name, value in state.parameters.items()
+    }
+    driver_params: Any = (
+        values if state.positiontup is None else tuple(values[n] for n in state.positiontup)
+    )
+    result = connection.exec_driver_sql(state.statement, driver_params)
+    try:
+        cursor = result.cursor
+        if read.convert is None:
+            read.convert = _result_conversions(dialect, statement, cursor.description)
+        rows = cursor.fetchall()
+    finally:
+        result.close()
+    if not read.convert:
+        return [tuple(row) for row in rows]
+    out = []
+    for row in rows:
+        listed = list(row)
+        for i, processor in read.convert:
+            listed[i] = processor(listed[i])
+        out.append(tuple(listed))
+    return out
+
+
 def insert_ignore_many(
     session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
 ) -> None:
