@@ -21,13 +21,14 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -450,6 +451,14 @@ def insert_ignore(
     return execute(session, stmt, values).first() is not None
 
 
+class SharedJson(list):  # type: ignore[type-arg]
+    """A JSON list that many rows share (one object, never changed once built, such as a
+    verdict's checks: a few dozen distinct lists among thousands of verdicts):
+    ``insert_many`` converts it for the driver once, not once for every row it is in."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class _BulkInsert:
     """One table's INSERT in the driver's own SQL, with each column's conversion to what
@@ -460,6 +469,8 @@ class _BulkInsert:
     columns: tuple[str, ...]
     convert: tuple[Callable[[Any], Any] | None, ...]
     defaults: tuple[Any, ...]
+    # What each SharedJson value was converted to, by its id (the value kept beside it).
+    shared: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False)
 
     def params(self, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         plan = tuple(zip(self.columns, self.convert, self.defaults, strict=True))
@@ -469,9 +480,28 @@ class _BulkInsert:
             for name, convert, default in plan:
                 value = row.get(name, default)
                 # Every value through the converter, None too: JSON writes it as 'null'.
-                values.append(value if convert is None else convert(value))
+                if convert is None:
+                    values.append(value)
+                elif type(value) is SharedJson:
+                    values.append(self._shared(value, convert))
+                else:
+                    values.append(convert(value))
             out.append(tuple(values))
         return out
+
+    def _shared(self, value: SharedJson, convert: Callable[[Any], Any]) -> Any:
+        hit = self.shared.get(id(value))
+        if hit is None or hit[0] is not value:
+            converted = convert(value)
+            if hasattr(converted, "obj") and hasattr(converted, "dumps"):
+                # psycopg's Json wrapper writes its text again for every row: written once
+                # here, with the wrapper's own function (psycopg's default: json.dumps).
+                text = (converted.dumps or json.dumps)(converted.obj)
+                converted = type(converted)(value, dumps=lambda _obj, text=text: text)
+            hit = (value, converted)
+            if len(self.shared) < 4096:
+                self.shared[id(value)] = hit
+        return hit[1]
 
 
 @functools.lru_cache(maxsize=64)
