@@ -557,15 +557,41 @@ def insert_many(
     connection.exec_driver_sql(plan.sql, plan.params(rows))
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """One shape of a read's expanding lists: its SQL text, where each positional
+    parameter comes from (a parameter, and its index in that parameter's flattened list or
+    -1 for the value itself), and the statement's own literal values."""
+
+    sql: str
+    recipe: tuple[tuple[str, int], ...]
+    constants: dict[str, Any]
+
+    def positional(self, params: dict[str, Any], names: list[str]) -> tuple[Any, ...]:
+        flat = {n: _flat(params[n]) for n in names}
+        constants = self.constants
+        return tuple(
+            (params[n] if n in params else constants[n]) if i < 0 else flat[n][i]
+            for n, i in self.recipe
+        )
+
+
 @dataclass
 class _Read:
     """A prebuilt SELECT compiled once for a dialect, with each result column's conversion
     from what the driver gives (SQLAlchemy's result processors for the dialect and the
-    column types the driver reports, found at the first run)."""
+    column types the driver reports, found at the first run), and for positional drivers
+    (SQLite) the SQL text and parameter order of each shape of its expanding ``IN`` lists
+    met so far (their lengths): the text is then the same for the same shape, so the
+    driver's own statement cache can keep it prepared."""
 
     statement: Any  # kept so that its id stays its own while cached
     compiled: Any
+    expanding: frozenset[str]
     convert: tuple[tuple[int, Callable[[Any], Any]], ...] | None = None  # (column, converter)
+    # shape -> (SQL text, each position's (parameter, index in its flattened list or -1)),
+    # or None where the plain expansion is needed (bind processors, named parameters).
+    shapes: dict[tuple[int, ...], _Shape | None] = field(default_factory=dict)
 
 
 _READS: dict[tuple[str, int], _Read] = {}
@@ -575,7 +601,9 @@ def _read(dialect: Any, statement: Any) -> _Read:
     key = (dialect.name, id(statement))
     found = _READS.get(key)
     if found is None or found.statement is not statement:
-        found = _READS[key] = _Read(statement, statement.compile(dialect=dialect))
+        compiled = statement.compile(dialect=dialect)
+        expanding = frozenset(b.key for b in compiled.binds.values() if b.expanding)
+        found = _READS[key] = _Read(statement, compiled, expanding)
     return found
 
 
@@ -590,27 +618,69 @@ def _result_conversions(
     )
 
 
-def select_rows(
-    session: Session, statement: Any, params: Mapping[str, Any] | None = None
-) -> list[tuple[Any, ...]]:
-    """Run a prebuilt SELECT in the driver's own SQL and answer plain tuples in its column
-    order: compiled once per dialect, its expanding ``IN`` lists filled in for these
-    ``params`` and each value converted as SQLAlchemy would convert it, without its
-    per-call cache key, compiler lookup or ``Row`` objects (the read side of
-    ``insert_many``). Only for module-level statements built once."""
-    connection = session.connection()
-    dialect = connection.dialect
-    read = _read(dialect, statement)
-    state = read.compiled.construct_expanded_state(dict(params or {}))
+def _flat(values: Iterable[Any]) -> list[Any]:
+    """An expanding parameter's values as the driver gets them: a tuple's members in turn."""
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, tuple):
+            out.extend(value)
+        else:
+            out.append(value)
+    return out
+
+
+def _driver_sql(read: _Read, params: dict[str, Any]) -> tuple[str, Any]:
+    """The SQL text and driver parameters of one run of ``read`` with ``params``."""
+    names = sorted(n for n in params if n in read.expanding)
+    shape = tuple(len(params[n]) for n in names)
+    plan = read.shapes.get(shape, False)
+    if isinstance(plan, _Shape):
+        return plan.sql, plan.positional(params, names)
+    state = read.compiled.construct_expanded_state(params)
     processors = state.processors
     values = {
         name: processors[name](value) if name in processors else value
         for name, value in state.parameters.items()
     }
-    driver_params: Any = (
-        values if state.positiontup is None else tuple(values[n] for n in state.positiontup)
-    )
-    result = connection.exec_driver_sql(state.statement, driver_params)
+    if state.positiontup is None:
+        return state.statement, values
+    positional = tuple(values[n] for n in state.positiontup)
+    if plan is False and len(read.shapes) < 256:
+        read.shapes[shape] = _shape_plan(read, state, params, names, positional)
+    return state.statement, positional
+
+
+def _shape_plan(
+    read: _Read, state: Any, params: dict[str, Any], names: list[str], positional: tuple[Any, ...]
+) -> _Shape | None:
+    """Where each positional parameter of this expansion comes from; kept only when no
+    value is converted and the recipe gives back exactly what SQLAlchemy's expansion gave."""
+    if state.processors:
+        return None
+    where: dict[str, tuple[str, int]] = {}
+    for original, expanded in state.parameter_expansion.items():
+        for i, name in enumerate(expanded):
+            where[name] = (original, i)
+    recipe = tuple(where.get(n, (n, -1)) for n in state.positiontup)
+    constants = {n: state.parameters[n] for n, i in recipe if i < 0 and n not in params}
+    plan = _Shape(state.statement, recipe, constants)
+    return plan if plan.positional(params, names) == positional else None
+
+
+def select_rows(
+    session: Session, statement: Any, params: Mapping[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """Run a prebuilt SELECT in the driver's own SQL and answer plain tuples in its column
+    order: compiled once per dialect, its expanding ``IN`` lists filled in for these
+    ``params`` (on SQLite from a plan kept per shape of the lists) and each value
+    converted as SQLAlchemy would convert it, without its per-call cache key, compiler
+    lookup or ``Row`` objects (the read side of ``insert_many``). Only for module-level
+    statements built once."""
+    connection = session.connection()
+    dialect = connection.dialect
+    read = _read(dialect, statement)
+    sql, driver_params = _driver_sql(read, dict(params or {}))
+    result = connection.exec_driver_sql(sql, driver_params)
     try:
         cursor = result.cursor
         if read.convert is None:
