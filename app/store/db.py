@@ -629,9 +629,22 @@ def _flat(values: Iterable[Any]) -> list[Any]:
     return out
 
 
+def _padded(values: Any) -> Any:
+    """An ``IN`` list lengthened to the next power of two by repeating its last value (the
+    same answer): a read then has a few shapes, not one for every length a batch has."""
+    values = list(values)
+    n = len(values)
+    if n > 1 and n & (n - 1):
+        values += [values[-1]] * ((1 << n.bit_length()) - n)
+    return values
+
+
 def _driver_sql(read: _Read, params: dict[str, Any]) -> tuple[str, Any]:
     """The SQL text and driver parameters of one run of ``read`` with ``params``."""
     names = sorted(n for n in params if n in read.expanding)
+    if read.compiled.positional:
+        for n in names:
+            params[n] = _padded(params[n])
     shape = tuple(len(params[n]) for n in names)
     plan = read.shapes.get(shape, False)
     if isinstance(plan, _Shape):
@@ -672,7 +685,8 @@ def select_rows(
 ) -> list[tuple[Any, ...]]:
     """Run a prebuilt SELECT in the driver's own SQL and answer plain tuples in its column
     order: compiled once per dialect, its expanding ``IN`` lists filled in for these
-    ``params`` (on SQLite from a plan kept per shape of the lists) and each value
+    ``params`` (on SQLite each list padded to a power of two by repeating a value, which
+    leaves an ``IN`` as it was, and filled in from a plan kept per shape) and each value
     converted as SQLAlchemy would convert it, without its per-call cache key, compiler
     lookup or ``Row`` objects (the read side of ``insert_many``). Only for module-level
     statements built once."""
