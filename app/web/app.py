@@ -103,6 +103,8 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock, served: bool = 
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             app.state.service = None
             service.close()
+            if served:
+                gc.unfreeze()  # an app served in a longer-lived process gives its heap back
 
     app = FastAPI(
         title="handoff-trace",
