@@ -94,10 +94,11 @@ class Helper:
         max_element: int,
         skew: int,
         content_type: str | None = None,
+        force: bool = False,
     ) -> Helper | None:
         """Fork the child, or None where one would not help (a small input, no idle
-        second core)."""
-        if sum(len(data) for _, data in inputs) < MIN_OCTETS or not idle_core():
+        second core); ``force`` forks it whatever the input and the machine."""
+        if not force and (sum(len(data) for _, data in inputs) < MIN_OCTETS or not idle_core()):
             return None
         shared = mmap.mmap(-1, _POSITION.size)  # anonymous, shared with the child
         shared[:] = _POSITION.pack(0)
