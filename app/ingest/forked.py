@@ -36,6 +36,7 @@ import mmap
 import os
 import signal
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -57,18 +58,24 @@ _DIGEST = 32
 _SEND_EVERY = 16  # digests per write: fewer system calls, answers still early
 # Digests the child remembers having sent (chain elements recur), as the parent's cache.
 _REMEMBERED = 65_536
+_clock = time.monotonic
+
+
+# The parent's share of a core, measured over windows of at least this many seconds while
+# the child runs; below MIN_SHARE the child is stopped (``Helper.before``).
+WINDOW = 0.05
+MIN_SHARE = 0.8
 
 
 def idle_core() -> bool:
-    """Whether a second core is likely to be idle: this process may run on two or more,
-    and the load average of the last minute leaves one free. On a machine busy with other
-    work the child only takes CPU time from the parent (measured: ``verify`` of 8,000
-    offers at load 11 on 2 cores took 1.5 to 1.7 times as long with the child as without)."""
+    """Whether a second core may be idle: this process may run on two or more, and the
+    load average of the last minute does not already fill them. Only the first gate: once
+    the child runs, the parent measures what it gets (``Helper.before``)."""
     cores = workers()
     if cores < 2:
         return False
     try:
-        return os.getloadavg()[0] <= cores - 1
+        return os.getloadavg()[0] < cores
     except OSError:  # pragma: no cover - no load average to read
         return False
 
@@ -84,6 +91,10 @@ class Helper:
     alive: bool = True
     marked: int = 0  # digests marked so far
     buffer: bytearray = field(default_factory=bytearray, repr=False)  # read, not yet used
+    # Stop the child when the parent gets less than MIN_SHARE of a core (not when forced).
+    watch: bool = True
+    stopped_early: bool = False
+    window: tuple[float, float] = field(default_factory=lambda: (_clock(), time.process_time()))
 
     @classmethod
     def start(
@@ -97,7 +108,8 @@ class Helper:
         force: bool = False,
     ) -> Helper | None:
         """Fork the child, or None where one would not help (a small input, no idle
-        second core); ``force`` forks it whatever the input and the machine."""
+        second core); ``force`` forks it whatever the input and the machine, and keeps it
+        whatever the parent's share of a core."""
         if not force and (sum(len(data) for _, data in inputs) < MIN_OCTETS or not idle_core()):
             return None
         shared = mmap.mmap(-1, _POSITION.size)  # anonymous, shared with the child
@@ -115,15 +127,30 @@ class Helper:
                 os._exit(code)
         os.close(write_end)
         os.set_blocking(read_end, False)
-        return cls(pid=pid, answers=read_end, shared=shared, fingerprint=trust.fingerprint)
+        return cls(
+            pid=pid,
+            answers=read_end,
+            shared=shared,
+            fingerprint=trust.fingerprint,
+            watch=not force,
+        )
 
     def before(self, position: int, cache: SignatureCache) -> int:
         """Called before each batch is judged, with the index of its first item: tells the
         child, and marks in ``cache`` every digest the child has sent so far (never
-        waiting for more). Returns how many were marked."""
+        waiting for more). Returns how many were marked.
+
+        With ``watch``, it also measures the parent's share of a core since the last window:
+        on two idle cores the parent runs all the time (a share near 1); when it gets less
+        than MIN_SHARE, other work wants the cores too, and the child would only take CPU
+        from the parent (measured: at load 11 on 2 cores, ``verify`` took 1.5 to 1.7 times
+        as long with the child), so the child is stopped and the parent does the rest."""
         self.shared[:] = _POSITION.pack(position)
         if not self.alive:
             return 0
+        if self.watch and not self.stopped_early and self._starved():
+            self.stopped_early = True
+            self._end_child()
         while True:
             try:
                 chunk = os.read(self.answers, 65536)
@@ -139,6 +166,19 @@ class Helper:
         del self.buffer[:whole]
         self.marked += whole // _DIGEST
         return whole // _DIGEST
+
+    def _starved(self) -> bool:
+        wall, cpu = _clock(), time.process_time()
+        since, cpu_since = self.window
+        if wall - since < WINDOW:
+            return False
+        self.window = (wall, cpu)
+        return (cpu - cpu_since) / (wall - since) < MIN_SHARE
+
+    def _end_child(self) -> None:
+        # What the child sent before it ends is still read (``before``) and marked.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """End the child (finished or not) and reap it."""
