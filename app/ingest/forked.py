@@ -40,13 +40,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from handoff_context import SignatureCache, TrustStore
-from handoff_context._signature import verify_element
+from handoff_context import (
+    Form,
+    SignatureCache,
+    StatusObject,
+    TrustStore,
+    handoff_digest,
+    parse_element,
+    parse_object,
+)
+from handoff_context import _jws as jws
+from handoff_context._signature import verify_element, verify_signed
 from handoff_context.errors import HandoffError
 
 from app.capture.carriers import CarrierError, ExtractStats, read_capture
 from app.ingest.batches import BATCH_ITEMS
-from app.ingest.signatures import elements_of, workers
+from app.ingest.signatures import workers
 
 # Below this many octets of input the fork costs more than the second core gives back.
 MIN_OCTETS = 256 * 1024
@@ -62,20 +71,23 @@ _clock = time.monotonic
 
 
 # The parent's share of a core, measured over windows of at least this many seconds while
-# the child runs; below MIN_SHARE the child is stopped (``Helper.before``).
+# the child runs; below MIN_SHARE the child is stopped (``Helper.before``). Measured on 2
+# cores (BENCHMARKS.md): at a load average of about 3.5 (a share near 0.45) the child made
+# ``verify`` 1.4 times as fast; at 9 to 11 (a share near 0.2) 1.5 to 1.7 times as slow.
 WINDOW = 0.05
-MIN_SHARE = 0.8
+MIN_SHARE = 0.3
 
 
 def idle_core() -> bool:
-    """Whether a second core may be idle: this process may run on two or more, and the
-    load average of the last minute does not already fill them. Only the first gate: once
-    the child runs, the parent measures what it gets (``Helper.before``)."""
+    """Whether a second core may be had: this process may run on two or more, and the
+    load average of the last minute is below twice their number (past that the child was
+    measured to slow ``verify`` down). Only the first gate: once the child runs, the parent
+    measures the share of a core it gets (``Helper.before``)."""
     cores = workers()
     if cores < 2:
         return False
     try:
-        return os.getloadavg()[0] < cores
+        return os.getloadavg()[0] < 2 * cores
     except OSError:  # pragma: no cover - no load average to read
         return False
 
@@ -142,9 +154,9 @@ class Helper:
 
         With ``watch``, it also measures the parent's share of a core since the last window:
         on two idle cores the parent runs all the time (a share near 1); when it gets less
-        than MIN_SHARE, other work wants the cores too, and the child would only take CPU
-        from the parent (measured: at load 11 on 2 cores, ``verify`` took 1.5 to 1.7 times
-        as long with the child), so the child is stopped and the parent does the rest."""
+        than MIN_SHARE, the cores are oversubscribed, and there the child was measured to
+        slow ``verify`` down (at load 11 on 2 cores, 1.5 to 1.7 times as long), so it is
+        stopped and the parent does the rest."""
         self.shared[:] = _POSITION.pack(position)
         if not self.alive:
             return 0
@@ -219,17 +231,51 @@ def _child(  # pragma: no cover - runs in the forked child
             (position,) = _POSITION.unpack(shared[:])
             if index < position + AHEAD:
                 continue  # the parent gets there before an answer could
-            for element in elements_of(item.value, max_element=max_element):
-                if element.digest in verified:
-                    continue
-                try:
-                    verify_element(element, trust, skew=skew)
-                except HandoffError:
-                    continue
+            for digest in _verified_ahead(item.value, trust, max_element, skew, verified):
                 if len(verified) >= _REMEMBERED:
                     verified.clear()
-                verified.add(element.digest)
-                found.append(element.digest)
+                verified.add(digest)
+                found.append(digest)
             if len(found) >= _SEND_EVERY:
                 send()
     send()
+
+
+def _verified_ahead(  # pragma: no cover - runs in the forked child
+    value: object, trust: TrustStore, max_element: int, skew: int, known: set[bytes]
+) -> list[bytes]:
+    """The digests of the elements of a carried object whose signature verifies (its
+    element, then its chain), not those in ``known``. A JWS whose header was met before is
+    read only as far as the signature check needs (``jws.signature_facts``: the parent's
+    strict parse reads the same facts wherever it asks for the check); anything else is
+    parsed in full."""
+    try:
+        obj = parse_object(value, max_element=max_element)
+    except HandoffError:
+        return []
+    octets = [obj.status] if isinstance(obj, StatusObject) else [obj.offer, *obj.chain]
+    ok = []
+    for one in octets:
+        digest = handoff_digest(one)
+        if digest in known:
+            continue
+        facts = jws.signature_facts(one) if obj.form is Form.JWS else None
+        try:
+            if facts is None:
+                verify_element(parse_element(one, obj.form), trust, skew=skew)
+            else:
+                iss, iat, alg, kid, signing_input, signature = facts
+                verify_signed(
+                    trust,
+                    iss=iss,
+                    iat=iat,
+                    alg=alg,
+                    kid=kid,
+                    signing_input=signing_input,
+                    signature=signature,
+                    skew=skew,
+                )
+        except HandoffError:
+            continue
+        ok.append(digest)
+    return ok

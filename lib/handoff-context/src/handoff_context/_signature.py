@@ -108,12 +108,35 @@ def verify_element(element: Element, trust: TrustStore, *, skew: int = 0) -> Tru
     with ``untrusted-key`` when the issuer has no configured key or the key that verifies was
     not valid at ``iat``, or ``bad-signature`` when it has keys but none fits and verifies.
     """
-    iss = element.payload.iss
+    return verify_signed(
+        trust,
+        iss=element.payload.iss,
+        iat=element.payload.iat,
+        alg=element.header.alg,
+        kid=element.header.kid,
+        signing_input=element.signing_input,
+        signature=element.signature,
+        skew=skew,
+    )
+
+
+def verify_signed(
+    trust: TrustStore,
+    *,
+    iss: str,
+    iat: int,
+    alg: str,
+    kid: str | None,
+    signing_input: bytes,
+    signature: bytes,
+    skew: int = 0,
+) -> TrustedKey:
+    """``verify_element`` on the facts it reads from an element (its header's ``alg`` and
+    ``kid``, its payload's ``iss`` and ``iat``, what was signed and the signature), for a
+    caller that has them without a whole parsed Element. Raises CheckFailed as it does."""
     keys = trust.keys_for(iss)
     if not keys:
         raise CheckFailed(Reason.UNTRUSTED_KEY, f"no key is configured for issuer {iss!r}")
-    alg = element.header.alg
-    kid = element.header.kid
     if kid is not None:
         chosen = [k for k in keys if k.kid == kid]
         if not chosen:
@@ -128,16 +151,15 @@ def verify_element(element: Element, trust: TrustStore, *, skew: int = 0) -> Tru
         chosen = [k for k in keys if k.kty == KTY_FOR_ALG[alg]]
         if not chosen:
             raise CheckFailed(Reason.BAD_SIGNATURE, f"{iss!r} has no key that fits alg {alg}")
-    iat = element.payload.iat
     valid = [k for k in chosen if k.invalid_at(iat, skew) is None]
     for key in valid:
-        if verify_raw(alg, key.key, element.signing_input, element.signature):
+        if verify_raw(alg, key.key, signing_input, signature):
             return key
     # A key that verifies but was not valid at iat says more than "bad signature": the
     # signer holds a withdrawn or revoked key (one more verify, on the failure path only).
     for key in chosen:
         why = key.invalid_at(iat, skew)
-        if why is not None and verify_raw(alg, key.key, element.signing_input, element.signature):
+        if why is not None and verify_raw(alg, key.key, signing_input, signature):
             raise CheckFailed(Reason.UNTRUSTED_KEY, f"{why}; {iss!r} no longer speaks with it")
     which = f"key {kid!r}" if kid is not None else f"any of the {len(chosen)} keys"
     raise CheckFailed(
