@@ -71,18 +71,19 @@ _clock = time.monotonic
 
 
 # The parent's share of a core, measured over windows of at least this many seconds while
-# the child runs; below MIN_SHARE the child is stopped (``Helper.before``). Measured on 2
-# cores (BENCHMARKS.md): at a load average of about 3.5 (a share near 0.45) the child made
-# ``verify`` 1.4 times as fast; at 9 to 11 (a share near 0.2) 1.5 to 1.7 times as slow.
+# the child runs; below MIN_SHARE the child is stopped (``Helper.before``). With the second
+# core taken by other work, the parent got 0.6 to 0.7 of a core beside the child and
+# ``verify`` took 1.1 to 1.2 times as long as without it (BENCHMARKS.md); with that core
+# idle, the parent keeps a whole core and the child only adds.
 WINDOW = 0.05
-MIN_SHARE = 0.3
+MIN_SHARE = 0.8
 
 
 def idle_core() -> bool:
     """Whether a second core may be had: this process may run on two or more, and the
-    load average of the last minute is below twice their number (past that the child was
-    measured to slow ``verify`` down). Only the first gate: once the child runs, the parent
-    measures the share of a core it gets (``Helper.before``)."""
+    load average of the last minute is below twice their number. Only a first, coarse gate
+    (the load average lags, and counts tasks waiting on the disk): once the child runs,
+    the parent measures the share of a core it gets (``Helper.before``)."""
     cores = workers()
     if cores < 2:
         return False
@@ -154,9 +155,9 @@ class Helper:
 
         With ``watch``, it also measures the parent's share of a core since the last window:
         on two idle cores the parent runs all the time (a share near 1); when it gets less
-        than MIN_SHARE, the cores are oversubscribed, and there the child was measured to
-        slow ``verify`` down (at load 11 on 2 cores, 1.5 to 1.7 times as long), so it is
-        stopped and the parent does the rest."""
+        than MIN_SHARE, the child takes CPU from the parent rather than from an idle core
+        (measured: 1.1 to 1.2 times as long with one core busy, 1.5 to 1.7 at load 11 on 2
+        cores), so it is stopped and the parent does the rest."""
         self.shared[:] = _POSITION.pack(position)
         if not self.alive:
             return 0
