@@ -16,6 +16,10 @@ themselves. As with the threads, a signature that does not verify is never sent,
 in-order check reports its failure as a serial run does: verdicts are byte-identical with
 or without the helper.
 
+The child reads an element only as far as the signature check needs where it can
+(``jws.signature_facts``: a JWS whose header it has met before; everything else it parses
+in full): the parent's strict parse reads the same facts wherever it asks for the check.
+
 The parent never waits for the child. It writes how far it has got (the index of the first
 item of the batch it is about to judge) into a page both processes share, and the child
 verifies only items at least one batch beyond that: an item the parent will reach before
@@ -24,6 +28,11 @@ the share of the work each does follows the load: when the child is slow (anothe
 has its core) the parent verifies more itself, and the child, reading only, catches up.
 The pipe bounds how far ahead the child gets (a full pipe blocks it until the parent
 reads). A child that ends early (killed, out of memory) only leaves the rest to the parent.
+
+The second core has to be idle for this to pay. The load average is only a first gate; while
+the child runs, the parent measures the share of a core it gets itself, and stops the child
+when that share falls below ``MIN_SHARE`` (``verify --jobs 2`` keeps it, ``--jobs 1`` forks
+none).
 
 Fork is safe here because the ``verify`` command runs one thread. The HTTP API's ``verify``
 runs inside a server with threads and does not use this module.
