@@ -7,7 +7,9 @@ measurement, the median of all of them).
    pool of the same size (raw ``cryptography`` in each worker, keys rebuilt from the trust
    document, so the pool pays no pickling of keys; it pays for the signing inputs).
 2. **``handoff-trace verify --json``, whole process** (start-up and imports included) on N
-   ES256 offers, on every core and pinned to one core (``sched_setaffinity``).
+   ES256 offers, four ways interleaved in each round: the default (``--jobs auto``),
+   ``--jobs 1``, ``--jobs 2`` (the forked helper kept whatever the load) and the default
+   pinned to one core (``sched_setaffinity``).
 3. **Chain cost:** a k-hop chain (bundle i carries the i-1 offers before it): signature
    verifications (``verify_raw`` calls) in ``verify`` and in ``ingest``, and SQL statements
    per bundle in ``ingest``.
