@@ -153,3 +153,43 @@ def test_a_forked_helper_that_dies_leaves_the_work_to_the_checks(
         [("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0), fork=True
     )
     assert json.dumps([v.to_json() for v in report.verdicts]) == json.dumps(serial)
+
+
+@pytest.mark.parametrize("jobs", [None, 2])
+def test_a_forked_helper_is_stopped_when_the_parent_gets_less_than_a_core(
+    monkeypatch: pytest.MonkeyPatch, jobs: int | None
+) -> None:
+    """With ``auto`` the parent measures its own share of a core while the child runs; a
+    share below ``MIN_SHARE`` (here: each reading of the clock is 10 s after the last, so
+    the parent seems to get almost nothing) means other work wants the cores, and the child
+    is stopped. ``--jobs 2`` keeps it whatever the share. Verdicts are the same either way."""
+    import itertools
+
+    import app.ingest.verifying as verifying
+    from app.ingest import forked
+    from app.ingest.batches import batched
+
+    trust, data = capture()
+    serial = verdicts(trust, data)
+    ticks = itertools.count(step=10.0)
+    monkeypatch.setattr(forked, "_clock", lambda: next(ticks))
+    monkeypatch.setattr(forked, "idle_core", lambda: True)
+    monkeypatch.setattr(forked, "MIN_OCTETS", 0)
+    monkeypatch.setattr(verifying, "batched", lambda items: batched(items, 7))
+    helpers: list[forked.Helper] = []
+    real_stop = forked.Helper.stop
+
+    def stop(self: forked.Helper) -> None:
+        helpers.append(self)
+        real_stop(self)
+
+    monkeypatch.setattr(forked.Helper, "stop", stop)
+    report = verify_inputs(
+        [("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0), fork=True, jobs=jobs
+    )
+    assert json.dumps([v.to_json() for v in report.verdicts]) == json.dumps(serial)
+    (helper,) = helpers
+    assert helper.watch is (jobs is None)
+    assert helper.stopped_early is (jobs is None)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(helper.pid, os.WNOHANG)
