@@ -160,8 +160,8 @@ def test_a_forked_helper_is_stopped_when_the_parent_gets_less_than_a_core(
     monkeypatch: pytest.MonkeyPatch, jobs: int | None
 ) -> None:
     """With ``auto`` the parent measures its own share of a core while the child runs; a
-    share below ``MIN_SHARE`` (here: each reading of the clock is 10 s after the last, so
-    the parent seems to get almost nothing) means other work wants the cores, and the child
+    share below ``MIN_SHARE`` (here: each reading of the clock is 10 s after the last and
+    the parent spent them all waiting for a core) means other work wants the cores, and the child
     is stopped. ``--jobs 2`` keeps it whatever the share. Verdicts are the same either way."""
     import itertools
 
@@ -171,8 +171,9 @@ def test_a_forked_helper_is_stopped_when_the_parent_gets_less_than_a_core(
 
     trust, data = capture()
     serial = verdicts(trust, data)
-    ticks = itertools.count(step=10.0)
+    ticks, waits = itertools.count(step=10.0), itertools.count(step=10.0)
     monkeypatch.setattr(forked, "_clock", lambda: next(ticks))
+    monkeypatch.setattr(forked, "_waited", lambda: next(waits))  # waiting all the time
     monkeypatch.setattr(forked, "idle_core", lambda: True)
     monkeypatch.setattr(forked, "MIN_OCTETS", 0)
     monkeypatch.setattr(verifying, "batched", lambda items: batched(items, 7))
@@ -193,3 +194,42 @@ def test_a_forked_helper_is_stopped_when_the_parent_gets_less_than_a_core(
     assert helper.stopped_early is (jobs is None)
     with pytest.raises(ChildProcessError):
         os.waitpid(helper.pid, os.WNOHANG)
+
+
+@pytest.mark.parametrize(
+    ("waited", "cpu", "starved"),
+    [
+        ((0.0, 0.0), (0.0, 0.0), False),  # no CPU used and no wait for a core: a disk wait
+        ((0.0, 0.5), (0.0, 0.5), True),  # half the window waiting for a core
+        ((0.0, 0.1), (0.0, 0.9), False),  # a tenth waiting: a share of 0.9
+        ((None, None), (0.0, 0.5), True),  # no run delay from the kernel: the CPU share
+        ((None, None), (0.0, 0.9), False),
+    ],
+)
+def test_the_parent_is_starved_only_when_it_waits_for_a_core(
+    monkeypatch: pytest.MonkeyPatch,
+    waited: tuple[float | None, float | None],
+    cpu: tuple[float, float],
+    starved: bool,
+) -> None:
+    """The share of a core is one less the part of a window spent waiting for one (the
+    kernel's run delay), so an ingest that waits for its commits keeps its helper; only
+    where the kernel does not tell the delay is the CPU time used instead."""
+    from app.ingest import forked
+
+    readings = iter([(0.0, waited[0], cpu[0]), (1.0, waited[1], cpu[1])])
+    monkeypatch.setattr(forked, "_readings", lambda: next(readings))
+    helper = forked.Helper(pid=-1, answers=-1, shared=None, fingerprint="")  # type: ignore[arg-type]
+    assert helper._starved() is starved
+
+
+def test_the_run_delay_is_read_from_the_kernel() -> None:
+    from app.ingest import forked
+
+    if not os.path.exists(forked._SCHEDSTAT):
+        pytest.skip("this kernel does not tell the run delay")
+    first = forked._waited()
+    assert first is not None and first >= 0
+    sum(range(200_000))  # some work: the delay never goes back
+    second = forked._waited()
+    assert second is not None and second >= first

@@ -83,9 +83,30 @@ _clock = time.monotonic
 # the child runs; below MIN_SHARE the child is stopped (``Helper.before``). With the second
 # core taken by other work, the parent got 0.6 to 0.7 of a core beside the child and
 # ``verify`` took 1.1 to 1.2 times as long as without it (BENCHMARKS.md); with that core
-# idle, the parent keeps a whole core and the child only adds.
+# idle, the parent keeps a whole core and the child only adds. The share is one less the
+# part of the window the parent spent waiting for a core (the kernel's run delay), not the
+# CPU it used: an ``ingest`` parent also waits for its commits, and that is no sign of a
+# busy machine (the CPU time is the fallback where the kernel does not tell the delay).
 WINDOW = 0.05
 MIN_SHARE = 0.8
+_SCHEDSTAT = "/proc/self/schedstat"
+
+
+def _waited() -> float | None:
+    """Seconds the parent's main thread has spent ready to run but waiting for a core (the
+    scheduler's run delay, ``/proc/self/schedstat``), or None where the kernel does not
+    say. Time spent waiting on a disk or a database is not in it: an ``ingest`` parent
+    that waits for its commits is not starved, only one that waits for a CPU."""
+    try:
+        with open(_SCHEDSTAT, "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _readings() -> tuple[float, float | None, float]:
+    """The wall clock, the run delay (``_waited``) and the process's CPU time, now."""
+    return _clock(), _waited(), time.process_time()
 
 
 def idle_core() -> bool:
@@ -116,7 +137,7 @@ class Helper:
     # Stop the child when the parent gets less than MIN_SHARE of a core (not when forced).
     watch: bool = True
     stopped_early: bool = False
-    window: tuple[float, float] = field(default_factory=lambda: (_clock(), time.process_time()))
+    window: tuple[float, float | None, float] = field(default_factory=lambda: _readings())
 
     @classmethod
     def start(
@@ -190,12 +211,16 @@ class Helper:
         return whole // _DIGEST
 
     def _starved(self) -> bool:
-        wall, cpu = _clock(), time.process_time()
-        since, cpu_since = self.window
+        now = _readings()
+        (wall, waited, cpu), (since, waited_since, cpu_since) = now, self.window
         if wall - since < WINDOW:
             return False
-        self.window = (wall, cpu)
-        return (cpu - cpu_since) / (wall - since) < MIN_SHARE
+        self.window = now
+        if waited is not None and waited_since is not None:  # one less the part spent waiting
+            share = 1 - (waited - waited_since) / (wall - since)
+        else:  # the part of the window the process ran
+            share = (cpu - cpu_since) / (wall - since)
+        return share < MIN_SHARE
 
     def _end_child(self) -> None:
         # What the child sent before it ends is still read (``before``) and marked.
