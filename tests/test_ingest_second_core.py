@@ -86,6 +86,8 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The helper forced on; returns how many digests each batch found marked."""
     monkeypatch.setattr(forked, "idle_core", lambda: True)
     monkeypatch.setattr(forked, "MIN_OCTETS", 0)
+    # Never stopped for a starved parent: here the parent waits on the child's pipe.
+    monkeypatch.setattr(forked, "MIN_SHARE", 0.0)
     marked: list[int] = []
     real = forked.Helper.before
 
