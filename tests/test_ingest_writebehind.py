@@ -189,7 +189,7 @@ def test_the_driver_select_reads_what_sqlalchemy_reads(db_url: str, world: World
     the batch memories and the hop facts read through it, on both databases."""
     from sqlalchemy import Select
 
-    from app.store import derive, host, memory
+    from app.store import db, derive, host, memory
     from app.store.db import make_engine, pair_params, select_rows
     from app.store.models import ElementRow
 
@@ -243,6 +243,9 @@ def test_the_driver_select_reads_what_sqlalchemy_reads(db_url: str, world: World
                 assert select_rows(session, statement, wanted) == through_driver
                 assert sorted(through_driver, key=repr) == sorted(through_sqlalchemy, key=repr)
                 assert all(type(r) is tuple for r in through_driver)
+                # The second run came from the plan kept for the lists' shape.
+                plans = db._read(session.connection().dialect, statement).shapes
+                assert plans and all(isinstance(p, db._Shape) for p in plans.values())
                 answered += bool(through_driver)
             assert answered >= 8, "most of the statements read something back"
     finally:

@@ -559,38 +559,40 @@ def insert_many(
 
 @dataclass(frozen=True)
 class _Shape:
-    """One shape of a read's expanding lists: its SQL text, where each positional
-    parameter comes from (a parameter, and its index in that parameter's flattened list or
-    -1 for the value itself), and the statement's own literal values."""
+    """One shape of a read's expanding lists: its SQL text, where each driver parameter
+    comes from (a parameter, and its index in that parameter's flattened list or -1 for
+    the value itself), the statement's own literal values, and for a driver of named
+    parameters (psycopg) their names."""
 
     sql: str
     recipe: tuple[tuple[str, int], ...]
     constants: dict[str, Any]
+    keys: tuple[str, ...] | None
 
-    def positional(self, params: dict[str, Any], names: list[str]) -> tuple[Any, ...]:
+    def driver_params(self, params: dict[str, Any], names: list[str]) -> Any:
         flat = {n: _flat(params[n]) for n in names}
         constants = self.constants
-        return tuple(
+        values = tuple(
             (params[n] if n in params else constants[n]) if i < 0 else flat[n][i]
             for n, i in self.recipe
         )
+        return values if self.keys is None else dict(zip(self.keys, values, strict=True))
 
 
 @dataclass
 class _Read:
     """A prebuilt SELECT compiled once for a dialect, with each result column's conversion
     from what the driver gives (SQLAlchemy's result processors for the dialect and the
-    column types the driver reports, found at the first run), and for positional drivers
-    (SQLite) the SQL text and parameter order of each shape of its expanding ``IN`` lists
-    met so far (their lengths): the text is then the same for the same shape, so the
-    driver's own statement cache can keep it prepared."""
+    column types the driver reports, found at the first run), and the SQL text and
+    parameter order of each shape of its expanding ``IN`` lists met so far (their
+    lengths): the text is then the same for the same shape, so the driver can keep it
+    prepared (SQLite's statement cache, psycopg's prepared statements)."""
 
     statement: Any  # kept so that its id stays its own while cached
     compiled: Any
     expanding: frozenset[str]
     convert: tuple[tuple[int, Callable[[Any], Any]], ...] | None = None  # (column, converter)
-    # shape -> (SQL text, each position's (parameter, index in its flattened list or -1)),
-    # or None where the plain expansion is needed (bind processors, named parameters).
+    # shape -> its plan, or None where SQLAlchemy's expansion is needed (bind processors).
     shapes: dict[tuple[int, ...], _Shape | None] = field(default_factory=dict)
 
 
@@ -642,42 +644,41 @@ def _padded(values: Any) -> Any:
 def _driver_sql(read: _Read, params: dict[str, Any]) -> tuple[str, Any]:
     """The SQL text and driver parameters of one run of ``read`` with ``params``."""
     names = sorted(n for n in params if n in read.expanding)
-    if read.compiled.positional:
-        for n in names:
-            params[n] = _padded(params[n])
+    for n in names:
+        params[n] = _padded(params[n])
     shape = tuple(len(params[n]) for n in names)
     plan = read.shapes.get(shape, False)
     if isinstance(plan, _Shape):
-        return plan.sql, plan.positional(params, names)
+        return plan.sql, plan.driver_params(params, names)
     state = read.compiled.construct_expanded_state(params)
     processors = state.processors
     values = {
         name: processors[name](value) if name in processors else value
         for name, value in state.parameters.items()
     }
-    if state.positiontup is None:
-        return state.statement, values
-    positional = tuple(values[n] for n in state.positiontup)
+    driver: Any = values
+    if state.positiontup is not None:
+        driver = tuple(values[n] for n in state.positiontup)
     if plan is False and len(read.shapes) < 256:
-        read.shapes[shape] = _shape_plan(read, state, params, names, positional)
-    return state.statement, positional
+        read.shapes[shape] = _shape_plan(state, params, names, driver)
+    return state.statement, driver
 
 
-def _shape_plan(
-    read: _Read, state: Any, params: dict[str, Any], names: list[str], positional: tuple[Any, ...]
-) -> _Shape | None:
-    """Where each positional parameter of this expansion comes from; kept only when no
-    value is converted and the recipe gives back exactly what SQLAlchemy's expansion gave."""
+def _shape_plan(state: Any, params: dict[str, Any], names: list[str], driver: Any) -> _Shape | None:
+    """Where each driver parameter of this expansion comes from; kept only when no value
+    is converted and the recipe gives back exactly what SQLAlchemy's expansion gave."""
     if state.processors:
         return None
     where: dict[str, tuple[str, int]] = {}
     for original, expanded in state.parameter_expansion.items():
         for i, name in enumerate(expanded):
             where[name] = (original, i)
-    recipe = tuple(where.get(n, (n, -1)) for n in state.positiontup)
+    positional = state.positiontup is not None
+    order = tuple(state.positiontup if positional else state.parameters)
+    recipe = tuple(where.get(n, (n, -1)) for n in order)
     constants = {n: state.parameters[n] for n, i in recipe if i < 0 and n not in params}
-    plan = _Shape(state.statement, recipe, constants)
-    return plan if plan.positional(params, names) == positional else None
+    plan = _Shape(state.statement, recipe, constants, None if positional else order)
+    return plan if plan.driver_params(params, names) == driver else None
 
 
 def select_rows(
@@ -685,8 +686,8 @@ def select_rows(
 ) -> list[tuple[Any, ...]]:
     """Run a prebuilt SELECT in the driver's own SQL and answer plain tuples in its column
     order: compiled once per dialect, its expanding ``IN`` lists filled in for these
-    ``params`` (on SQLite each list padded to a power of two by repeating a value, which
-    leaves an ``IN`` as it was, and filled in from a plan kept per shape) and each value
+    ``params`` (each list padded to a power of two by repeating a value, which leaves an
+    ``IN`` as it was, and filled in from a plan kept per shape) and each value
     converted as SQLAlchemy would convert it, without its per-call cache key, compiler
     lookup or ``Row`` objects (the read side of ``insert_many``). Only for module-level
     statements built once."""
