@@ -15,7 +15,8 @@ starting with the run, its transcript among the run's objects.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from handoff_context import (
@@ -156,3 +157,11 @@ def build(root: Path, *, dialogs: int = 10, seed: int = 1) -> Dataset:
         engine.dispose()
     assert flag_id is not None, "the demo run must hold an equivocation"
     return Dataset(root / "store.db", trust_path, paths.out, now, int(flag_id))
+
+
+def copy(data: Dataset, into: Path) -> Dataset:
+    """``data`` with a store of its own in ``into`` (a copy of the template's, for a test
+    that writes to it; the trust file, the capture and the objects are only read)."""
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(data.db, into / "store.db")
+    return replace(data, db=into / "store.db")
