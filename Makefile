@@ -96,7 +96,7 @@ typecheck: install
 	$(BIN)/mypy
 
 # Bytecode is written during the tests even where the environment says not to
-# (PYTHONDONTWRITEBYTECODE): the suite starts many Python processes (the CLI, wheel installs,
+# (PYTHONDONTWRITEBYTECODE): the suite starts many Python processes (the CLI,
 # served dashboards, agents, the conformance kit) that would each compile app/ and the library
 # from source again; __pycache__ is ignored by git and by the image's build context.
 test: system-deps browser-deps phoenix-deps go-deps lint typecheck
