@@ -275,6 +275,32 @@ def test_offers_carried_in_a_chain_are_hops_of_the_dialog_tree(
 # --- verification once, trust changes, freshness -----------------------------------------
 
 
+def test_a_duplicate_and_an_equivocation_are_judged_in_one_pass(
+    engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20: the verdict without the replay memory (which hops and flags are derived
+    from) comes from the same pass of the checks as the reported one; before, each check
+    ran a second time for it."""
+    calls: list[str] = []
+    real = verify_module.Verifier._audience
+
+    def counting(self: Any, offer: Any, ctx: Any, run: Any) -> None:
+        calls.append(offer.hop)
+        real(self, offer, ctx, run)
+
+    monkeypatch.setattr(verify_module.Verifier, "_audience", counting)
+    o = offer(world.planner, world.coder)
+    x = twin(world.planner, o, aud=world.tester.iss)
+    records = [rec(bundle(o), T0 + 1), rec(bundle(o), T0 + 2), rec(bundle(x), T0 + 3)]
+    report = run(engine, world.trust, records)
+    assert outcomes(report) == ["accept", "duplicate", "reject"]
+    assert report.verdicts[2].reason is not None
+    assert report.verdicts[2].reason.value == "equivocation"
+    assert len(calls) == 3  # one pass for each item
+    # The twin counts for its hop as judged without the memory: an equivocation flag.
+    assert [f["kind"] for f in flags(engine)] == ["equivocation"]
+
+
 def test_each_element_is_verified_once_and_a_changed_trust_store_verifies_again(
     engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -312,6 +312,9 @@ DECODING = {
     "try_read_payload",
     "strict_json_loads",
 }
+# The library's hop and flag rules (profile §8): the store reads the facts they take and
+# writes what they derive; app.ingest.derive applies them.
+RULES = {"derive_hop", "canonical_order", "equivocation_flag", "rejection_flags"}
 BELOW_THE_STORE = ("app.capture", "app.envelope", "app.ingest")
 PIPELINE_LINES = 400
 
@@ -346,8 +349,15 @@ def test_the_store_neither_verifies_nor_decodes_elements() -> None:
     for name, tree in store.items():
         taken = library_imports(tree)
         assert taken & DECODING == set(), name
+        assert taken & RULES == set(), name
         # Nor the private modules that decode (the COSE and payload readers).
         assert {m for m in taken if m.startswith("handoff_context._")} == set(), name
+
+
+def test_the_rules_are_applied_in_ingest() -> None:
+    trees = dict(modules())
+    assert library_imports(trees["app.ingest.derive"]) >= RULES
+    assert "app.store.derive" in app_imports(trees["app.ingest.derive"])
 
 
 def test_the_store_imports_neither_capture_nor_envelope_nor_ingest() -> None:
@@ -400,4 +410,6 @@ def test_the_judgement_checks_see_what_they_look_for() -> None:
         "if TYPE_CHECKING:\n    from app.ingest.judge import Judge\n"
     )
     assert {"Verifier", "decode_sign1"} <= library_imports(tree) & DECODING
+    rules = ast.parse("from handoff_context import derive_hop, Timing\n")
+    assert library_imports(rules) & RULES == {"derive_hop"}
     assert app_imports(tree) == {"app.capture.carriers", "app.ingest.judge"}

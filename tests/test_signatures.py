@@ -153,3 +153,83 @@ def test_a_forked_helper_that_dies_leaves_the_work_to_the_checks(
         [("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0), fork=True
     )
     assert json.dumps([v.to_json() for v in report.verdicts]) == json.dumps(serial)
+
+
+@pytest.mark.parametrize("jobs", [None, 2])
+def test_a_forked_helper_is_stopped_when_the_parent_gets_less_than_a_core(
+    monkeypatch: pytest.MonkeyPatch, jobs: int | None
+) -> None:
+    """With ``auto`` the parent measures its own share of a core while the child runs; a
+    share below ``MIN_SHARE`` (here: each reading of the clock is 10 s after the last and
+    the parent spent them all waiting for a core) means other work wants the cores, and the child
+    is stopped. ``--jobs 2`` keeps it whatever the share. Verdicts are the same either way."""
+    import itertools
+
+    import app.ingest.verifying as verifying
+    from app.ingest import forked
+    from app.ingest.batches import batched
+
+    trust, data = capture()
+    serial = verdicts(trust, data)
+    ticks, waits = itertools.count(step=10.0), itertools.count(step=10.0)
+    monkeypatch.setattr(forked, "_clock", lambda: next(ticks))
+    monkeypatch.setattr(forked, "_waited", lambda: next(waits))  # waiting all the time
+    monkeypatch.setattr(forked, "idle_core", lambda: True)
+    monkeypatch.setattr(forked, "MIN_OCTETS", 0)
+    monkeypatch.setattr(verifying, "batched", lambda items: batched(items, 7))
+    helpers: list[forked.Helper] = []
+    real_stop = forked.Helper.stop
+
+    def stop(self: forked.Helper) -> None:
+        helpers.append(self)
+        real_stop(self)
+
+    monkeypatch.setattr(forked.Helper, "stop", stop)
+    report = verify_inputs(
+        [("c.jsonl", data)], trust=trust, options=VerifyOptions(at=T0), fork=True, jobs=jobs
+    )
+    assert json.dumps([v.to_json() for v in report.verdicts]) == json.dumps(serial)
+    (helper,) = helpers
+    assert helper.watch is (jobs is None)
+    assert helper.stopped_early is (jobs is None)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(helper.pid, os.WNOHANG)
+
+
+@pytest.mark.parametrize(
+    ("waited", "cpu", "starved"),
+    [
+        ((0.0, 0.0), (0.0, 0.0), False),  # no CPU used and no wait for a core: a disk wait
+        ((0.0, 0.5), (0.0, 0.5), True),  # half the window waiting for a core
+        ((0.0, 0.1), (0.0, 0.9), False),  # a tenth waiting: a share of 0.9
+        ((None, None), (0.0, 0.5), True),  # no run delay from the kernel: the CPU share
+        ((None, None), (0.0, 0.9), False),
+    ],
+)
+def test_the_parent_is_starved_only_when_it_waits_for_a_core(
+    monkeypatch: pytest.MonkeyPatch,
+    waited: tuple[float | None, float | None],
+    cpu: tuple[float, float],
+    starved: bool,
+) -> None:
+    """The share of a core is one less the part of a window spent waiting for one (the
+    kernel's run delay), so an ingest that waits for its commits keeps its helper; only
+    where the kernel does not tell the delay is the CPU time used instead."""
+    from app.ingest import forked
+
+    readings = iter([(0.0, waited[0], cpu[0]), (1.0, waited[1], cpu[1])])
+    monkeypatch.setattr(forked, "_readings", lambda: next(readings))
+    helper = forked.Helper(pid=-1, answers=-1, shared=None, fingerprint="")  # type: ignore[arg-type]
+    assert helper._starved() is starved
+
+
+def test_the_run_delay_is_read_from_the_kernel() -> None:
+    from app.ingest import forked
+
+    if not os.path.exists(forked._SCHEDSTAT):
+        pytest.skip("this kernel does not tell the run delay")
+    first = forked._waited()
+    assert first is not None and first >= 0
+    sum(range(200_000))  # some work: the delay never goes back
+    second = forked._waited()
+    assert second is not None and second >= first

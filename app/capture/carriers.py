@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Carried:
     """One handoff or status object as found, with its carrier's context."""
 
@@ -85,7 +85,7 @@ class Carried:
     seq: int = 0  # position among what shares its receive time (a stream's events)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostState:
     """An A2A task state as captured (profile §8: the host keeps its own task state), from a
     Task or a status update that carries no handoff element."""
@@ -187,7 +187,9 @@ def _is_pipe(stream: BinaryIO) -> bool:
 # --- extraction from one payload --------------------------------------------------------
 
 
-@dataclass(frozen=True)
+# Not frozen (it is private, and never changed once made): a frozen dataclass sets each of
+# its nine fields through ``object.__setattr__``, and two are made for every item read.
+@dataclass(slots=True)
 class _Context:
     source: str
     received_at: float | None = None

@@ -28,7 +28,7 @@ class CaptureFormat(StrEnum):
 CarrierError = ItemProblem
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CaptureItem:
     """One decoded payload of a capture file and where it came from."""
 

@@ -151,7 +151,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             # A pipe may be a live feed: its batches are judged at the clock of each batch
             # (app.ingest.live), not of the command's start.
             clock = None if "-" in args.files else now
-            report = ingest(pipeline, inputs, now=clock, progress=progress, on_verdict=summary.add)
+            # ``fork``: this command runs one thread, so a forked child may verify the files'
+            # signatures ahead on the second core (app/ingest/second_core.py).
+            report = ingest(
+                pipeline, inputs, now=clock, progress=progress, on_verdict=summary.add, fork=True
+            )
         finally:
             engine.dispose()
             progress.finish()

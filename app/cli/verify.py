@@ -122,6 +122,15 @@ def add_verify(sub: Any) -> None:
         action="store_true",
         help="print the profile §11 verdicts as one JSON array instead of a table",
     )
+    p.add_argument(
+        "--jobs",
+        type=jobs_count,
+        default=None,
+        metavar="N",
+        help="processes that verify signatures: 1 this one alone, 2 or more a forked helper "
+        "on a second core as well; auto decides by the input's size and the machine's idle "
+        "cores (default: auto)",
+    )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="capture files, '-' for stdin")
     p.set_defaults(func=cmd_verify)
 
@@ -140,6 +149,19 @@ def element_limit(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if not 1024 <= value <= MAX_ELEMENT_OCTETS:
         raise argparse.ArgumentTypeError(f"must be 1024 to {MAX_ELEMENT_OCTETS}, not {value}")
+    return value
+
+
+def jobs_count(text: str) -> int | None:
+    """``auto`` (None) or a positive whole number of processes."""
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not auto or a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be auto or at least 1, not {value}")
     return value
 
 
@@ -177,7 +199,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with fewer_collections():
         # ``fork``: this command runs one thread, so a forked child can verify signatures
         # on the second core (app/ingest/forked.py).
-        report = verify_inputs(inputs, trust=trust, options=options, objects=objects, fork=True)
+        report = verify_inputs(
+            inputs, trust=trust, options=options, objects=objects, fork=True, jobs=args.jobs
+        )
     if args.json:
         # The text of ``json.dump([v.to_json() ...], indent=2)``, written a few hundred
         # verdicts at a time: the standard library's indented encoder is pure Python and

@@ -134,11 +134,19 @@ def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:
 def _record(record: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
     # The carriers report a malformed record; here it only loses its context.
     at, by = _seconds(record.get("received_at")), record.get("received_by")
-    if at is not None:
-        where = where._replace(at=at)
-    if isinstance(by, str) and by:
-        where = where._replace(received_by=by)
-    yield from _payload(record["payload"], where._replace(in_record=True))
+    # One new tuple, not one ``_replace`` per field: this runs for every capture record.
+    inner = _Where(
+        where.source,
+        where.at if at is None else at,
+        by if isinstance(by, str) and by else where.received_by,
+        where.in_response,
+        True,  # in_record
+        where.in_batch,
+        where.task_id,
+        where.task_context,
+        where.accepted,
+    )
+    yield from _payload(record["payload"], inner)
 
 
 def _a2a(obj: object, where: _Where) -> Iterator[EnvelopeItem]:

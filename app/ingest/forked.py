@@ -16,6 +16,10 @@ themselves. As with the threads, a signature that does not verify is never sent,
 in-order check reports its failure as a serial run does: verdicts are byte-identical with
 or without the helper.
 
+The child reads an element only as far as the signature check needs where it can
+(``jws.signature_facts``: a JWS whose header it has met before; everything else it parses
+in full): the parent's strict parse reads the same facts wherever it asks for the check.
+
 The parent never waits for the child. It writes how far it has got (the index of the first
 item of the batch it is about to judge) into a page both processes share, and the child
 verifies only items at least one batch beyond that: an item the parent will reach before
@@ -24,6 +28,11 @@ the share of the work each does follows the load: when the child is slow (anothe
 has its core) the parent verifies more itself, and the child, reading only, catches up.
 The pipe bounds how far ahead the child gets (a full pipe blocks it until the parent
 reads). A child that ends early (killed, out of memory) only leaves the rest to the parent.
+
+The second core has to be idle for this to pay. The load average is only a first gate; while
+the child runs, the parent measures the share of a core it gets itself, and stops the child
+when that share falls below ``MIN_SHARE`` (``verify --jobs 2`` keeps it, ``--jobs 1`` forks
+none).
 
 Fork is safe here because the ``verify`` command runs one thread. The HTTP API's ``verify``
 runs inside a server with threads and does not use this module.
@@ -36,16 +45,26 @@ import mmap
 import os
 import signal
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from handoff_context import SignatureCache, TrustStore
-from handoff_context._signature import verify_element
+from handoff_context import (
+    Form,
+    SignatureCache,
+    StatusObject,
+    TrustStore,
+    handoff_digest,
+    parse_element,
+    parse_object,
+)
+from handoff_context import _jws as jws
+from handoff_context._signature import verify_element, verify_signed
 from handoff_context.errors import HandoffError
 
 from app.capture.carriers import CarrierError, ExtractStats, read_capture
 from app.ingest.batches import BATCH_ITEMS
-from app.ingest.signatures import elements_of, workers
+from app.ingest.signatures import workers
 
 # Below this many octets of input the fork costs more than the second core gives back.
 MIN_OCTETS = 256 * 1024
@@ -57,18 +76,49 @@ _DIGEST = 32
 _SEND_EVERY = 16  # digests per write: fewer system calls, answers still early
 # Digests the child remembers having sent (chain elements recur), as the parent's cache.
 _REMEMBERED = 65_536
+_clock = time.monotonic
+
+
+# The parent's share of a core, measured over windows of at least this many seconds while
+# the child runs; below MIN_SHARE the child is stopped (``Helper.before``). With the second
+# core taken by other work, the parent got 0.6 to 0.7 of a core beside the child and
+# ``verify`` took 1.1 to 1.2 times as long as without it (BENCHMARKS.md); with that core
+# idle, the parent keeps a whole core and the child only adds. The share is one less the
+# part of the window the parent spent waiting for a core (the kernel's run delay), not the
+# CPU it used: an ``ingest`` parent also waits for its commits, and that is no sign of a
+# busy machine (the CPU time is the fallback where the kernel does not tell the delay).
+WINDOW = 0.05
+MIN_SHARE = 0.8
+_SCHEDSTAT = "/proc/self/schedstat"
+
+
+def _waited() -> float | None:
+    """Seconds the parent's main thread has spent ready to run but waiting for a core (the
+    scheduler's run delay, ``/proc/self/schedstat``), or None where the kernel does not
+    say. Time spent waiting on a disk or a database is not in it: an ``ingest`` parent
+    that waits for its commits is not starved, only one that waits for a CPU."""
+    try:
+        with open(_SCHEDSTAT, "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _readings() -> tuple[float, float | None, float]:
+    """The wall clock, the run delay (``_waited``) and the process's CPU time, now."""
+    return _clock(), _waited(), time.process_time()
 
 
 def idle_core() -> bool:
-    """Whether a second core is likely to be idle: this process may run on two or more,
-    and the load average of the last minute leaves one free. On a machine busy with other
-    work the child only takes CPU time from the parent (measured: ``verify`` of 8,000
-    offers at load 11 on 2 cores took 1.5 to 1.7 times as long with the child as without)."""
+    """Whether a second core may be had: this process may run on two or more, and the
+    load average of the last minute is below twice their number. Only a first, coarse gate
+    (the load average lags, and counts tasks waiting on the disk): once the child runs,
+    the parent measures the share of a core it gets (``Helper.before``)."""
     cores = workers()
     if cores < 2:
         return False
     try:
-        return os.getloadavg()[0] <= cores - 1
+        return os.getloadavg()[0] < 2 * cores
     except OSError:  # pragma: no cover - no load average to read
         return False
 
@@ -84,6 +134,10 @@ class Helper:
     alive: bool = True
     marked: int = 0  # digests marked so far
     buffer: bytearray = field(default_factory=bytearray, repr=False)  # read, not yet used
+    # Stop the child when the parent gets less than MIN_SHARE of a core (not when forced).
+    watch: bool = True
+    stopped_early: bool = False
+    window: tuple[float, float | None, float] = field(default_factory=lambda: _readings())
 
     @classmethod
     def start(
@@ -94,10 +148,12 @@ class Helper:
         max_element: int,
         skew: int,
         content_type: str | None = None,
+        force: bool = False,
     ) -> Helper | None:
         """Fork the child, or None where one would not help (a small input, no idle
-        second core)."""
-        if sum(len(data) for _, data in inputs) < MIN_OCTETS or not idle_core():
+        second core); ``force`` forks it whatever the input and the machine, and keeps it
+        whatever the parent's share of a core."""
+        if not force and (sum(len(data) for _, data in inputs) < MIN_OCTETS or not idle_core()):
             return None
         shared = mmap.mmap(-1, _POSITION.size)  # anonymous, shared with the child
         shared[:] = _POSITION.pack(0)
@@ -114,15 +170,30 @@ class Helper:
                 os._exit(code)
         os.close(write_end)
         os.set_blocking(read_end, False)
-        return cls(pid=pid, answers=read_end, shared=shared, fingerprint=trust.fingerprint)
+        return cls(
+            pid=pid,
+            answers=read_end,
+            shared=shared,
+            fingerprint=trust.fingerprint,
+            watch=not force,
+        )
 
     def before(self, position: int, cache: SignatureCache) -> int:
         """Called before each batch is judged, with the index of its first item: tells the
         child, and marks in ``cache`` every digest the child has sent so far (never
-        waiting for more). Returns how many were marked."""
+        waiting for more). Returns how many were marked.
+
+        With ``watch``, it also measures the parent's share of a core since the last window:
+        on two idle cores the parent runs all the time (a share near 1); when it gets less
+        than MIN_SHARE, the child takes CPU from the parent rather than from an idle core
+        (measured: 1.1 to 1.2 times as long with one core busy, 1.5 to 1.7 at load 11 on 2
+        cores), so it is stopped and the parent does the rest."""
         self.shared[:] = _POSITION.pack(position)
         if not self.alive:
             return 0
+        if self.watch and not self.stopped_early and self._starved():
+            self.stopped_early = True
+            self._end_child()
         while True:
             try:
                 chunk = os.read(self.answers, 65536)
@@ -138,6 +209,23 @@ class Helper:
         del self.buffer[:whole]
         self.marked += whole // _DIGEST
         return whole // _DIGEST
+
+    def _starved(self) -> bool:
+        now = _readings()
+        (wall, waited, cpu), (since, waited_since, cpu_since) = now, self.window
+        if wall - since < WINDOW:
+            return False
+        self.window = now
+        if waited is not None and waited_since is not None:  # one less the part spent waiting
+            share = 1 - (waited - waited_since) / (wall - since)
+        else:  # the part of the window the process ran
+            share = (cpu - cpu_since) / (wall - since)
+        return share < MIN_SHARE
+
+    def _end_child(self) -> None:
+        # What the child sent before it ends is still read (``before``) and marked.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """End the child (finished or not) and reap it."""
@@ -178,17 +266,51 @@ def _child(  # pragma: no cover - runs in the forked child
             (position,) = _POSITION.unpack(shared[:])
             if index < position + AHEAD:
                 continue  # the parent gets there before an answer could
-            for element in elements_of(item.value, max_element=max_element):
-                if element.digest in verified:
-                    continue
-                try:
-                    verify_element(element, trust, skew=skew)
-                except HandoffError:
-                    continue
+            for digest in _verified_ahead(item.value, trust, max_element, skew, verified):
                 if len(verified) >= _REMEMBERED:
                     verified.clear()
-                verified.add(element.digest)
-                found.append(element.digest)
+                verified.add(digest)
+                found.append(digest)
             if len(found) >= _SEND_EVERY:
                 send()
     send()
+
+
+def _verified_ahead(  # pragma: no cover - runs in the forked child
+    value: object, trust: TrustStore, max_element: int, skew: int, known: set[bytes]
+) -> list[bytes]:
+    """The digests of the elements of a carried object whose signature verifies (its
+    element, then its chain), not those in ``known``. A JWS whose header was met before is
+    read only as far as the signature check needs (``jws.signature_facts``: the parent's
+    strict parse reads the same facts wherever it asks for the check); anything else is
+    parsed in full."""
+    try:
+        obj = parse_object(value, max_element=max_element)
+    except HandoffError:
+        return []
+    octets = [obj.status] if isinstance(obj, StatusObject) else [obj.offer, *obj.chain]
+    ok = []
+    for one in octets:
+        digest = handoff_digest(one)
+        if digest in known:
+            continue
+        facts = jws.signature_facts(one) if obj.form is Form.JWS else None
+        try:
+            if facts is None:
+                verify_element(parse_element(one, obj.form), trust, skew=skew)
+            else:
+                iss, iat, alg, kid, signing_input, signature = facts
+                verify_signed(
+                    trust,
+                    iss=iss,
+                    iat=iat,
+                    alg=alg,
+                    kid=kid,
+                    signing_input=signing_input,
+                    signature=signature,
+                    skew=skew,
+                )
+        except HandoffError:
+            continue
+        ok.append(digest)
+    return ok

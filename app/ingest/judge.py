@@ -4,9 +4,10 @@ A newcomer looking for where a verdict kind is decided:
 
 - **first judgement** of an item (accept, reject with its reason, pending, duplicate,
   equivocation: the library's ``Verifier`` over the batch's memories): ``Judge.run``;
-- **the judgement beside a duplicate or an equivocation** (the same element judged against
-  an empty replay memory, which hops and flags are derived from, so that they do not
-  depend on ingest order): ``Judge.run`` and ``_judge_status_again``, through ``fresh``;
+- **the judgement beside a duplicate or an equivocation** (the verdict the element would get
+  against an empty replay memory, which hops and flags are derived from, so that they do
+  not depend on ingest order): ``Judge.run`` and ``_judge_status_again``, in the same
+  pass as the first judgement (``Verifier.judge_object``: each check runs once);
 - **a chain taken from stored offers** when an offer names ``prev`` and carries none
   (profile §7: "a party that holds the earlier offer can still check the link"):
   ``Judge._with_stored_chain``;
@@ -48,6 +49,7 @@ from sqlmodel import Session
 
 from app.capture.carriers import Carried
 from app.ingest.build import Pipeline
+from app.ingest.derive import derive_hops
 from app.ingest.live import host_values
 from app.ingest.memory import StoreMemory, fresh_verifier, store_verifier
 from app.ingest.refused import (
@@ -67,7 +69,6 @@ from app.store.records import (
     add_observation,
     children,
     children_of,
-    depends_on_replay,
     judgement_values,
     named_by_pending,
     observation_values,
@@ -113,12 +114,12 @@ def refuse(
         octets=octets_row(evidence, now=now),
         receipt=receipt_row(evidence, item=item, ctx=ctx, verdict=verdict, now=now),
         hop=evidence.hop_key,
-        now=now,
-        timing=pipeline.timing,
         locks=locks,
     )
     if not kept:
         return Done(None)  # its observation id is stored already: a shipper's retry
+    if evidence.hop_key is not None:  # its rejected-element flag (profile §8)
+        derive_hops(session, [evidence.hop_key], now=now, timing=pipeline.timing, locks=locks)
     return Done(verdict)
 
 
@@ -319,7 +320,10 @@ class Judge:
     @property
     def fresh(self) -> Verifier:
         """A verifier for one judgement as if nothing had been seen before: a new one each
-        time, or judging one twin would make the next an equivocation."""
+        time, or judging one twin would make the next an equivocation. Only an offer judged
+        *again* needs one (its first judgement is ``judge_object``'s, in one pass): the
+        store's replay memory holds it already, and asking that memory again must not
+        record anything."""
         return fresh_verifier(self.memory, policy=self.p.options.policy, objects=self.p.objects)
 
     def run(self, item: Carried, parsed: Parsed) -> Done:
@@ -329,14 +333,14 @@ class Judge:
         ctx = context_for(item, self.p.options)
         obj = self._with_stored_chain(parsed.obj, element)
         known_before = element.digest in self.memory.stored
-        verdict = self.verifier.verify_object(obj, ctx, source=item.source)
+        # One pass: the reported verdict, and the one without the replay memory that hops
+        # and flags are derived from (the same verdict unless it depends on the memory).
+        both = self.verifier.judge_object(obj, ctx, source=item.source)
+        verdict, judged = both.verdict, both.without_replay
         if verdict.reason is Reason.MALFORMED:  # e.g. a status where an offer belongs
             return Done(verdict)
         self.memory.store(element)  # a no-op for an offer that verified (stored already)
         new = not known_before and element.digest in self.memory.inserted
-        judged = verdict
-        if depends_on_replay(verdict):
-            judged = self.fresh.verify_object(obj, ctx, source=item.source)
         observation = self._add_observation(item, element, ctx, verdict, judged)
         if item.key is not None:
             self.batch.keys.add(item.key)
@@ -457,11 +461,8 @@ class Judge:
 
     def _judge_status_again(self, observed: Observed) -> None:
         status = StatusObject(status=observed.octets, form=observed.form)
-        verdict = self.verifier.verify_object(status, observed.ctx, source=observed.source)
-        judged = verdict
-        if depends_on_replay(verdict):
-            judged = self.fresh.verify_object(status, observed.ctx, source=observed.source)
-        self._replace(observed, verdict, judged)
+        both = self.verifier.judge_object(status, observed.ctx, source=observed.source)
+        self._replace(observed, both.verdict, both.without_replay)
 
     def _judge_offer_again(self, observed: Observed) -> None:
         element = parse_element(observed.octets, observed.form)

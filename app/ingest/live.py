@@ -25,9 +25,9 @@ from sqlmodel import Session
 
 from app.capture.carriers import Carried, HostState
 from app.ingest.batches import BATCH_ITEMS, BatchFailed, batched
+from app.ingest.derive import derive_hops
 from app.store import db
 from app.store.db import Locks, NeedLocks
-from app.store.derive import derive_hops
 from app.store.host import add_host_states, hops_of_tasks, stored_keys
 
 T = TypeVar("T")

@@ -54,15 +54,17 @@ from app.ingest.batches import (
     run_batch,
 )
 from app.ingest.build import Pipeline
+from app.ingest.derive import derive_hops
 from app.ingest.envelope import EnvelopeIngest
 from app.ingest.judge import BatchState, Done, Judge, Parsed, Unparsed, parse, refuse
 from app.ingest.live import HostStates, batches, is_pipe
 from app.ingest.report import VERDICT_WINDOW, IngestReport
+from app.ingest.second_core import SecondCore, second_core
 from app.ingest.signatures import verify_ahead
 from app.ingest.verifying import carrier_error_verdict
 from app.store import db
 from app.store.db import Locks, NeedLocks
-from app.store.derive import HopKey, affected_hops, derive_hops
+from app.store.derive import HopKey, affected_hops
 from app.store.writebehind import BatchWrites
 
 __all__ = ["VERDICT_WINDOW", "IngestReport", "Pipeline", "ingest", "ingest_carried"]
@@ -81,6 +83,7 @@ def ingest(
     content_type: str | None = None,
     progress: Progress | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
+    fork: bool = False,
 ) -> IngestReport:
     """Ingest capture files (profile §10), each ``(name, octets or binary file)``, in order.
 
@@ -88,53 +91,58 @@ def ingest(
     of profile §8. Freshness is judged at each item's receive time (profile §10), else
     ``options.at``. A file is read as a stream (``read_capture``). ``on_verdict`` receives
     every verdict in input order and bounds what the report keeps (``IngestReport``).
-    ``progress`` is called after each batch. Never raises for bad input or a failing item.
+    ``progress`` is called after each batch. ``fork``: a forked child may verify signatures
+    ahead on the second core (app.ingest.second_core; only for a caller that runs one
+    thread). Never raises for bad input or a failing item.
     """
-    clock = int(time.time()) if now is None else now
-    report = IngestReport(sink=on_verdict)
-    envelopes = EnvelopeIngest(
-        pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
-    )
-    host = HostStates(receiver=pipeline.options.receiver, at=pipeline.options.at)
-    span = _Span()
-    for name, data in inputs:
-        stats = ExtractStats()
-        items = read_capture(
-            data,
-            name=name,
-            content_type=content_type,
-            stats=stats,
-            on_item=span.reading(envelopes.read),
-            on_host=host.read,
+    with second_core(pipeline, inputs, content_type, fork=fork) as (listed, second):
+        clock = int(time.time()) if now is None else now
+        report = IngestReport(sink=on_verdict)
+        envelopes = EnvelopeIngest(
+            pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
         )
-        done = 0
-        for batch in batches(items, live=is_pipe(data)):
-            # A long-running input (a live pipe, app.ingest.live) is judged at the store's
-            # clock of each batch, not of its start.
-            clock = int(time.time()) if now is None else now
-            _run(pipeline, batch, clock, report)
-            # The host task states and envelope items read with this batch: stored now,
-            # not at the end of the input (docs/envelopes.md).
-            if report.cut is None:
-                _flush_host(pipeline, host, report, clock)
+        host = HostStates(receiver=pipeline.options.receiver, at=pipeline.options.at)
+        span = _Span()
+        for name, data in listed:
+            stats = ExtractStats()
+            items = read_capture(
+                data,
+                name=name,
+                content_type=content_type,
+                stats=stats,
+                on_item=span.reading(envelopes.read),
+                on_host=host.read,
+            )
+            done = 0
+            for batch in batches(items, live=is_pipe(data)):
+                # A long-running input (a live pipe, app.ingest.live) is judged at the store's
+                # clock of each batch, not of its start.
+                clock = int(time.time()) if now is None else now
+                _run(pipeline, batch, clock, report, second)
+                if second is not None:
+                    second.judged(batch)
+                # The host task states and envelope items read with this batch: stored now,
+                # not at the end of the input (docs/envelopes.md).
+                if report.cut is None:
+                    _flush_host(pipeline, host, report, clock)
+                if report.cut is None:
+                    envelopes.flush()
+                if _cut(report, span, batch, exact=not (host.pending or envelopes.pending)):
+                    break
+                done += len(batch)
+                if progress is not None:
+                    progress(name, done, _fraction_read(data))
+            report.skipped += stats.without_handoff
+            if report.cut is not None:
+                break
+            _flush_host(pipeline, host, report, clock)  # read after the last batch
             if report.cut is None:
                 envelopes.flush()
-            if _cut(report, span, batch, exact=not (host.pending or envelopes.pending)):
+            if _cut(report, span, [], exact=False):
                 break
-            done += len(batch)
-            if progress is not None:
-                progress(name, done, _fraction_read(data))
-        report.skipped += stats.without_handoff
-        if report.cut is not None:
-            break
-        _flush_host(pipeline, host, report, clock)  # read after the last batch
-        if report.cut is None:
-            envelopes.flush()
-        if _cut(report, span, [], exact=False):
-            break
-    report.redelivered += host.redelivered
-    report.finish()
-    return report
+        report.redelivered += host.redelivered
+        report.finish()
+        return report
 
 
 class _Span:
@@ -197,7 +205,13 @@ def ingest_carried(pipeline: Pipeline, items: Iterable[Carried], *, now: int) ->
     return report
 
 
-def _run(pipeline: Pipeline, batch: Sequence[Found], now: int, report: IngestReport) -> None:
+def _run(
+    pipeline: Pipeline,
+    batch: Sequence[Found],
+    now: int,
+    report: IngestReport,
+    second: SecondCore | None = None,
+) -> None:
     """One batch of signed items through the batch runner, reported in input order. When
     the database turns out unavailable the batch stops there: ``report.cut`` is set."""
     if all(isinstance(found, CarrierError) for found in batch):
@@ -208,7 +222,7 @@ def _run(pipeline: Pipeline, batch: Sequence[Found], now: int, report: IngestRep
         return
     outcomes = run_batch(
         batch,
-        attempt=functools.partial(_try_batch, pipeline, now=now),
+        attempt=functools.partial(_try_batch, pipeline, now=now, second=second),
         alone=functools.partial(_alone, pipeline, now=now),
         stop=_unavailable,
     )
@@ -250,7 +264,7 @@ def _report(report: IngestReport, outcome: Done | ItemError) -> None:
 
 
 def _try_batch(
-    pipeline: Pipeline, batch: Sequence[Found], *, now: int
+    pipeline: Pipeline, batch: Sequence[Found], *, now: int, second: SecondCore | None = None
 ) -> tuple[list[Done | ItemError], int]:
     """Run items in one transaction, each in a savepoint, until one fails; derive the hops
     of those that ran, and commit. Returns their results and the index of the failed item
@@ -273,8 +287,11 @@ def _try_batch(
             named={n for p in ok for n in p.named},
         )
         state.writes.reserve(sum(1 + len(p.chain) for p in ok), len(ok))
-        signed = (e for p in ok for e in (p.element, *p.chain))
-        verify_ahead(signed, pipeline.trust, state.memory)
+        if second is not None:  # what the child verified ahead, else the thread pool
+            second.mark(state.memory)
+        else:
+            signed = (e for p in ok for e in (p.element, *p.chain))
+            verify_ahead(signed, pipeline.trust, state.memory)
         hops: set[HopKey] = set()
         touched: set[bytes] = set()
         for index, (found, one) in enumerate(zip(batch, parsed, strict=True)):

@@ -34,6 +34,7 @@ from sqlmodel import Session
 from app.capture.carriers import Carried, Carrier, Role
 from app.envelope.ledger import CaseRules
 from app.ingest.cases import derive_cases
+from app.ingest.derive import derive_every_hop
 from app.ingest.pipeline import Pipeline, ingest_carried
 from app.ingest.sweep import sweep
 from app.store import db
@@ -300,7 +301,8 @@ def rederive(
                 with Session(scratch) as rederived:
 
                     def work(session: Session) -> None:
-                        replace(session, rederived, now=now, timing=pipeline.timing)
+                        hops = replace(session, rederived)
+                        derive_every_hop(session, hops, now=now, timing=pipeline.timing)
 
                     db.run(engine, work, attempts=1)
         finally:

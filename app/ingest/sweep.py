@@ -9,7 +9,7 @@ from sqlmodel import Session
 
 from app.envelope.ledger import CaseRules
 from app.ingest.cases import sweep_cases
-from app.store.derive import sweep_hops
+from app.ingest.derive import sweep_hops
 
 
 def sweep(session: Session, *, now: int, timing: Timing, cases: CaseRules) -> int:

@@ -127,6 +127,7 @@ def verify_inputs(
     content_type: str | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
     fork: bool = False,
+    jobs: int | None = None,
 ) -> Report:
     """Verify every element in every input, in order, against one memory (profile §11).
 
@@ -134,9 +135,12 @@ def verify_inputs(
     pending status waits for its offer while fewer than ``VERDICT_WINDOW`` verdicts came
     after it, as in ingest) and the report keeps none: memory does not grow with the input.
     With ``fork``, a large input's signatures are verified ahead by a forked child
-    (``app.ingest.forked``): only for a caller that runs one thread (the ``verify`` command)."""
+    (``app.ingest.forked``): only for a caller that runs one thread (the ``verify`` command).
+    ``jobs`` says how many processes verify signatures: None decides by the input and the
+    machine (``forked.Helper.start``), 1 verifies in this process alone (no helper, no
+    threads), 2 or more always fork the helper (with ``fork``; one child)."""
     helper = None
-    if fork:
+    if fork and jobs != 1:
         from app.ingest.forked import Helper
 
         inputs = list(inputs)  # the child reads them too
@@ -146,9 +150,12 @@ def verify_inputs(
             max_element=options.max_element_bytes,
             skew=options.skew,
             content_type=content_type,
+            force=jobs is not None,
         )
     try:
-        return _verify_inputs(inputs, trust, options, objects, content_type, on_verdict, helper)
+        return _verify_inputs(
+            inputs, trust, options, objects, content_type, on_verdict, helper, threads=jobs != 1
+        )
     finally:
         if helper is not None:
             helper.stop()
@@ -162,6 +169,8 @@ def _verify_inputs(
     content_type: str | None,
     on_verdict: Callable[[Verdict], None] | None,
     helper: Helper | None,
+    *,
+    threads: bool = True,
 ) -> Report:
     verifier = Verifier(trust=trust, policy=options.policy, objects=objects or ObjectIndex())
     cache = verifier.signature_cache
@@ -207,6 +216,9 @@ def _verify_inputs(
             if helper is not None:
                 helper.before(position, cache)  # what the child verified ahead so far
                 position += len(batch)
+                judge(batch, Ahead())
+                continue
+            if not threads:
                 judge(batch, Ahead())
                 continue
             found = (i for i in batch if not isinstance(i, CarrierError))

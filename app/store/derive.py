@@ -1,7 +1,7 @@
-"""Hop state and flags, re-derived from stored facts (profile §8) by the library's pure
-rules (``handoff_context.derive_hop``, and ``canonical_order``, ``equivocation_flag`` and
-``rejection_flags`` across a hop's offers and refusals), and the sweep of the hops that
-applies the clock. What is here reads the facts and writes the results; the rules are the library's.
+"""Hop state and flags: the stored facts they are derived from (profile §8), read for a
+chunk of hops with a few set-based queries, and the derived rows written back. The rules
+(``handoff_context.derive_hop``, ``canonical_order``, ``equivocation_flag``,
+``rejection_flags``) are applied by ``app.ingest.derive``; nothing here decides anything.
 
 Every fact read here depends on the *set* of stored elements and observations, never on
 the order they arrived in, so any permutation of the same input yields the same hops and
@@ -31,15 +31,9 @@ from typing import Any
 from handoff_context import (
     CountingOffer,
     DownstreamFact,
-    OfferFact,
     Rejection,
     StatusFact,
     StatusState,
-    Timing,
-    canonical_order,
-    derive_hop,
-    equivocation_flag,
-    rejection_flags,
 )
 from sqlalchemy import (
     ColumnElement,
@@ -54,10 +48,10 @@ from sqlalchemy import (
 )
 from sqlmodel import Session
 
-from app.store.db import Locks, digest_lock, execute, hop_lock, pair_params, pairs_in, upsert_many
+from app.store.db import Locks, digest_lock, execute, pair_params, pairs_in, upsert_many
 from app.store.envelopes import case_due_conditions
-from app.store.flags import HopFlags, hop_flags, sync_many_flags
-from app.store.host import HostFact, host_facts, host_of
+from app.store.flags import HopFlags, sync_many_flags
+from app.store.host import HostFact, host_facts
 from app.store.models import (
     ElementRow,
     HopRow,
@@ -184,35 +178,12 @@ _FIRST_CANCELS = select(_CANCELS.c.offer, func.min(_CANCELS.c.received_at)).grou
 )
 
 
-# --- derivation -------------------------------------------------------------------------
-
-
-def derive_hops(
-    session: Session, keys: Iterable[HopKey], *, now: int, timing: Timing, locks: Locks
-) -> None:
-    """Re-derive each hop's state and flags at clock ``now`` and store them. Raises
-    NeedLocks when another transaction holds one of the hops.
-
-    The facts of many hops are read together, a few set-based queries for a chunk of hops
-    instead of about nine for each (``_Facts``); each hop is then derived from its own."""
-    keys = sorted(set(keys))
-    locks.need(hop_lock(hop) for _, hop in keys)
-    for start in range(0, len(keys), _HOPS_PER_QUERY):
-        chunk = keys[start : start + _HOPS_PER_QUERY]
-        facts = _Facts.load(session, chunk)
-        flags = hop_flags(session, hops=chunk)
-        derived = [
-            _derive_one(session, iss, hop, facts, flags[(iss, hop)], now=now, timing=timing)
-            for iss, hop in chunk
-        ]
-        sync_many_flags(session, [f for _, f in derived], now=now)
-        hops = stamp_changes(session, [h for h, _ in derived if h is not None])  # OTLP export
-        upsert_many(session, HopRow, hops, ["iss", "hop"])
+# --- the facts of many hops ------------------------------------------------------------
 
 
 # Hops whose facts one query reads: bounded, so a sweep of many hops stays within the
 # databases' limits on bound parameters.
-_HOPS_PER_QUERY = 256
+HOPS_PER_QUERY = 256
 _OFFER_FIRSTS_MANY = (
     select(
         ElementRow.hop_iss,
@@ -265,10 +236,11 @@ _DOWNSTREAM_MANY = (
 
 
 @dataclass
-class _Facts:
-    """The stored facts of a set of hops, read with one query per kind of fact."""
+class HopFacts:
+    """The stored facts of a set of hops (at most ``HOPS_PER_QUERY``), read with one query
+    per kind of fact."""
 
-    offers: dict[HopKey, list[CountingOffer]]  # the hop's offer first (canonical_order)
+    offers: dict[HopKey, list[CountingOffer]]  # the offers that count, in no order
     elements: dict[bytes, Any]  # rows of _OFFER_ROWS: the offers' columns, by digest
     rejections: dict[HopKey, list[Rejection]]
     statuses: dict[bytes, list[StatusFact]]  # by the offer they name
@@ -276,7 +248,7 @@ class _Facts:
     host: dict[bytes, list[HostFact]]  # by the element whose tasks they are in
 
     @classmethod
-    def load(cls, session: Session, keys: Sequence[HopKey]) -> _Facts:
+    def load(cls, session: Session, keys: Sequence[HopKey]) -> HopFacts:
         hops = pair_params(keys)
         firsts: dict[HopKey, dict[bytes, int]] = {}
         for r in execute(session, _OFFER_FIRSTS_MANY, hops):
@@ -284,9 +256,7 @@ class _Facts:
         every = [d for by_digest in firsts.values() for d in by_digest]
         rows = {r.digest: r for r in _rows(session, _OFFER_ROWS, "b_offers", every)}
         offers = {
-            key: canonical_order(
-                CountingOffer(d, rows[d].content, first) for d, first in by_digest.items()
-            )
+            key: [CountingOffer(d, rows[d].content, first) for d, first in by_digest.items()]
             for key, by_digest in firsts.items()
         }
         rejections: dict[HopKey, list[Rejection]] = {}
@@ -339,84 +309,28 @@ _DELETE_HOP = delete(HopRow).where(
 )
 
 
-def _derive_one(
+def write_hops(
     session: Session,
-    iss: str,
-    hop: str,
-    facts: _Facts,
-    stored_flags: dict[str, Any],
     *,
+    hops: list[dict[str, Any]],
+    gone: Sequence[HopKey],
+    flags: Sequence[HopFlags],
     now: int,
-    timing: Timing,
-) -> tuple[dict[str, Any] | None, HopFlags]:
-    """Derive one hop; returns its hop row to store (None: the hop has no offer any more,
-    and its row was deleted) and its flags to sync (``sync_many_flags``)."""
-    offers = facts.offers.get((iss, hop), [])
-    flags = rejection_flags(facts.rejections.get((iss, hop), []))
-    if not offers:
+) -> None:
+    """Write what was derived for a chunk of hops: the ``hops`` rows (upserted, stamped for
+    the OTLP export), the rows of the hops ``gone`` (no offer counts any more) deleted,
+    and each hop's ``flags`` synced with the stored ones (``sync_many_flags``)."""
+    for iss, hop in gone:
         execute(session, _DELETE_HOP, {"b_iss": iss, "b_hop": hop})
-        return None, (iss, hop, flags, None, stored_flags)
-    element = facts.elements[offers[0].digest]
-    fact = OfferFact(
-        digest=element.digest,
-        iss=element.iss,
-        aud=element.aud,
-        hop=element.hop,
-        dialog=element.dialog,
-        task=element.task,
-        iat=element.iat,
-        exp=element.exp,
-        prev=element.prev,
-    )
-    digests = [o.digest for o in offers]
-    statuses = [s for d in digests for s in facts.statuses.get(d, [])]
-    observed = [*digests, *(s.digest for s in statuses)]
-    view = derive_hop(
-        fact,
-        statuses,
-        now=now,
-        timing=timing,
-        downstream=[f for d in digests for f in facts.downstream.get(d, [])],
-        host=host_of(facts.host, observed),
-    )
-    values = {
-        "iss": iss,
-        "hop": hop,
-        "offer": fact.digest,
-        "aud": fact.aud,
-        "dialog": fact.dialog,
-        "task": fact.task,
-        "iat": fact.iat,
-        "exp": fact.exp,
-        "state": view.state.value,
-        "a2a_state": view.a2a_state,
-        "accepted_at": view.accepted_at,
-        "terminal_at": view.terminal_at,
-        "deadline": view.deadline,
-        "derived_at": now,
-    }
-    flags.extend(view.flags)
-    equivocation = equivocation_flag(offers)
-    if equivocation is not None:
-        flags.append(equivocation)
-    return values, (iss, hop, flags, fact.digest, stored_flags)
+    sync_many_flags(session, flags, now=now)
+    upsert_many(session, HopRow, stamp_changes(session, hops), ["iss", "hop"])
 
 
-def sweep_hops(session: Session, *, now: int, timing: Timing) -> int:
-    """Apply the clock to the hops: re-derive every hop whose answer changes by ``now``
-    (its deadline has passed), or that was derived for a later clock than ``now``. Returns
-    how many (``app.ingest.sweep`` sweeps the envelope cases too).
-
-    Run it in its own transaction (``app.store.db.run``); it waits for the hops' locks."""
-    due = _due(session, now)
-    if not due:
-        return 0
-    locks = Locks(session, [hop_lock(hop) for _, hop in due])
-    # Again, now that no writer of these hops is at work (hops due meanwhile wait for the
-    # next sweep).
-    due = [key for key in _due(session, now) if hop_lock(key[1]) in locks.held or not locks.active]
-    derive_hops(session, due, now=now, timing=timing, locks=locks)
-    return len(due)
+def due_hops(session: Session, now: int) -> list[HopKey]:
+    """The hops whose answer changes by ``now`` (their deadline has passed), or that were
+    derived for a later clock than ``now`` (``app.ingest.derive.sweep_hops``)."""
+    rows = session.execute(select(HopRow.iss, HopRow.hop).where(or_(*_hop_due_conditions(now))))
+    return [(r.iss, r.hop) for r in rows]
 
 
 def anything_due(session: Session, now: int) -> bool:
@@ -429,8 +343,3 @@ def anything_due(session: Session, now: int) -> bool:
 
 def _hop_due_conditions(now: int) -> list[ColumnElement[bool]]:
     return [HopRow.deadline <= now, HopRow.derived_at > now]
-
-
-def _due(session: Session, now: int) -> list[HopKey]:
-    rows = session.execute(select(HopRow.iss, HopRow.hop).where(or_(*_hop_due_conditions(now))))
-    return [(r.iss, r.hop) for r in rows]

@@ -15,13 +15,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from handoff_context import Timing, digest_text
+from handoff_context import digest_text
 from sqlalchemy import delete, select, text
 from sqlmodel import Session, SQLModel
 
 from app.errors import HandoffTraceError
-from app.store.db import Locks
-from app.store.derive import HopKey, derive_hops
+from app.store.derive import HopKey
 from app.store.models import (
     ElementRow,
     FlagRow,
@@ -144,9 +143,10 @@ def compare(stored: dict[str, Table], rederived: dict[str, Table]) -> list[Table
 # --- replacing the stored derived state ---------------------------------------------------
 
 
-def replace(session: Session, rederived: Session, *, now: int, timing: Timing) -> None:
+def replace(session: Session, rederived: Session) -> list[HopKey]:
     """Make ``session``'s derived state that of ``rederived`` (a store re-derived from the
-    same octets and receipts), then re-derive every hop and its flags at ``now``.
+    same octets and receipts); returns every hop, for the caller to derive again with its
+    flags (``app.ingest.derive.derive_every_hop``) in the same transaction.
 
     Holds off concurrent writers for the whole transaction. Raises ReplaceError when the
     two stores' receipts do not line up (nothing is changed then)."""
@@ -160,9 +160,7 @@ def replace(session: Session, rederived: Session, *, now: int, timing: Timing) -
     for model in (LinkRow, ReplayRow, SeenStatusRow):
         _copy(session, model, rederived.execute(select(model)).scalars())
     _copy_verdicts(session, rederived, receipts)
-    locks = Locks(session)
-    locks.active = False  # the tables are locked whole (``_exclusive``)
-    derive_hops(session, _every_hop(session), now=now, timing=timing, locks=locks)
+    return _every_hop(session)
 
 
 def _exclusive(session: Session) -> None:

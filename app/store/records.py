@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from handoff_context import Context, Form, Outcome, Result, Verdict
-from handoff_context.errors import Reason
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
@@ -50,11 +49,6 @@ _ADD_OBSERVATION = insert(ObservationRow).returning(ObservationRow.id)
 _ADD_REFS = insert(RefOutcomeRow)
 _UPDATE_VERDICT = update(VerdictRow).where(VerdictRow.id == bindparam("b_id"))
 _DELETE_REFS = delete(RefOutcomeRow).where(RefOutcomeRow.verdict_id == bindparam("b_id"))
-
-
-def depends_on_replay(verdict: Verdict) -> bool:
-    """True when the verdict says more about the memory than about the element."""
-    return verdict.outcome is Outcome.DUPLICATE or verdict.reason is Reason.EQUIVOCATION
 
 
 def add_observation(

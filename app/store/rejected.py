@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from handoff_context import Timing
 from sqlalchemy import select
 from sqlmodel import Session
 
 from app.store.db import Locks, hop_lock, insert_ignore
-from app.store.derive import HopKey, derive_hops
+from app.store.derive import HopKey
 from app.store.models import HopRow, RejectedObservationRow, RejectedOctetsRow
 
 
@@ -30,12 +29,11 @@ def keep_refused(
     octets: dict[str, Any],
     receipt: dict[str, Any],
     hop: HopKey | None,
-    now: int,
-    timing: Timing,
     locks: Locks | None = None,
 ) -> bool:
     """Store refused octets (once: ``octets`` is their row) and this ``receipt`` of them,
-    and re-derive the flags of the ``hop`` they claim. False when the receipt's
+    holding the lock of the ``hop`` they claim, whose flags the caller derives again
+    (``app.ingest.derive``) when this returns True. False when the receipt's
     observation id is stored already: a shipper's retry, stored once. Without ``locks``,
     run it in its own transaction (``app.store.db.run``); with the ``locks`` of a
     transaction that holds others (a batch), the hop's lock is only tried for (raises
@@ -49,11 +47,7 @@ def keep_refused(
     # ON CONFLICT on the observation id: another writer (or an earlier item of this
     # request) may have stored the same receipt since the batch looked (NULL never
     # conflicts, so receipts without an id are all kept).
-    if not insert_ignore(session, RejectedObservationRow, receipt, ["observation_key"]):
-        return False
-    if hop is not None:
-        derive_hops(session, [hop], now=now, timing=timing, locks=locks)
-    return True
+    return insert_ignore(session, RejectedObservationRow, receipt, ["observation_key"])
 
 
 # --- reading them back (the dashboard's element and hop pages, the API) ----------------

@@ -136,6 +136,9 @@ class BatchWrites:
         # buffered verdict for each made a batch quadratic in its items. An id may be
         # stale (rolled back, or reused for another verdict): readers check the verdict.
         self._statuses: dict[bytes, dict[int, None]] = {}
+        # Buffered verdicts by the element they judge (ids, in the order added), for the
+        # same reason: each completed offer asks for the verdicts of the offers below it.
+        self._by_digest: dict[bytes, dict[int, None]] = {}
         self._undo: list[tuple[int, _Verdict]] = []
         self.flushes = 0
 
@@ -181,6 +184,7 @@ class BatchWrites:
         """A verdict row, with its id (``verdict_id``) in ``row``, ``refs`` and
         ``observed``; ``kind`` and ``offer`` say what it judged (a status: its offer)."""
         self._verdicts[row["id"]] = _Verdict(row, refs, observed, kind, offer)
+        self._by_digest.setdefault(row["digest"], {})[row["id"]] = None
         if kind == "status" and offer is not None:
             self._statuses.setdefault(offer, {})[row["id"]] = None
 
@@ -232,11 +236,15 @@ class BatchWrites:
         return found
 
     def offers_without_chain(self, offers: Collection[bytes]) -> list[Observed]:
-        return [
-            v.observed
-            for v in self._verdicts.values()
-            if v.row["digest"] in offers and without_chain(v.row["chain"])
-        ]
+        """The buffered verdicts of ``offers`` whose chain was not carried whole (callers
+        order them by observation, ``by_observation``)."""
+        found = []
+        for digest in offers:
+            for verdict_id in self._by_digest.get(digest, ()):
+                v = self._verdicts.get(verdict_id)
+                if v is not None and v.row["digest"] == digest and without_chain(v.row["chain"]):
+                    found.append(v.observed)
+        return found
 
     # -- savepoints ------------------------------------------------------------------------
 
@@ -302,6 +310,7 @@ class BatchWrites:
         self._host.clear()
         self._verdicts.clear()
         self._statuses.clear()
+        self._by_digest.clear()
         self._undo.clear()
 
 

@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from typing import Annotated, Any
 
-from fastapi import Path, Query, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from handoff_context import MAX_SAFE_INT, RefPolicy, parse_digest_text
 from handoff_context.errors import MalformedError
@@ -25,6 +25,20 @@ from app.settings import Settings
 from app.web.errors import ApiError, PayloadTooLarge
 
 
+def query_names(app: FastAPI) -> dict[tuple[str, str], frozenset[str]]:
+    """The query parameters each route takes, from the app's own OpenAPI document, so the
+    rule and the document cannot differ. Building the document takes about a second of one
+    core: the app's lifespan builds it before the first request (``app.state.query_names``),
+    so no request of a fresh worker waits for it."""
+    return {
+        (method, path): frozenset(
+            p["name"] for p in op.get("parameters", ()) if p.get("in") == "query"
+        )
+        for path, ops in app.openapi()["paths"].items()
+        for method, op in ops.items()
+    }
+
+
 def reject_unknown_query(request: Request) -> None:
     """Refuse query parameters the route does not take (422), rather than ignore them: a
     misspelt filter (``?stat=offered``) must not quietly answer every hop. A parameter given
@@ -34,16 +48,8 @@ def reject_unknown_query(request: Request) -> None:
     names: dict[tuple[str, str], frozenset[str]] | None = getattr(
         request.app.state, "query_names", None
     )
-    if names is None:
-        # From the app's own OpenAPI document, so the rule and the document cannot differ.
-        names = {
-            (method, path): frozenset(
-                p["name"] for p in op.get("parameters", ()) if p.get("in") == "query"
-            )
-            for path, ops in request.app.openapi()["paths"].items()
-            for method, op in ops.items()
-        }
-        request.app.state.query_names = names
+    if names is None:  # an app served without its lifespan
+        names = request.app.state.query_names = query_names(request.app)
     route = request.scope.get("route")
     method = "get" if request.method == "HEAD" else request.method.lower()
     known = names.get((method, getattr(route, "path_format", "")), frozenset())

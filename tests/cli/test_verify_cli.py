@@ -464,14 +464,37 @@ def test_verify_with_its_forked_signature_helper_prints_the_same_bytes(
 
     def start(cls: type[forked.Helper], *args: object, **kw: object) -> object:
         helper = real_start(cls, *args, **kw)
-        started.append(helper.pid)
+        if helper is not None:
+            started.append(helper.pid)
         return helper
 
-    monkeypatch.setattr(forked, "idle_core", lambda: True)
-    monkeypatch.setattr(forked, "MIN_OCTETS", 0)
     monkeypatch.setattr(forked, "AHEAD", 0)
     monkeypatch.setattr(forked.Helper, "start", classmethod(start))
-    assert _run(capsys, *argv, *inputs) == (code, alone, "")
+    # ``--jobs 2`` forks the helper whatever the input's size and the machine's load.
+    assert _run(capsys, *argv, "--jobs", "2", *inputs) == (code, alone, "")
     outcomes = [v["outcome"] for v in json.loads(alone)]
     assert outcomes == ["reject", "accept", "accept", "duplicate", "duplicate"]
     assert code == 1 and len(started) == 1
+    # ``auto`` forks nothing for an input this small.
+    assert _run(capsys, *argv, "--jobs", "auto", *inputs) == (code, alone, "")
+    assert len(started) == 1
+    # ``--jobs 1``: no helper and no thread pool, the same bytes.
+    import app.ingest.verifying as verifying
+
+    def no_threads(*args: object, **kwargs: object) -> object:
+        raise AssertionError("--jobs 1 uses no thread pool")
+
+    monkeypatch.setattr(verifying, "submit_ahead", no_threads)
+    assert _run(capsys, *argv, "--jobs", "1", *inputs) == (code, alone, "")
+    assert len(started) == 1
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "two", ""])
+def test_verify_refuses_a_jobs_count_that_is_not_auto_or_positive(
+    chain_dir: Path, capsys: pytest.CaptureFixture[str], jobs: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--trust", "trust.json", "--jobs", jobs, "hop1.json"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == ""
+    assert "argument --jobs" in err and "auto" in err

@@ -152,6 +152,42 @@ def test_a_known_header_parses_as_a_new_one(world: World, monkeypatch: pytest.Mo
     malformed(second.replace(payload_b64, payload_b64 + b"="), "payload is not base64url")
 
 
+def test_signature_facts_are_what_parse_reads(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``signature_facts`` (what ``verify --jobs``'s helper reads ahead) gives, wherever
+    ``parse`` accepts the octets, the facts the signature check reads from the parsed
+    element; it gives nothing for a header not met before, and never raises."""
+    monkeypatch.setattr(jws, "_KNOWN_HEADERS", {})
+    good = [
+        forge(world.planner, offer(world)),
+        forge(world.coder, offer(world, iss=world.coder.iss, hop=HOP + "y")),
+        forge(world.coder, status(world)),
+    ]
+    assert [jws.signature_facts(o) for o in good] == [None, None, None]  # headers unknown
+    for octets in good:
+        element = jws.parse(octets)
+        assert jws.signature_facts(octets) == (
+            element.payload.iss,
+            element.payload.iat,
+            element.header.alg,
+            element.header.kid,
+            element.signing_input,
+            element.signature,
+        )
+    header_b64, payload_b64, sig_b64 = good[0].split(b".")
+    odd = [
+        b"\xff" + good[0],
+        header_b64 + b"." + payload_b64,
+        header_b64 + b".!!." + sig_b64,
+        header_b64 + b"." + b64url_encode(b"[1]").encode() + b"." + sig_b64,
+        header_b64 + b"." + b64url_encode(b'{"iss":1,"iat":2}').encode() + b"." + sig_b64,
+        header_b64 + b"." + b64url_encode(b'{"iss":"a","iat":true}').encode() + b"." + sig_b64,
+        header_b64 + b"." + b64url_encode(b"{").encode() + b"." + sig_b64,
+    ]
+    assert [jws.signature_facts(o) for o in odd] == [None] * len(odd)
+
+
 def test_sign_writes_only_alg_typ_kid_and_no_padding(world: World) -> None:
     octets = sign_payload(offer(world), world.coder)
     assert b"=" not in octets

@@ -106,7 +106,7 @@ from handoff_context._verdict import (
     Variant,
     Verdict,
 )
-from handoff_context._verify import Context, Policy, Session, Verifier, parse_element
+from handoff_context._verify import Context, Judged, Policy, Session, Verifier, parse_element
 from handoff_context.agent import Agent, Delegation, Mode
 from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY, Carrier, Role
 from handoff_context.errors import (
@@ -160,6 +160,7 @@ __all__ = [
     "HopView",
     "HostObservation",
     "InMemoryState",
+    "Judged",
     "KeyFileError",
     "MalformedError",
     "Mode",

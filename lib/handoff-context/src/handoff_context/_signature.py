@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from joserfc.jws import JWSRegistry
 
 from handoff_context._model import Element
@@ -25,30 +30,68 @@ KTY_FOR_ALG = {"ES256": "EC", "Ed25519": "OKP", "EdDSA": "OKP"}
 SUPPORTED_ALGS = frozenset(KTY_FOR_ALG)
 
 # joserfc's "EdDSA" model warns about its deprecation on use; the Ed25519 model is the
-# same math without the warning, so both names use it.
+# same math without the warning, so both names use it (signing only: see verify_raw).
 _MODELS = {
     "ES256": JWSRegistry.algorithms["ES256"],
     "Ed25519": JWSRegistry.algorithms["Ed25519"],
     "EdDSA": JWSRegistry.algorithms["Ed25519"],
 }
 
+# One ECDSA-with-SHA-256 parameter object for every ES256 verify (it holds no state).
+_ECDSA_SHA256 = ec.ECDSA(hashes.SHA256())
+# joserfc key -> its ``cryptography`` public key and the algorithm family it verifies
+# ("EC" for P-256, "OKP" for Ed25519, "" for neither), taken once per key object: the key
+# is held too, so its id is not reused while the entry lives. Bounded.
+_OP_KEYS: dict[int, tuple[Any, Any, str]] = {}
+_OP_KEYS_LIMIT = 4096
+
+
+def _op_key(key: Any) -> tuple[Any, str]:
+    known = _OP_KEYS.get(id(key))
+    if known is not None and known[0] is key:
+        return known[1], known[2]
+    op_key = key.get_op_key("verify")  # joserfc refuses a key whose key_ops exclude it
+    if isinstance(op_key, ec.EllipticCurvePublicKey) and isinstance(op_key.curve, ec.SECP256R1):
+        kind = "EC"
+    elif isinstance(op_key, Ed25519PublicKey):
+        kind = "OKP"
+    else:
+        kind = ""
+    if len(_OP_KEYS) >= _OP_KEYS_LIMIT:
+        _OP_KEYS.clear()
+    _OP_KEYS[id(key)] = (key, op_key, kind)
+    return op_key, kind
+
 
 def verify_raw(alg: str, key: Any, signing_input: bytes, signature: bytes) -> bool:
     """True when ``signature`` over ``signing_input`` verifies under ``key`` with ``alg``.
 
-    Returns False (never raises) for a signature of the wrong size or out-of-range scalars.
+    ``key`` is a joserfc public key. Returns False (never raises) for a signature of the
+    wrong size, out-of-range scalars, or a key that does not fit ``alg`` (ES256 needs P-256).
     Raises KeyError only for an algorithm outside SUPPORTED_ALGS (a programming error: the
     codecs refuse those while parsing).
+
+    ``cryptography`` is called directly, as joserfc's models do, without what they redo on
+    every call (the key's operation check, a new ECDSA object): this is the hot path.
     """
-    model = _MODELS[alg]
+    kty = KTY_FOR_ALG[alg]
     if len(signature) != 64:
         return False
-    if alg == "ES256":
-        r = int.from_bytes(signature[:32], "big")
-        s = int.from_bytes(signature[32:], "big")
-        if not (1 <= r < _P256_N and 1 <= s < _P256_N):
-            return False
-    return bool(model.verify(signing_input, signature, key))
+    op_key, kind = _op_key(key)
+    if kind != kty:
+        return False
+    try:
+        if kty == "EC":
+            r = int.from_bytes(signature[:32], "big")
+            s = int.from_bytes(signature[32:], "big")
+            if not (1 <= r < _P256_N and 1 <= s < _P256_N):
+                return False
+            op_key.verify(encode_dss_signature(r, s), signing_input, _ECDSA_SHA256)
+        else:
+            op_key.verify(signature, signing_input)
+    except InvalidSignature:
+        return False
+    return True
 
 
 def sign_raw(alg: str, private_key: Any, signing_input: bytes) -> bytes:
@@ -65,12 +108,35 @@ def verify_element(element: Element, trust: TrustStore, *, skew: int = 0) -> Tru
     with ``untrusted-key`` when the issuer has no configured key or the key that verifies was
     not valid at ``iat``, or ``bad-signature`` when it has keys but none fits and verifies.
     """
-    iss = element.payload.iss
+    return verify_signed(
+        trust,
+        iss=element.payload.iss,
+        iat=element.payload.iat,
+        alg=element.header.alg,
+        kid=element.header.kid,
+        signing_input=element.signing_input,
+        signature=element.signature,
+        skew=skew,
+    )
+
+
+def verify_signed(
+    trust: TrustStore,
+    *,
+    iss: str,
+    iat: int,
+    alg: str,
+    kid: str | None,
+    signing_input: bytes,
+    signature: bytes,
+    skew: int = 0,
+) -> TrustedKey:
+    """``verify_element`` on the facts it reads from an element (its header's ``alg`` and
+    ``kid``, its payload's ``iss`` and ``iat``, what was signed and the signature), for a
+    caller that has them without a whole parsed Element. Raises CheckFailed as it does."""
     keys = trust.keys_for(iss)
     if not keys:
         raise CheckFailed(Reason.UNTRUSTED_KEY, f"no key is configured for issuer {iss!r}")
-    alg = element.header.alg
-    kid = element.header.kid
     if kid is not None:
         chosen = [k for k in keys if k.kid == kid]
         if not chosen:
@@ -85,16 +151,15 @@ def verify_element(element: Element, trust: TrustStore, *, skew: int = 0) -> Tru
         chosen = [k for k in keys if k.kty == KTY_FOR_ALG[alg]]
         if not chosen:
             raise CheckFailed(Reason.BAD_SIGNATURE, f"{iss!r} has no key that fits alg {alg}")
-    iat = element.payload.iat
     valid = [k for k in chosen if k.invalid_at(iat, skew) is None]
     for key in valid:
-        if verify_raw(alg, key.key, element.signing_input, element.signature):
+        if verify_raw(alg, key.key, signing_input, signature):
             return key
     # A key that verifies but was not valid at iat says more than "bad signature": the
     # signer holds a withdrawn or revoked key (one more verify, on the failure path only).
     for key in chosen:
         why = key.invalid_at(iat, skew)
-        if why is not None and verify_raw(alg, key.key, element.signing_input, element.signature):
+        if why is not None and verify_raw(alg, key.key, signing_input, signature):
             raise CheckFailed(Reason.UNTRUSTED_KEY, f"{why}; {iss!r} no longer speaks with it")
     which = f"key {kid!r}" if kid is not None else f"any of the {len(chosen)} keys"
     raise CheckFailed(

@@ -76,8 +76,10 @@ class TrustStore:
         """The keys that may speak for ``identifier``: listed for it, or for its SPIFFE trust
         domain; None when there is none."""
         listed = self.issuers.get(identifier)
+        if not self.domains:  # no trust domains (most stores): nothing more to look up
+            return listed
         domain = spiffe_trust_domain(identifier)
-        bundle = self.domains.get(domain) if domain is not None and self.domains else None
+        bundle = self.domains.get(domain) if domain is not None else None
         if bundle is None:
             return listed
         return bundle if listed is None else listed + bundle

@@ -36,6 +36,8 @@ def as_json(value: object) -> Any:
 
     Protobuf messages take their proto3 JSON mapping (camelCase names, as on the wire);
     pydantic models their aliases (``_meta``), without unset members."""
+    if type(value) is dict:  # decoded JSON already (a capture): the common case, at once
+        return value
     if is_protobuf(value):
         # Imported by name: protobuf is no dependency (and has no stubs) of the core.
         json_format = importlib.import_module("google.protobuf.json_format")

@@ -6,6 +6,7 @@ failure ends processing and the checks after it are reported ``not-run``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from handoff_context._verdict import (
     STATUS_CHECKS,
     ChainReport,
     CheckResult,
+    Equivocation,
     Outcome,
     Result,
     Verdict,
@@ -137,6 +139,38 @@ class _Run:
         self.done = len(self.names)
         return self.verdict
 
+    def fork(self) -> _Run:
+        """The run so far, apart: what follows in one does not show in the other (taken
+        before the replay memory is asked, when no chain or ref report is filled in yet)."""
+        verdict = self.verdict
+        chain = verdict.chain
+        copied = dataclasses.replace(
+            verdict,
+            checks=list(verdict.checks),
+            chain=None if chain is None else dataclasses.replace(chain, elements=[]),
+            refs=[],
+        )
+        return _Run(copied, self.names, self.done)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One element judged once, with and without the replay memory (profile §6.4).
+
+    ``verdict`` is what ``verify_object`` reports. ``without_replay`` is the verdict the
+    element would get from a receiver that had seen nothing before: the replay check passes
+    and the checks after it run. The two are the same object unless the verdict depends on
+    the memory (a retransmission, or an equivocation), which is what a store derives hop
+    state and flags from, so that they do not depend on the order elements arrived in."""
+
+    verdict: Verdict
+    without_replay: Verdict
+
+    @property
+    def depends_on_replay(self) -> bool:
+        """True when the verdict says more about the memory than about the element."""
+        return self.verdict is not self.without_replay
+
 
 @dataclass
 class Verifier:
@@ -199,14 +233,31 @@ class Verifier:
             return self.verify_status(obj.status, obj.form, ctx, source=source)
         return self.verify_offer(obj, ctx, source=source)
 
+    def judge_object(
+        self, obj: HandoffObject | StatusObject, ctx: Context, *, source: str
+    ) -> Judged:
+        """``verify_object``'s verdict and, in the same pass, the one the element would get
+        without the replay memory (``Judged``): each check runs once. The memories change
+        as ``verify_object`` changes them; the checks run past a retransmission or an
+        equivocation may also make the carried chain's offers known (``OfferIndex``), as
+        they would for a receiver that had not seen the element before."""
+        if isinstance(obj, StatusObject):
+            return self._status(obj.status, obj.form, ctx, source, apart=True)
+        return self._offer(obj, ctx, source, apart=True)
+
     # -- offers (profile §6) ----------------------------------------------------------------
 
     def verify_offer(self, obj: HandoffObject, ctx: Context, *, source: str) -> Verdict:
+        return self._offer(obj, ctx, source, apart=False).verdict
+
+    def _offer(self, obj: HandoffObject, ctx: Context, source: str, *, apart: bool) -> Judged:
+        """The offer checks; ``apart``: past a replay verdict, go on without the memory."""
         verdict = Verdict(source=source, element="offer", form=obj.form.value)
         verdict.chain = ChainReport(
             carried=obj.chain_carried, length=len(obj.chain) + 1, partial=False
         )
         run = _Run(verdict, OFFER_CHECKS)
+        reported: Verdict | None = None  # set when the memory decided the verdict
         try:
             element = self._parse_as(obj.offer, obj.form, Offer, run)
             offer = element.payload
@@ -216,15 +267,26 @@ class Verifier:
             self._signature(element, run)
             self._audience(offer, ctx, run)
             self._freshness(offer, ctx, run)
-            if self._replay(element, run):
-                return run.finish()
+            first, recorded = self.replay.remember(element)
+            evidence = replay_result(first, element)
+            if evidence is None and recorded:
+                run.record("replay", Result.PASS)
+            else:
+                apart_run = run.fork() if apart else None
+                self._replay(element, evidence, run)
+                reported = run.finish()
+                if apart_run is None:
+                    return Judged(reported, reported)
+                # Without the memory the element is seen for the first time (§6.4).
+                run = apart_run
+                run.record("replay", Result.PASS)
             self._dialog(offer, ctx, run)
             self._chain(element, obj, ctx, run)
             self._refs(offer, run)
         except _Stop:
-            return run.finish()
-        verdict.outcome = Outcome.ACCEPT
-        return run.finish()
+            return _judged(reported, run.finish())
+        run.verdict.outcome = Outcome.ACCEPT
+        return _judged(reported, run.finish())
 
     @staticmethod
     def _name(verdict: Verdict, payload: Offer | Status) -> None:
@@ -309,18 +371,17 @@ class Verifier:
             )
         run.record("freshness", Result.PASS)
 
-    def _replay(self, element: Element, run: _Run) -> bool:
-        """True for a retransmission (the pipeline stops without a rejection)."""
-        first, recorded = self.replay.remember(element)
-        evidence = replay_result(first, element)
+    @staticmethod
+    def _replay(element: Element, evidence: Equivocation | None, run: _Run) -> None:
+        """The verdict the replay memory decides (profile §6.4): a retransmission (the
+        pipeline stops without a rejection) or an equivocation."""
         if evidence is None:
             run.record("replay", Result.PASS)
-            if not recorded:
-                run.verdict.outcome = Outcome.DUPLICATE
-                run.verdict.detail = "retransmission: the same octets were seen before"
-            return not recorded
+            run.verdict.outcome = Outcome.DUPLICATE
+            run.verdict.detail = "retransmission: the same octets were seen before"
+            return
         run.verdict.equivocation = evidence
-        raise run.fail(
+        run.fail(
             "replay",
             Reason.EQUIVOCATION,
             f"({element.payload.iss}, {element.payload.hop}) was first seen with another "
@@ -378,8 +439,15 @@ class Verifier:
     # -- statuses (profile §6.8) ----------------------------------------------
 
     def verify_status(self, octets: bytes, form: Form, ctx: Context, *, source: str) -> Verdict:
+        return self._status(octets, form, ctx, source, apart=False).verdict
+
+    def _status(
+        self, octets: bytes, form: Form, ctx: Context, source: str, *, apart: bool
+    ) -> Judged:
+        """The status checks; ``apart``: past a retransmission, go on without the memory."""
         verdict = Verdict(source=source, element="status", form=form.value)
         run = _Run(verdict, STATUS_CHECKS)
+        reported: Verdict | None = None  # set when the memory decided the verdict
         try:
             element = self._parse_as(octets, form, Status, run)
             status = element.payload
@@ -388,21 +456,26 @@ class Verifier:
             self._signature(element, run)
             assert self.statuses is not None
             if self.statuses.has_status(element.digest):
+                apart_run = run.fork() if apart else None
                 verdict.outcome = Outcome.DUPLICATE
                 verdict.detail = "retransmission: the same status octets were seen before"
-                return run.finish()
+                reported = run.finish()
+                if apart_run is None:
+                    return Judged(reported, reported)
+                run = apart_run
             offer = self._status_offer(status, run)
             if offer is None:
-                verdict.outcome = Outcome.PENDING
-                verdict.detail = "the offer this status names is not known (yet)"
-                return run.finish()
-            # Remembered only once judged: a pending status is judged again later.
-            self.statuses.add_status(element.digest)
+                run.verdict.outcome = Outcome.PENDING
+                run.verdict.detail = "the offer this status names is not known (yet)"
+                return _judged(reported, run.finish())
+            if reported is None:
+                # Remembered only once judged: a pending status is judged again later.
+                self.statuses.add_status(element.digest)
             self._status_parties(status, offer, run)
         except _Stop:
-            return run.finish()
-        verdict.outcome = Outcome.ACCEPT
-        return run.finish()
+            return _judged(reported, run.finish())
+        run.verdict.outcome = Outcome.ACCEPT
+        return _judged(reported, run.finish())
 
     def _status_offer(self, status: Status, run: _Run) -> Offer | None:
         assert self.offers is not None
@@ -434,6 +507,10 @@ class Verifier:
                 f"to {want_aud!r}, not from {status.iss!r} to {status.aud!r}",
             )
         run.record("parties", Result.PASS)
+
+
+def _judged(reported: Verdict | None, verdict: Verdict) -> Judged:
+    return Judged(verdict if reported is None else reported, verdict)
 
 
 @dataclass
