@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psycopg
 
+from tests.ramdisk import GIB, ram_disk
+
 NO_PG_ENV = "HANDOFF_TRACE_NO_PG"
 
 
@@ -120,13 +122,13 @@ class Cluster:
 def start(bin_dir: Path, *, in_memory: bool = False) -> Cluster:
     """initdb + pg_ctl start on a free port. Raises RuntimeError with the server's log.
 
-    ``in_memory`` puts the cluster on /dev/shm (a tmpfs) where there is one: the test
+    ``in_memory`` puts the cluster on /dev/shm (a tmpfs) where there is one with room
+    (``tests.ramdisk``): the test
     suite's cluster holds a few hundred throwaway databases, which are quicker to make and
     to remove there (fsync is off anyway, so a disk adds no durability; a killed server's
     files survive on a tmpfs as on a disk). Benchmarks keep the default, a disk.
     """
-    memory = Path("/dev/shm")
-    here = str(memory) if in_memory and memory.is_dir() and os.access(memory, os.W_OK) else None
+    here = ram_disk(min_free=8 * GIB) if in_memory else None
     root = Path(tempfile.mkdtemp(prefix="handoff-trace-pg-", dir=here))
     if os.geteuid() == 0:
         shutil.chown(root, user="postgres", group="postgres")

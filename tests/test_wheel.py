@@ -38,6 +38,7 @@ import httpx
 import pytest
 
 from app.store.db import head_revision
+from tests.ramdisk import GIB, ram_disk
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -182,17 +183,10 @@ def _wait_healthy(process: subprocess.Popen[bytes], client: httpx.Client, log: P
 
 @pytest.fixture(scope="session")
 def scratch() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="handoff-trace-wheel-", dir=_memory()) as directory:
+    with tempfile.TemporaryDirectory(
+        prefix="handoff-trace-wheel-", dir=ram_disk(min_free=2 * GIB, run_programs=True)
+    ) as directory:
         yield Path(directory)
-
-
-def _memory() -> str | None:
-    """/dev/shm where it is a tmpfs this test may write and run programs from, else None
-    (the system's temporary directory). Two virtualenvs are some 15,000 files: writing
-    them, and removing them when the session ends, waits on a disk for seconds."""
-    shm = "/dev/shm"
-    usable = os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
-    return shm if usable and not os.statvfs(shm).f_flag & os.ST_NOEXEC else None
 
 
 @pytest.fixture(scope="session")
