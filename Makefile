@@ -95,9 +95,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# Bytecode is written during the tests even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): the suite starts many Python processes (the CLI,
+# served dashboards, agents, the conformance kit) that would each compile app/ and the library
+# from source again; __pycache__ is ignored by git and by the image's build context.
 test: system-deps browser-deps phoenix-deps go-deps lint typecheck
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py --check
-	$(BIN)/pytest -q --durations=30
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q --durations=30
 
 vectors: install
 	$(BIN)/python lib/handoff-context/src/handoff_context/vectors/generate.py

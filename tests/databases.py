@@ -53,7 +53,7 @@ class Databases:
                     f"them (apt-get install -y postgresql) or set {pg.NO_PG_ENV}=1 to skip",
                     pytrace=False,
                 )
-            self.cluster = pg.start(bin_dir)
+            self.cluster = pg.start(bin_dir, in_memory=True)
             _migrate(self.cluster.create_database("template_store"))
         return self.cluster.create_database(f"test_{n}", template="template_store")
 

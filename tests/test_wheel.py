@@ -30,6 +30,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ import httpx
 import pytest
 
 from app.store.db import head_revision
+from tests.ramdisk import GIB, ram_disk
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -181,7 +183,9 @@ def _wait_healthy(process: subprocess.Popen[bytes], client: httpx.Client, log: P
 
 @pytest.fixture(scope="session")
 def scratch() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="handoff-trace-wheel-") as directory:
+    with tempfile.TemporaryDirectory(
+        prefix="handoff-trace-wheel-", dir=ram_disk(min_free=2 * GIB, run_programs=True)
+    ) as directory:
         yield Path(directory)
 
 
@@ -205,13 +209,30 @@ def make_venv(root: Path, wheels: list[Path]) -> Venv:
 
 
 @pytest.fixture(scope="session")
-def service(scratch: Path, wheels: dict[str, Path]) -> Venv:
-    return make_venv(scratch / "service-venv", sorted(wheels.values()))
+def venvs(scratch: Path, wheels: dict[str, Path]) -> dict[str, Venv]:
+    """The service's virtualenv and the library's, made side by side: each is a venv and a
+    pip process that waits mostly on its own files, so two at once take little longer
+    than one."""
+    wanted = {
+        "service": sorted(wheels.values()),
+        "library": [wheels["handoff_context"]],
+    }
+    with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
+        made = {
+            name: pool.submit(make_venv, scratch / f"{name}-venv", found)
+            for name, found in wanted.items()
+        }
+        return {name: future.result() for name, future in made.items()}
 
 
 @pytest.fixture(scope="session")
-def library(scratch: Path, wheels: dict[str, Path]) -> Venv:
-    return make_venv(scratch / "library-venv", [wheels["handoff_context"]])
+def service(venvs: dict[str, Venv]) -> Venv:
+    return venvs["service"]
+
+
+@pytest.fixture(scope="session")
+def library(venvs: dict[str, Venv]) -> Venv:
+    return venvs["library"]
 
 
 @pytest.fixture

@@ -10,11 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from handoff_context import Policy, Timing
+
 from app.cli.common import nonneg_int
 from app.demo import DEFAULT_START, DemoConfig, DemoPaths, Summary, write_demo
 from app.demo.agents import MIN_AGENTS
 
 MAX_AGENTS = 10_000
+# The defaults the help text states live in the library, as does every receiver default.
+_POLICY, _TIMING = Policy(), Timing()
 _CAPTURE_SUFFIXES = (".jsonl", ".ndjson")
 
 DEMO_EPILOG = f"""\
@@ -35,8 +39,10 @@ outputs, for --out X.jsonl:
                a flag kind; an envelope fault has "offer": null, the handoff id as "hop"
                and its case id as "case"
 
-Faults assume the default receiver parameters (skew 60 s, lifetime 300 s, chain 16,
-lost-outcome after 1 h). The summary on stderr gives a --now past every time-based flag.
+Faults assume the default receiver parameters (skew {_POLICY.skew} s, lifetime \
+{_POLICY.max_lifetime} s, chain {_POLICY.max_chain},
+lost-outcome after {_TIMING.lost_outcome_after} s). The summary on stderr gives a --now past \
+every time-based flag.
 
 example:
   handoff-trace demo --seed 7 --dialogs 300 --fault-rate 0.1 --out demo/capture.jsonl \\

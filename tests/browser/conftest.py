@@ -27,7 +27,7 @@ from app.store import db
 from app.store.tokens import Role
 from app.store.users import create_user
 from app.web.app import create_app
-from tests.web.dashboard_data import Dataset, build
+from tests.web.dashboard_data import Dataset, copy
 
 CHROMIUM = Path(os.environ.get("HANDOFF_TRACE_CHROMIUM", "/usr/bin/chromium"))
 NO_BROWSER_ENV = "HANDOFF_TRACE_NO_BROWSER"
@@ -61,8 +61,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    data = build(tmp_path_factory.mktemp("browser"))
+def served(tmp_path_factory: pytest.TempPathFactory, dashboard_data: Dataset) -> Iterator[Served]:
+    data = copy(dashboard_data, tmp_path_factory.mktemp("browser"))
     with serve_store(data.db, data.trust, data.now) as base:
         yield Served(base, data)
 

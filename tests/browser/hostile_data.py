@@ -53,7 +53,6 @@ from typing import Any
 
 from handoff_context import (
     Signer,
-    Timing,
     TrustStore,
     digest_text,
     handoff_digest,
@@ -68,8 +67,9 @@ from handoff_context import (
 from handoff_context.carry import A2A_EXTENSION_URI
 
 from app.envelope.extract import DEFAULT_TYPES
-from app.ingest.pipeline import Pipeline, ingest
-from app.ingest.verifying import VerifyOptions
+from app.ingest.build import build_pipeline, verify_options
+from app.ingest.pipeline import ingest
+from app.settings import Settings
 from app.store import db
 
 T = 1_793_200_000  # the offers' issue time
@@ -334,11 +334,9 @@ def build(root: Path) -> Hostile:
     engine = db.make_engine(url)
     try:
         db.ensure_schema(engine)
-        pipeline = Pipeline(
-            engine=engine,
-            trust=TrustStore.load(trust_path),
-            options=VerifyOptions(at=NOW),
-            timing=Timing(),
+        settings = Settings(database_url=url, trust_file=trust_path)
+        pipeline = build_pipeline(
+            settings, engine, TrustStore.load(trust_path), options=verify_options(settings, at=NOW)
         )
         report = ingest(pipeline, [("hostile.jsonl", capture)], now=NOW)
         assert not report.errors, report.errors

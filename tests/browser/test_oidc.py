@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import Served, open_tab, serve_store
-from tests.web.dashboard_data import build
+from tests.web.dashboard_data import Dataset, copy
 from tests.web.oidc_provider import CLIENT_ID, Provider
 
 
@@ -24,8 +24,10 @@ def provider() -> Iterator[Provider]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, provider: Provider) -> Iterator[Served]:
-    data = build(tmp_path_factory.mktemp("oidc"))
+def served(
+    tmp_path_factory: pytest.TempPathFactory, provider: Provider, dashboard_data: Dataset
+) -> Iterator[Served]:
+    data = copy(dashboard_data, tmp_path_factory.mktemp("oidc"))
     settings = {
         "oidc_issuer": provider.issuer,
         "oidc_client_id": CLIENT_ID,

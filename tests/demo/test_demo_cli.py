@@ -7,7 +7,7 @@ from pathlib import Path
 
 import cbor2
 import pytest
-from handoff_context import TrustStore
+from handoff_context import Policy, Timing, TrustStore
 
 from app.cli import main
 from app.cli.common import UsageError
@@ -147,3 +147,16 @@ def test_load_run_raises_its_own_error_not_the_clis(tmp_path: Path) -> None:
     assert not isinstance(info.value, UsageError)
     with pytest.raises(DemoLoadError, match="DATABASE_URL must start with"):
         load_run(paths, now=None, settings=Settings(), url="mysql://db.example/h")
+
+
+def test_help_states_the_librarys_receiver_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """The faults assume the receiver's defaults, which live in the library (#20)."""
+    with pytest.raises(SystemExit) as done:
+        main(["demo", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    policy, timing = Policy(), Timing()
+    assert (
+        f"(skew {policy.skew} s, lifetime {policy.max_lifetime} s, chain {policy.max_chain}, "
+        f"lost-outcome after {timing.lost_outcome_after} s)"
+    ) in text

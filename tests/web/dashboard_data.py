@@ -15,14 +15,14 @@ starting with the run, its transcript among the run's objects.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from handoff_context import (
     Form,
     RefPolicy,
     Signer,
-    Timing,
     TrustStore,
     make_offer,
     make_status,
@@ -33,8 +33,10 @@ from sqlalchemy import select
 
 from app.demo import DemoConfig, DemoPaths, write_demo
 from app.demo.elements import embedded_key_offer
-from app.ingest.pipeline import Pipeline, ingest
-from app.ingest.verifying import VerifyOptions, load_objects
+from app.ingest.build import build_pipeline, verify_options
+from app.ingest.pipeline import ingest
+from app.ingest.verifying import load_objects
+from app.settings import Settings
 from app.store import db
 from app.store.models import FlagRow
 from tests.web import case_data
@@ -103,11 +105,12 @@ def ingest_more(store: Path, trust: Path, now: int, name: str, capture: bytes) -
     """Ingest ``capture`` into the SQLite file ``store`` as the dataset was (a test's copy)."""
     engine = db.make_engine(f"sqlite:///{store}")
     try:
-        pipeline = Pipeline(
-            engine=engine,
-            trust=TrustStore.load(trust),
-            options=VerifyOptions(at=now, ref_policy=RefPolicy.CHECK_AVAILABLE),
-            timing=Timing(),
+        settings = Settings(database_url=f"sqlite:///{store}", trust_file=trust)
+        pipeline = build_pipeline(
+            settings,
+            engine,
+            TrustStore.load(trust),
+            options=verify_options(settings, at=now, ref_policy=RefPolicy.CHECK_AVAILABLE),
         )
         report = ingest(pipeline, [(name, capture)], now=now)
         assert not report.errors, report.errors
@@ -133,11 +136,12 @@ def build(root: Path, *, dialogs: int = 10, seed: int = 1) -> Dataset:
     engine = db.make_engine(url)
     try:
         db.ensure_schema(engine)
-        pipeline = Pipeline(
-            engine=engine,
-            trust=TrustStore.load(trust_path),
-            options=VerifyOptions(at=now, ref_policy=RefPolicy.CHECK_AVAILABLE),
-            timing=Timing(),
+        settings = Settings(database_url=url, trust_file=trust_path)
+        pipeline = build_pipeline(
+            settings,
+            engine,
+            TrustStore.load(trust_path),
+            options=verify_options(settings, at=now, ref_policy=RefPolicy.CHECK_AVAILABLE),
             objects=load_objects(paths.objects),
         )
         inputs = [
@@ -156,3 +160,11 @@ def build(root: Path, *, dialogs: int = 10, seed: int = 1) -> Dataset:
         engine.dispose()
     assert flag_id is not None, "the demo run must hold an equivocation"
     return Dataset(root / "store.db", trust_path, paths.out, now, int(flag_id))
+
+
+def copy(data: Dataset, into: Path) -> Dataset:
+    """``data`` with a store of its own in ``into`` (a copy of the template's, for a test
+    that writes to it; the trust file, the capture and the objects are only read)."""
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(data.db, into / "store.db")
+    return replace(data, db=into / "store.db")

@@ -25,7 +25,7 @@ from app.store.tokens import Role
 from app.store.users import create_user
 from app.web.app import create_app
 from tests.web import case_data
-from tests.web.dashboard_data import BIDI_DETAIL, HOSTILE_AGENT, HOSTILE_DIALOG, Dataset, build
+from tests.web.dashboard_data import BIDI_DETAIL, HOSTILE_AGENT, HOSTILE_DIALOG, Dataset
 
 PASSWORD = "a long enough password"
 PAGES = (
@@ -48,8 +48,8 @@ PAGES = (
 
 
 @pytest.fixture(scope="session")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return build(tmp_path_factory.mktemp("dashboard"))
+def dataset(dashboard_data: Dataset) -> Dataset:
+    return dashboard_data
 
 
 class Dash:
