@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from handoff_context import (
-    OfferFact,
     Timing,
     canonical_order,
     derive_hop,
@@ -67,18 +66,7 @@ def _derive_one(
     flags = rejection_flags(facts.rejections.get(key, []))
     if not offers:
         return None, (iss, hop, flags, None, stored_flags)
-    element = facts.elements[offers[0].digest]
-    fact = OfferFact(
-        digest=element.digest,
-        iss=element.iss,
-        aud=element.aud,
-        hop=element.hop,
-        dialog=element.dialog,
-        task=element.task,
-        iat=element.iat,
-        exp=element.exp,
-        prev=element.prev,
-    )
+    fact = facts.elements[offers[0].digest]
     digests = [o.digest for o in offers]
     statuses = [s for d in digests for s in facts.statuses.get(d, [])]
     observed = [*digests, *(s.digest for s in statuses)]

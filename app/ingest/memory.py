@@ -139,10 +139,10 @@ class StoreMemory:
             self._replay = replay_among(self.session, hops=hops)
         wanted = {d for d in (*digests, *named) if d not in self.stored}
         if wanted:
-            for row in stored_rows(self.session, wanted):
-                self.stored.add(row.digest)
-                if row.type == "offer":
-                    self._rows[row.digest] = Ancestor(row.octets, row.form, row.prev)
+            for digest, type_, octets, form, prev in stored_rows(self.session, wanted):
+                self.stored.add(digest)
+                if type_ == "offer":
+                    self._rows[digest] = Ancestor(octets, form, prev)
         if exact:
             self._rows_loaded |= wanted
         fingerprint = self.trust.fingerprint

@@ -21,13 +21,14 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -450,6 +451,14 @@ def insert_ignore(
     return execute(session, stmt, values).first() is not None
 
 
+class SharedJson(list):  # type: ignore[type-arg]
+    """A JSON list that many rows share (one object, never changed once built, such as a
+    verdict's checks: a few dozen distinct lists among thousands of verdicts):
+    ``insert_many`` converts it for the driver once, not once for every row it is in."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class _BulkInsert:
     """One table's INSERT in the driver's own SQL, with each column's conversion to what
@@ -460,6 +469,8 @@ class _BulkInsert:
     columns: tuple[str, ...]
     convert: tuple[Callable[[Any], Any] | None, ...]
     defaults: tuple[Any, ...]
+    # What each SharedJson value was converted to, by its id (the value kept beside it).
+    shared: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False)
 
     def params(self, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         plan = tuple(zip(self.columns, self.convert, self.defaults, strict=True))
@@ -469,9 +480,28 @@ class _BulkInsert:
             for name, convert, default in plan:
                 value = row.get(name, default)
                 # Every value through the converter, None too: JSON writes it as 'null'.
-                values.append(value if convert is None else convert(value))
+                if convert is None:
+                    values.append(value)
+                elif type(value) is SharedJson:
+                    values.append(self._shared(value, convert))
+                else:
+                    values.append(convert(value))
             out.append(tuple(values))
         return out
+
+    def _shared(self, value: SharedJson, convert: Callable[[Any], Any]) -> Any:
+        hit = self.shared.get(id(value))
+        if hit is None or hit[0] is not value:
+            converted = convert(value)
+            if hasattr(converted, "obj") and hasattr(converted, "dumps"):
+                # psycopg's Json wrapper writes its text again for every row: written once
+                # here, with the wrapper's own function (psycopg's default: json.dumps).
+                text = (converted.dumps or json.dumps)(converted.obj)
+                converted = type(converted)(value, dumps=lambda _obj, text=text: text)
+            hit = (value, converted)
+            if len(self.shared) < 4096:
+                self.shared[id(value)] = hit
+        return hit[1]
 
 
 @functools.lru_cache(maxsize=64)
@@ -525,6 +555,163 @@ def insert_many(
         connection.dialect, table, tuple(rows[0]), tuple(ignore) if ignore is not None else None
     )
     connection.exec_driver_sql(plan.sql, plan.params(rows))
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One shape of a read's expanding lists: its SQL text, where each driver parameter
+    comes from (a parameter, and its index in that parameter's flattened list or -1 for
+    the value itself), the statement's own literal values, and for a driver of named
+    parameters (psycopg) their names."""
+
+    sql: str
+    recipe: tuple[tuple[str, int], ...]
+    constants: dict[str, Any]
+    keys: tuple[str, ...] | None
+
+    def driver_params(self, params: dict[str, Any], names: list[str]) -> Any:
+        flat = {n: _flat(params[n]) for n in names}
+        constants = self.constants
+        values = tuple(
+            (params[n] if n in params else constants[n]) if i < 0 else flat[n][i]
+            for n, i in self.recipe
+        )
+        return values if self.keys is None else dict(zip(self.keys, values, strict=True))
+
+
+@dataclass
+class _Read:
+    """A prebuilt SELECT compiled once for a dialect, with each result column's conversion
+    from what the driver gives (SQLAlchemy's result processors for the dialect and the
+    column types the driver reports, found at the first run), and the SQL text and
+    parameter order of each shape of its expanding ``IN`` lists met so far (their
+    lengths): the text is then the same for the same shape, so the driver can keep it
+    prepared (SQLite's statement cache, psycopg's prepared statements)."""
+
+    statement: Any  # kept so that its id stays its own while cached
+    compiled: Any
+    expanding: frozenset[str]
+    convert: tuple[tuple[int, Callable[[Any], Any]], ...] | None = None  # (column, converter)
+    # shape -> its plan, or None where SQLAlchemy's expansion is needed (bind processors).
+    shapes: dict[tuple[int, ...], _Shape | None] = field(default_factory=dict)
+
+
+_READS: dict[tuple[str, int], _Read] = {}
+
+
+def _read(dialect: Any, statement: Any) -> _Read:
+    key = (dialect.name, id(statement))
+    found = _READS.get(key)
+    if found is None or found.statement is not statement:
+        compiled = statement.compile(dialect=dialect)
+        expanding = frozenset(b.key for b in compiled.binds.values() if b.expanding)
+        found = _READS[key] = _Read(statement, compiled, expanding)
+    return found
+
+
+def _result_conversions(
+    dialect: Any, statement: Any, description: Sequence[Sequence[Any]]
+) -> tuple[tuple[int, Callable[[Any], Any]], ...]:
+    columns = statement.selected_columns
+    return tuple(
+        (i, processor)
+        for i, (c, described) in enumerate(zip(columns, description, strict=True))
+        if (processor := c.type._cached_result_processor(dialect, described[1])) is not None
+    )
+
+
+def _flat(values: Iterable[Any]) -> list[Any]:
+    """An expanding parameter's values as the driver gets them: a tuple's members in turn."""
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, tuple):
+            out.extend(value)
+        else:
+            out.append(value)
+    return out
+
+
+def _padded(values: Any) -> Any:
+    """An ``IN`` list lengthened to the next power of two by repeating its last value (the
+    same answer): a read then has a few shapes, not one for every length a batch has."""
+    values = list(values)
+    n = len(values)
+    if n > 1 and n & (n - 1):
+        values += [values[-1]] * ((1 << n.bit_length()) - n)
+    return values
+
+
+def _driver_sql(read: _Read, params: dict[str, Any]) -> tuple[str, Any]:
+    """The SQL text and driver parameters of one run of ``read`` with ``params``."""
+    names = sorted(n for n in params if n in read.expanding)
+    for n in names:
+        params[n] = _padded(params[n])
+    shape = tuple(len(params[n]) for n in names)
+    plan = read.shapes.get(shape, False)
+    if isinstance(plan, _Shape):
+        return plan.sql, plan.driver_params(params, names)
+    state = read.compiled.construct_expanded_state(params)
+    processors = state.processors
+    values = {
+        name: processors[name](value) if name in processors else value
+        for name, value in state.parameters.items()
+    }
+    driver: Any = values
+    if state.positiontup is not None:
+        driver = tuple(values[n] for n in state.positiontup)
+    if plan is False and len(read.shapes) < 256:
+        read.shapes[shape] = _shape_plan(state, params, names, driver)
+    return state.statement, driver
+
+
+def _shape_plan(state: Any, params: dict[str, Any], names: list[str], driver: Any) -> _Shape | None:
+    """Where each driver parameter of this expansion comes from; kept only when no value
+    is converted and the recipe gives back exactly what SQLAlchemy's expansion gave."""
+    if state.processors:
+        return None
+    where: dict[str, tuple[str, int]] = {}
+    for original, expanded in state.parameter_expansion.items():
+        for i, name in enumerate(expanded):
+            where[name] = (original, i)
+    positional = state.positiontup is not None
+    order = tuple(state.positiontup if positional else state.parameters)
+    recipe = tuple(where.get(n, (n, -1)) for n in order)
+    constants = {n: state.parameters[n] for n, i in recipe if i < 0 and n not in params}
+    plan = _Shape(state.statement, recipe, constants, None if positional else order)
+    return plan if plan.driver_params(params, names) == driver else None
+
+
+def select_rows(
+    session: Session, statement: Any, params: Mapping[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """Run a prebuilt SELECT in the driver's own SQL and answer plain tuples in its column
+    order: compiled once per dialect, its expanding ``IN`` lists filled in for these
+    ``params`` (each list padded to a power of two by repeating a value, which leaves an
+    ``IN`` as it was, and filled in from a plan kept per shape) and each value
+    converted as SQLAlchemy would convert it, without its per-call cache key, compiler
+    lookup or ``Row`` objects (the read side of ``insert_many``). Only for module-level
+    statements built once."""
+    connection = session.connection()
+    dialect = connection.dialect
+    read = _read(dialect, statement)
+    sql, driver_params = _driver_sql(read, dict(params or {}))
+    result = connection.exec_driver_sql(sql, driver_params)
+    try:
+        cursor = result.cursor
+        if read.convert is None:
+            read.convert = _result_conversions(dialect, statement, cursor.description)
+        rows = cursor.fetchall()
+    finally:
+        result.close()
+    if not read.convert:
+        return [tuple(row) for row in rows]
+    out = []
+    for row in rows:
+        listed = list(row)
+        for i, processor in read.convert:
+            listed[i] = processor(listed[i])
+        out.append(tuple(listed))
+    return out
 
 
 def insert_ignore_many(

@@ -31,6 +31,7 @@ from typing import Any
 from handoff_context import (
     CountingOffer,
     DownstreamFact,
+    OfferFact,
     Rejection,
     StatusFact,
     StatusState,
@@ -48,7 +49,15 @@ from sqlalchemy import (
 )
 from sqlmodel import Session
 
-from app.store.db import Locks, digest_lock, execute, pair_params, pairs_in, upsert_many
+from app.store.db import (
+    Locks,
+    digest_lock,
+    execute,
+    pair_params,
+    pairs_in,
+    select_rows,
+    upsert_many,
+)
 from app.store.envelopes import case_due_conditions
 from app.store.flags import HopFlags, sync_many_flags
 from app.store.host import HostFact, host_facts
@@ -238,10 +247,11 @@ _DOWNSTREAM_MANY = (
 @dataclass
 class HopFacts:
     """The stored facts of a set of hops (at most ``HOPS_PER_QUERY``), read with one query
-    per kind of fact."""
+    per kind of fact, each through the driver (``select_rows``: plain tuples, no ``Row``
+    objects or per-call compiling)."""
 
     offers: dict[HopKey, list[CountingOffer]]  # the offers that count, in no order
-    elements: dict[bytes, Any]  # rows of _OFFER_ROWS: the offers' columns, by digest
+    elements: dict[bytes, OfferFact]  # the offers' stored columns, by digest
     rejections: dict[HopKey, list[Rejection]]
     statuses: dict[bytes, list[StatusFact]]  # by the offer they name
     downstream: dict[bytes, list[DownstreamFact]]  # by their prev
@@ -251,41 +261,52 @@ class HopFacts:
     def load(cls, session: Session, keys: Sequence[HopKey]) -> HopFacts:
         hops = pair_params(keys)
         firsts: dict[HopKey, dict[bytes, int]] = {}
-        for r in execute(session, _OFFER_FIRSTS_MANY, hops):
-            firsts.setdefault((r.hop_iss, r.hop), {})[r.digest] = r.first
+        for hop_iss, hop, digest, first in select_rows(session, _OFFER_FIRSTS_MANY, hops):
+            firsts.setdefault((hop_iss, hop), {})[digest] = first
         every = [d for by_digest in firsts.values() for d in by_digest]
-        rows = {r.digest: r for r in _rows(session, _OFFER_ROWS, "b_offers", every)}
+        elements: dict[bytes, OfferFact] = {}
+        contents: dict[bytes, bytes] = {}
+        for digest, iss, aud, hop, dialog, task, iat, exp, content, prev in _rows(
+            session, _OFFER_ROWS, "b_offers", every
+        ):
+            elements[digest] = OfferFact(digest, iss, aud, hop, dialog, task, iat, exp, prev)
+            contents[digest] = content
         offers = {
-            key: [CountingOffer(d, rows[d].content, first) for d, first in by_digest.items()]
+            key: [CountingOffer(d, contents[d], first) for d, first in by_digest.items()]
             for key, by_digest in firsts.items()
         }
         rejections: dict[HopKey, list[Rejection]] = {}
         for statement in (_REJECTIONS_MANY, _REFUSED_MANY):
-            for r in execute(session, statement, hops):
-                key = (r.hop_iss, r.hop)
-                rejections.setdefault(key, []).append(Rejection(r[2], r.digest, r.first))
+            for hop_iss, hop, reason, digest, first in select_rows(session, statement, hops):
+                rejection = Rejection(reason, digest, first)
+                rejections.setdefault((hop_iss, hop), []).append(rejection)
         statuses: dict[bytes, list[StatusFact]] = {}
         for r in _rows(session, _STATUSES, "b_offers", every):
-            statuses.setdefault(r.offer, []).append(_status_fact(r))
+            statuses.setdefault(r[1], []).append(_status_fact(r))
         downstream = _downstream_many(session, every)
         observed = every + [s.digest for found in statuses.values() for s in found]
         host = host_facts(session, observed)
-        return cls(offers, rows, rejections, statuses, downstream, host)
+        return cls(offers, elements, rejections, statuses, downstream, host)
 
 
-def _rows(session: Session, statement: Any, name: str, values: Sequence[bytes]) -> list[Any]:
-    return list(execute(session, statement, {name: list(values)})) if values else []
+def _rows(
+    session: Session, statement: Any, name: str, values: Sequence[bytes]
+) -> list[tuple[Any, ...]]:
+    return select_rows(session, statement, {name: list(values)}) if values else []
 
 
-def _status_fact(r: Any) -> StatusFact:
+def _status_fact(r: tuple[Any, ...]) -> StatusFact:
+    """A row of ``_valid_status_observations``: digest, offer, state, iss, iat, reason,
+    ref_count, received_at."""
+    digest, _offer, state, iss, iat, reason, refs, received_at = r
     return StatusFact(
-        digest=r.digest,
-        state=StatusState(r.state),
-        iss=r.iss,
-        iat=r.iat,
-        received_at=r.received_at,
-        reason=r.reason,
-        refs=r.ref_count,
+        digest=digest,
+        state=StatusState(state),
+        iss=iss,
+        iat=iat,
+        received_at=received_at,
+        reason=reason,
+        refs=refs,
     )
 
 
@@ -295,12 +316,12 @@ def _downstream_many(
     rows = _rows(session, _DOWNSTREAM_MANY, "b_offers", offers)
     canceled: dict[bytes, int] = {}
     if rows:
-        params = {"b_downstream": [r.digest for r in rows]}
-        canceled = dict(execute(session, _FIRST_CANCELS, params).all())
+        params = {"b_downstream": [r[0] for r in rows]}
+        canceled = dict(select_rows(session, _FIRST_CANCELS, params))  # type: ignore[arg-type]
     found: dict[bytes, list[DownstreamFact]] = {}
-    for r in rows:
-        fact = DownstreamFact(r.digest, r.iss, r.hop, canceled.get(r.digest))
-        found.setdefault(r.prev, []).append(fact)
+    for digest, iss, hop, prev in rows:
+        fact = DownstreamFact(digest, iss, hop, canceled.get(digest))
+        found.setdefault(prev, []).append(fact)
     return found
 
 

@@ -18,7 +18,7 @@ from handoff_context import HostObservation
 from sqlalchemy import bindparam, insert, select, union
 from sqlmodel import Session
 
-from app.store.db import execute
+from app.store.db import execute, select_rows
 from app.store.models import ElementRow, HostStateRow, ObservationRow, VerdictRow
 
 _ADD = insert(HostStateRow)
@@ -108,10 +108,11 @@ def host_facts(session: Session, digests: Sequence[bytes]) -> dict[bytes, list[H
     found: dict[bytes, list[HostFact]] = {}
     if not digests:
         return found
-    for r in execute(session, _HOST_MANY, {"b_digests": list(set(digests))}):
-        exact = r.received_exact if r.received_exact is not None else float(r.received_at)
-        fact = HostFact(r.id, HostObservation(r.task_state, exact, order=(r.seq, r.id)))
-        found.setdefault(r.digest, []).append(fact)
+    rows = select_rows(session, _HOST_MANY, {"b_digests": list(set(digests))})
+    for digest, id_, task_state, received_at, received_exact, seq in rows:
+        exact = received_exact if received_exact is not None else float(received_at)
+        fact = HostFact(id_, HostObservation(task_state, exact, order=(seq, id_)))
+        found.setdefault(digest, []).append(fact)
     return found
 
 

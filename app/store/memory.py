@@ -16,7 +16,14 @@ from handoff_context import Element, Offer, Remembered, content_fingerprint
 from sqlalchemy import bindparam, select
 from sqlmodel import Session
 
-from app.store.db import execute, insert_ignore, insert_ignore_many, pair_params, pairs_in
+from app.store.db import (
+    execute,
+    insert_ignore,
+    insert_ignore_many,
+    pair_params,
+    pairs_in,
+    select_rows,
+)
 from app.store.models import ElementRow, LinkRow, ReplayRow, SeenStatusRow, SignatureCacheRow
 from app.store.records import Ancestor
 
@@ -95,7 +102,7 @@ def seen_among(session: Session, *, digests: Collection[bytes]) -> set[bytes]:
     """Which of ``digests`` are seen statuses (profile §6.8): one query."""
     if not digests:
         return set()
-    return set(execute(session, _SEEN_AMONG, {"b_digests": list(digests)}).scalars())
+    return {r[0] for r in select_rows(session, _SEEN_AMONG, {"b_digests": list(digests)})}
 
 
 def replay_among(
@@ -104,16 +111,16 @@ def replay_among(
     """What the replay memory holds for each of ``hops`` ((iss, hop)): one query."""
     if not hops:
         return {}
-    rows = execute(session, _REPLAY_AMONG, pair_params(hops))
-    return {(r.iss, r.hop): Remembered(r.digest, r.content) for r in rows}
+    rows = select_rows(session, _REPLAY_AMONG, pair_params(hops))
+    return {(iss, hop): Remembered(digest, content) for iss, hop, digest, content in rows}
 
 
-def stored_rows(session: Session, digests: Collection[bytes]) -> list[Any]:
-    """The stored elements among ``digests``: digest, type, octets, form and (offers)
-    ``prev``, one query."""
+def stored_rows(session: Session, digests: Collection[bytes]) -> list[tuple[Any, ...]]:
+    """The stored elements among ``digests``: (digest, type, octets, form, and for offers
+    ``prev``) tuples, one query."""
     if not digests:
         return []
-    return list(execute(session, _STORED_ROWS, {"b_digests": list(digests)}))
+    return select_rows(session, _STORED_ROWS, {"b_digests": list(digests)})
 
 
 def stored_offer(session: Session, digest: bytes) -> Ancestor | None:
@@ -127,7 +134,7 @@ def cached_signatures(session: Session, digests: Sequence[bytes], *, trust: str)
     if not digests:
         return []
     params = {"b_digests": list(digests), "b_trust": trust}
-    return list(execute(session, _SIGNATURES_CACHED, params).scalars())
+    return [r[0] for r in select_rows(session, _SIGNATURES_CACHED, params)]
 
 
 def signature_cached(session: Session, digest: bytes, *, trust: str) -> bool:

@@ -8,15 +8,15 @@ memory, which is what hop states and flags are derived from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from handoff_context import Context, Form, Outcome, Result, Verdict
+from handoff_context import CheckResult, Context, Form, Outcome, Result, Verdict
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
-from app.store.db import Locks, digest_lock, execute
+from app.store.db import Locks, SharedJson, digest_lock, execute
 from app.store.host import add_host_states
 from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
@@ -114,6 +114,21 @@ def observation_values(
     return values
 
 
+# A verdict's checks are one of a few dozen lists: each built once and shared by every row
+# that has it (``SharedJson``: written as JSON text once per batch statement).
+_CHECK_LISTS: dict[tuple[tuple[object, ...], ...], SharedJson] = {}
+
+
+def _check_list(checks: Sequence[CheckResult]) -> SharedJson:
+    key = tuple((c.check, c.result, c.reason, c.detail) for c in checks)
+    found = _CHECK_LISTS.get(key)
+    if found is None:
+        found = SharedJson(c.to_json() for c in checks)
+        if len(_CHECK_LISTS) < 4096:  # details vary only with a few inputs
+            _CHECK_LISTS[key] = found
+    return found
+
+
 def verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int) -> dict[str, Any]:
     """The verdict table's row for ``verdict`` (without its id and observation)."""
     assert verdict.digest is not None and verdict.element is not None
@@ -124,7 +139,7 @@ def verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int)
         "outcome": verdict.outcome.value,
         "reason": None if verdict.reason is None else verdict.reason.value,
         "detail": verdict.detail,
-        "checks": [c.to_json() for c in verdict.checks],
+        "checks": _check_list(verdict.checks),
         "chain": None if verdict.chain is None else verdict.chain.to_json(),
         "equivocation_first": None if equivocation is None else equivocation.first,
         "equivocation_variant": None if equivocation is None else equivocation.variant.value,
