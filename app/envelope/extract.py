@@ -114,7 +114,8 @@ def may_hold_items(raw: bytes, accepted: frozenset[str] = DEFAULT_TYPES) -> bool
     what every item needs is among its octets, so that ``find_items`` of its value is empty
     without walking it. Every item needs one of: the member name ``case_event`` (a case
     event) or ``case_id`` (an acceptance or rejection), or a part's media type, which is
-    read in lower case and is accepted or handoff-like (``handoff``). A JSON escape
+    read in lower case and is accepted or handoff-like (``.handoff``: the signed-handoff
+    carriers' own keys, ``.../agent-handoff/v1``, do not hold it). A JSON escape
     (``\\u``, ``\\/``) may spell any of these, and the Kelvin sign lowers to ``k``: either
     makes the answer True."""
     return _markers(accepted).search(raw) is not None
@@ -122,7 +123,7 @@ def may_hold_items(raw: bytes, accepted: frozenset[str] = DEFAULT_TYPES) -> bool
 
 @functools.lru_cache(maxsize=16)
 def _markers(accepted: frozenset[str]) -> re.Pattern[bytes]:
-    needles = [b"case_event", b"case_id", b"handoff", b"\\u", b"\\/", "\u212a".encode()]
+    needles = [b"case_event", b"case_id", b".handoff", b"\\u", b"\\/", "\u212a".encode()]
     needles += [t.encode("utf-8", errors="surrogatepass") for t in sorted(accepted)]
     # ASCII case folding only: a media type is compared in lower case.
     return re.compile(b"|".join(re.escape(n) for n in needles), re.IGNORECASE)

@@ -203,10 +203,12 @@ def _json_or_none(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
-# In JSON text a number with a fraction or an exponent (a float once parsed) has a digit
-# right before its "." or "e"; NaN and Infinity are the other floats (strict parsing refuses
-# them). Found inside a string too, which only costs the fast path.
-_MAYBE_FLOAT = re.compile(rb"[0-9][.eE]|NaN|Infinity")
+# In JSON text a float is a number token with a fraction or an exponent: digits right
+# before a "." or "e", the token at the start of the text or after ":", "," or "[" (and
+# whitespace); NaN and Infinity are the other floats (strict parsing refuses them). Met
+# inside a string too ("v:1.0"), which only costs the fast path; a dot after digits inside
+# a JWS or a host name is not met, as neither has those bytes before its digits.
+_MAYBE_FLOAT = re.compile(rb"(?:^|[:,\[])[ \t\r\n]*-?[0-9]+[.eE]|NaN|Infinity")
 
 
 def payload_octets(value: object, raw: bytes | None = None) -> tuple[bytes, str]:

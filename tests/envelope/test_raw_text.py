@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from handoff_context.carry import A2A_EXTENSION_URI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,9 +37,11 @@ _json = st.recursive(
 
 
 def _texts(value: Any) -> list[bytes]:
-    """Ways a capture could have written ``value``: ASCII-escaped with spaces, compact UTF-8."""
+    """Ways a capture could have written ``value``: ASCII-escaped with spaces, indented,
+    compact UTF-8."""
     return [
         json.dumps(value).encode(),
+        json.dumps(value, indent=1).encode(),
         json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(
             "utf-8", errors="surrogatepass"
         ),
@@ -136,12 +139,14 @@ def test_escapes_and_case_do_not_hide_an_envelope() -> None:
 
 
 def test_items_without_envelopes_are_ruled_out_and_read_alike() -> None:
+    signed = {"messageId": "m", "metadata": {A2A_EXTENSION_URI: {"offer": "eyJ0.e30.c2ln"}}}
     lines = [
         b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"}}',
+        json.dumps({"received_at": 5, "payload": {"message": signed}}).encode(),
         json.dumps(send_v1(message_v1())).encode(),
         b'{"received_at":5,"payload":{"case_event":{"case_id":"C-1"}}}',
     ]
     read = list(read_items(b"\n".join(lines), name="c.jsonl", fmt=CaptureFormat.JSONL))
     assert all(isinstance(item, CaptureItem) and item.raw is not None for item in read)
     held = [may_hold_items(item.raw) for item in read if isinstance(item, CaptureItem) and item.raw]
-    assert held == [False, True, True]
+    assert held == [False, False, True, True]  # a signed offer's carrier key is no marker
