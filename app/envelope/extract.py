@@ -117,16 +117,20 @@ def may_hold_items(raw: bytes, accepted: frozenset[str] = DEFAULT_TYPES) -> bool
     read in lower case and is accepted or handoff-like (``.handoff``: the signed-handoff
     carriers' own keys, ``.../agent-handoff/v1``, do not hold it). A JSON escape
     (``\\u``, ``\\/``) may spell any of these, and the Kelvin sign lowers to ``k``: either
-    makes the answer True."""
-    return _markers(accepted).search(raw) is not None
+    makes the answer True. Substring searches (a few us for a typical item; a regular
+    expression of the same needles took five times as long as the walk it saves)."""
+    if b"case_" in raw or b"\\u" in raw or b"\\/" in raw or _KELVIN in raw:
+        return True
+    lowered = raw.lower()  # ASCII only, as a media type read in lower case needs
+    return b".handoff" in lowered or any(t in lowered for t in _encoded(accepted))
+
+
+_KELVIN = "\u212a".encode()
 
 
 @functools.lru_cache(maxsize=16)
-def _markers(accepted: frozenset[str]) -> re.Pattern[bytes]:
-    needles = [b"case_event", b"case_id", b".handoff", b"\\u", b"\\/", "\u212a".encode()]
-    needles += [t.encode("utf-8", errors="surrogatepass") for t in sorted(accepted)]
-    # ASCII case folding only: a media type is compared in lower case.
-    return re.compile(b"|".join(re.escape(n) for n in needles), re.IGNORECASE)
+def _encoded(accepted: frozenset[str]) -> tuple[bytes, ...]:
+    return tuple(t.lower().encode("utf-8", errors="surrogatepass") for t in sorted(accepted))
 
 
 def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:

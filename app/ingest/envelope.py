@@ -204,11 +204,11 @@ def _json_or_none(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 # In JSON text a float is a number token with a fraction or an exponent: digits right
-# before a "." or "e", the token at the start of the text or after ":", "," or "[" (and
-# whitespace); NaN and Infinity are the other floats (strict parsing refuses them). Met
-# inside a string too ("v:1.0"), which only costs the fast path; a dot after digits inside
-# a JWS or a host name is not met, as neither has those bytes before its digits.
-_MAYBE_FLOAT = re.compile(rb"(?:^|[:,\[])[ \t\r\n]*-?[0-9]+[.eE]|NaN|Infinity")
+# before a "." or "e", the token after ":", "," or "[" (and whitespace) when the text is an
+# object or an array; NaN and Infinity are the other floats (strict parsing refuses them).
+# Met inside a string too ("v:1.0"), which only costs the fast path; the dots after digits
+# inside a JWS or a host name are not met, as neither has those bytes before its digits.
+_MAYBE_FLOAT = re.compile(rb"[:,\[][ \t\r\n]*-?[0-9]+[.eE]|NaN|Infinity")
 
 
 def payload_octets(value: object, raw: bytes | None = None) -> tuple[bytes, str]:
@@ -218,12 +218,16 @@ def payload_octets(value: object, raw: bytes | None = None) -> tuple[bytes, str]
     ``raw``, the JSON text ``value`` was parsed from, lets ``orjson`` write the text (a
     tenth of ``json.dumps``'s time) when it shows no float: for every other JSON value
     ``orjson`` writes exactly ``json.dumps``'s compact text with ``ensure_ascii=False``
-    (``tests/envelope/test_payload_octets.py``), while floats are written differently
+    (``tests/envelope/test_raw_text.py``), while floats are written differently
     (1e-05 as 0.00001, NaN as null), which would change the stored octets, their digest and
     so the receipts' dedupe keys. What ``orjson`` refuses (a lone surrogate, an integer
     beyond 64 bits, deep nesting) is left to ``json.dumps``, as is all of a value without
     ``raw`` (CBOR)."""
-    if raw is not None and _MAYBE_FLOAT.search(raw) is None:
+    if (
+        raw is not None
+        and raw.lstrip(b" \t\r\n")[:1] in (b"{", b"[")  # a float alone has no ":" before it
+        and _MAYBE_FLOAT.search(raw) is None
+    ):
         try:
             return orjson.dumps(value), "json"
         except orjson.JSONEncodeError:
