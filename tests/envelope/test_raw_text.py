@@ -72,6 +72,9 @@ def test_the_fast_path_writes_json_dumps_text_and_floats_keep_theirs() -> None:
     # A float alone (no ":" before it), and in an indented array.
     assert payload_octets(1e-05, b" 1e-05\n") == (b"1e-05", "json")
     assert payload_octets([1e-05], b"[\n  1e-05\n]") == (b"[1e-05]", "json")
+    # Negative, exponent, NaN: each keeps json.dumps's text (CBOR for NaN, as before).
+    for value in ({"a": -1e-05}, {"a": [0, 2e-7]}, {"a": float("nan")}, {"a": -float("inf")}):
+        assert payload_octets(value, json.dumps(value, indent=1).encode()) == payload_octets(value)
     # A lone surrogate and an integer beyond 64 bits: orjson refuses, json.dumps decides.
     odd = {"s": "\ud800", "n": 2**70}
     assert payload_octets(odd, json.dumps(odd).encode()) == payload_octets(odd)
