@@ -157,12 +157,9 @@ def jobs_count(text: str) -> int | None:
     if text == "auto":
         return None
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not auto or a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be auto or at least 1, not {value}")
-    return value
+        return positive_int(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, or auto") from None
 
 
 def _element_limit_of(args: argparse.Namespace) -> int:
