@@ -251,8 +251,34 @@ def payload_octets(value: object, raw: bytes | None = None) -> tuple[bytes, str]
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
+        pass
+    else:
+        return text.encode("utf-8", errors="surrogatepass"), "json"
+    try:
         return cbor2.dumps(value), "cbor"
-    return text.encode("utf-8", errors="surrogatepass"), "json"
+    except (UnicodeEncodeError, cbor2.CBOREncodeError):
+        # Neither can hold it whole: JSON text decoded with a lone surrogate (an escape) and a
+        # number beyond a float's range (1E400 reads as infinity). Once this raised out of
+        # the ingest; the text with Python's JSON extensions (Infinity, NaN) is the octets
+        # instead (``item_rows`` keeps such an envelope out of the JSON column).
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+        return text.encode("utf-8", errors="surrogatepass"), "json"
+
+
+def _finite_json(octets: bytes) -> bool:
+    # Only the last resort of ``payload_octets`` writes Infinity or NaN: the rare text that
+    # holds either is looked at again.
+    if b"Infinity" not in octets and b"NaN" not in octets:
+        return True
+    try:
+        json.loads(octets, parse_constant=_refuse)
+    except ValueError:
+        return False
+    return True
+
+
+def _refuse(name: str) -> object:
+    raise ValueError(name)
 
 
 def item_rows(
@@ -264,7 +290,7 @@ def item_rows(
     digest = hashlib.sha256(octets).digest()
     # Every part of a payload that JSON could encode whole fits a JSON column; only a
     # CBOR payload's envelopes need looking at one by one.
-    checked = fmt == "json"
+    checked = fmt == "json" and _finite_json(octets)
     return [
         _row(item, i, octets, fmt, digest, objects, now, checked) for i, item in enumerate(found)
     ]
