@@ -242,7 +242,8 @@ def payload_octets(value: object, raw: bytes | None = None) -> tuple[bytes, str]
     (1e-05 as 0.00001, NaN as null), which would change the stored octets, their digest and
     so the receipts' dedupe keys. What ``orjson`` refuses (a lone surrogate, an integer
     beyond 64 bits, deep nesting) is left to ``json.dumps``, as is all of a value without
-    ``raw`` (CBOR)."""
+    ``raw`` (CBOR). Never raises for a decoded capture item: what neither JSON nor CBOR can
+    hold is written as JSON text with ``Infinity`` or ``NaN``."""
     if raw is not None and not _maybe_float(raw):
         try:
             return orjson.dumps(value), "json"
