@@ -155,7 +155,7 @@ def _json_body(octets: bytes, place: _Place, watch: tuple[bytes, ...]) -> ItemOr
         if looks_like_json and any(key in octets for key in watch):
             return CarrierError(place.source, exc.detail)
         return None
-    return CaptureItem(place.source, value, place.received_at, path=place.path)
+    return CaptureItem(place.source, value, place.received_at, path=place.path, raw=octets)
 
 
 def _event_items(text: str, place: _Place, watch: tuple[bytes, ...]) -> Iterator[ItemOrError]:

@@ -8,7 +8,7 @@ and by ``app.capture.carriers``, which looks inside each payload.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.errors import ItemProblem
@@ -40,6 +40,11 @@ class CaptureItem:
     seq: int = 0
     # HAR, a request body: the URL path (the A2A HTTP+JSON binding names the method in it).
     path: str | None = None
+    # The JSON text the value was parsed from, as read (a JSON Lines line, an array element,
+    # a HAR body), or None (CBOR, a stream event): byte searches that can rule an item out
+    # before its value is walked (``app.envelope.extract.may_hold_items``), and the check
+    # that its value holds no float (``app.ingest.envelope.payload_octets``).
+    raw: bytes | None = field(default=None, compare=False, repr=False)
 
 
 # An item that holds no payload at all (a HAR body that is not JSON) is None: it is counted

@@ -51,7 +51,7 @@ def _document(data: bytes, name: str, watch: tuple[bytes, ...]) -> Iterator[Item
     if har.is_har(document):
         yield from har.entries(document, name, watch)
     else:
-        yield CaptureItem(name, document)
+        yield CaptureItem(name, document, raw=data)
 
 
 # Outside a string, the bytes that change the nesting or end an element; inside one, the
@@ -135,7 +135,7 @@ def _array(reader: io.BufferedReader, name: str, *, base: int) -> Iterator[ItemO
                     yield broken(f"an element is missing at byte {base + found.start()}")
                     return
                 try:
-                    yield CaptureItem(source, strict_json_loads(element, what=source))
+                    yield CaptureItem(source, strict_json_loads(element, what=source), raw=element)
                 except MalformedError as exc:
                     yield CarrierError(source, exc.detail)
     if start >= 0 and not closed:

@@ -36,4 +36,4 @@ def read(reader: io.BufferedReader, name: str) -> Iterator[ItemOrError]:
         except MalformedError as exc:
             yield CarrierError(source, exc.detail)
             continue
-        yield CaptureItem(source, value)
+        yield CaptureItem(source, value, raw=line)

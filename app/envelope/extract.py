@@ -20,6 +20,7 @@ acceptance; a rejection is read from any task state.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -106,6 +107,32 @@ def find_items(
     types read as envelopes (lower case). Never raises."""
     where = _Where(source=source, at=received_at, accepted=accepted)
     return list(_payload(payload, where))
+
+
+def may_hold_items(raw: bytes, accepted: frozenset[str] = DEFAULT_TYPES) -> bool:
+    """Whether the JSON text ``raw`` can hold an envelope item: False only when none of
+    what every item needs is among its octets, so that ``find_items`` of its value is empty
+    without walking it. Every item needs one of: the member name ``case_event`` (a case
+    event) or ``case_id`` (an acceptance or rejection), or a part's media type, which is
+    read in lower case and is accepted or handoff-like (``.handoff``: the signed-handoff
+    carriers' own keys, ``.../agent-handoff/v1``, do not hold it). A JSON escape
+    (``\\u``, ``\\/``) may spell any of these, and the Kelvin sign lowers to ``k``: either
+    makes the answer True. A few substring searches, each a C scan of the octets (a
+    regular expression of the same needles took as long as the walk it saves)."""
+    if b"\\" in raw or b"case_" in raw or (not raw.isascii() and _KELVIN in raw):
+        return True  # an escape of any kind, a member name, or the Kelvin sign
+    lowered = raw.lower()  # ASCII only, as a media type read in lower case needs
+    return any(t in lowered for t in _media_needles(accepted))
+
+
+_KELVIN = "\u212a".encode()
+
+
+@functools.lru_cache(maxsize=16)
+def _media_needles(accepted: frozenset[str]) -> tuple[bytes, ...]:
+    """``.handoff`` and the accepted types that do not hold it, in lower case."""
+    types = (t.lower().encode("utf-8", errors="surrogatepass") for t in sorted(accepted))
+    return (b".handoff", *(t for t in types if b".handoff" not in t))
 
 
 def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:

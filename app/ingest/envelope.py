@@ -21,12 +21,14 @@ import functools
 import hashlib
 import json
 import math
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
+import orjson
 from handoff_context import ObjectIndex
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -34,7 +36,7 @@ from sqlmodel import Session
 
 from app.capture.formats import CaptureItem
 from app.envelope.config import EnvelopeConfig
-from app.envelope.extract import EnvelopeItem, find_items
+from app.envelope.extract import EnvelopeItem, find_items, may_hold_items
 from app.envelope.ledger import Item
 from app.envelope.references import check_reference
 from app.errors import ItemProblem as EnvelopeError  # an invalid or unstorable envelope item
@@ -89,6 +91,8 @@ class EnvelopeIngest:
         """Keep the item's envelope items for ``flush``; whether it had any (an envelope,
         acceptance, rejection or case event, valid or not). A full batch is stored at
         once (reading happens outside any transaction)."""
+        if item.raw is not None and not may_hold_items(item.raw, self.config.types):
+            return False  # none of what an envelope item needs is in its text: no walk
         # Envelope times are NumericDate seconds; a capture's receive time has a fraction.
         at = None if item.received_at is None else math.floor(item.received_at)
         found = find_items(
@@ -199,14 +203,83 @@ def _json_or_none(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
-def payload_octets(value: object) -> tuple[bytes, str]:
+# In JSON text a float is a number token with a fraction or an exponent, or NaN or
+# Infinity (which strict parsing refuses): in an object or an array, after ":", "," or "["
+# and whitespace, an optional "-", then digits and "." or "e", or an "N" or "I". The text
+# is mapped to a few classes first (digits to "0", the three separators to ":", "." and
+# "e" to ".", "N" and "I" to "N", the rest to "x"; whitespace and "-" dropped), so that
+# one literal search finds every such token: scanning the text itself with a pattern
+# cost more than the ``json.dumps`` it saves. Met inside a string too ("v:1.0"), which
+# only costs the fast path; the digits before a dot inside a JWS or a host name are not
+# met, as a letter or a quote comes before them.
+def _float_classes() -> bytes:
+    table = bytearray(b"x" * 256)
+    for classes, to in ((b"0123456789", b"0"), (b":,[", b":"), (b".eE", b"."), (b"NI", b"N")):
+        for byte in classes:
+            table[byte] = to[0]
+    return bytes(table)
+
+
+_FLOAT_CLASSES = _float_classes()
+_FLOAT_TOKEN = re.compile(rb":0+\.")
+
+
+def _maybe_float(raw: bytes) -> bool:
+    if raw.lstrip(b" \t\r\n")[:1] not in (b"{", b"["):
+        return True  # a number alone has no ":" before it
+    classes = raw.translate(_FLOAT_CLASSES, b" \t\r\n-")
+    return b":N" in classes or _FLOAT_TOKEN.search(classes) is not None
+
+
+def payload_octets(value: object, raw: bytes | None = None) -> tuple[bytes, str]:
     """The capture item as received: its JSON text (members in their order), or its CBOR
-    encoding when it holds what JSON cannot (byte strings)."""
+    encoding when it holds what JSON cannot (byte strings).
+
+    ``raw``, the JSON text ``value`` was parsed from, lets ``orjson`` write the text (a
+    tenth of ``json.dumps``'s time) when it shows no float: for every other JSON value
+    ``orjson`` writes exactly ``json.dumps``'s compact text with ``ensure_ascii=False``
+    (``tests/envelope/test_raw_text.py``), while floats are written differently
+    (1e-05 as 0.00001, NaN as null), which would change the stored octets, their digest and
+    so the receipts' dedupe keys. What ``orjson`` refuses (a lone surrogate, an integer
+    beyond 64 bits, deep nesting) is left to ``json.dumps``, as is all of a value without
+    ``raw`` (CBOR). Never raises for a decoded capture item: what neither JSON nor CBOR can
+    hold is written as JSON text with ``Infinity`` or ``NaN``."""
+    if raw is not None and not _maybe_float(raw):
+        try:
+            return orjson.dumps(value), "json"
+        except orjson.JSONEncodeError:
+            pass
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
+        pass
+    else:
+        return text.encode("utf-8", errors="surrogatepass"), "json"
+    try:
         return cbor2.dumps(value), "cbor"
-    return text.encode("utf-8", errors="surrogatepass"), "json"
+    except (UnicodeEncodeError, cbor2.CBOREncodeError):
+        # Neither can hold it whole: JSON text decoded with a lone surrogate (an escape) and a
+        # number beyond a float's range (1E400 reads as infinity). Once this raised out of
+        # the ingest; the text with Python's JSON extensions (Infinity, NaN) is the octets
+        # instead (``item_rows`` keeps such an envelope out of the JSON column).
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+        return text.encode("utf-8", errors="surrogatepass"), "json"
+
+
+def _finite_json(octets: bytes) -> bool:
+    # Only the last resort of ``payload_octets`` writes Infinity or NaN: the rare text that
+    # holds either is looked at again.
+    if b"Infinity" not in octets and b"NaN" not in octets:
+        return True
+    try:
+        json.loads(octets, parse_constant=_refuse)
+    except ValueError:
+        return False
+    return True
+
+
+def _refuse(name: str) -> object:
+    raise ValueError(name)
 
 
 def item_rows(
@@ -214,11 +287,11 @@ def item_rows(
 ) -> list[ItemRecord]:
     """The rows of one capture item's envelope items, references checked at their receive
     time (``now`` for items without one)."""
-    octets, fmt = payload_octets(capture.value)
+    octets, fmt = payload_octets(capture.value, capture.raw)
     digest = hashlib.sha256(octets).digest()
     # Every part of a payload that JSON could encode whole fits a JSON column; only a
     # CBOR payload's envelopes need looking at one by one.
-    checked = fmt == "json"
+    checked = fmt == "json" and _finite_json(octets)
     return [
         _row(item, i, octets, fmt, digest, objects, now, checked) for i, item in enumerate(found)
     ]

@@ -117,3 +117,17 @@ def test_ledgers_derived_together_from_what_was_read_are_each_case_alone(engine:
         together = case_ledgers(session, [CASE, OTHER], now=T0 + 7200, rules=RULES, known=known)
         for case_id in (CASE, OTHER):
             assert together[case_id] == case_ledger(session, case_id, now=T0 + 7200, rules=RULES)
+
+
+def test_a_payload_neither_json_nor_cbor_can_hold_is_stored(engine: Engine) -> None:
+    # A lone surrogate (a JSON escape) beside 1E400 (read as infinity): json.dumps refuses
+    # the infinity and CBOR the surrogate, which once raised out of the ingest.
+    message = message_v1(envelope(case_id=OTHER, epoch=0))
+    value = {**record(send_v1(message), T0 + 40, BILLING), "note": "\ud800", "big": float("inf")}
+    [row] = rows_of([value])
+    assert row.format == "json" and row.envelope is not None  # the envelope is JSON's
+    assert row.octets.endswith(b'"note":"\xed\xa0\x80","big":Infinity}')
+    with db.transaction(engine) as session:
+        new = store_items(session, [row])
+        read = cases_items(session, [OTHER])
+    assert new == {row.key} and [i.key for i in read[OTHER]] == [row.key]
