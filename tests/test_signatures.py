@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -223,13 +224,22 @@ def test_the_parent_is_starved_only_when_it_waits_for_a_core(
     assert helper._starved() is starved
 
 
-def test_the_run_delay_is_read_from_the_kernel() -> None:
+@pytest.mark.parametrize(
+    ("text", "waited"),
+    [
+        (b"1234567 4500000000 89\n", 4.5),  # cpu time, run delay, slices: nanoseconds
+        (b"1234567\n", None),  # a line without the delay
+        (b"cpu delay slices\n", None),
+        (None, None),  # no such file: the kernel does not tell
+    ],
+)
+def test_the_run_delay_is_the_second_field_of_schedstat(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: bytes | None, waited: float | None
+) -> None:
     from app.ingest import forked
 
-    if not os.path.exists(forked._SCHEDSTAT):
-        pytest.skip("this kernel does not tell the run delay")
-    first = forked._waited()
-    assert first is not None and first >= 0
-    sum(range(200_000))  # some work: the delay never goes back
-    second = forked._waited()
-    assert second is not None and second >= first
+    stat = tmp_path / "schedstat"
+    if text is not None:
+        stat.write_bytes(text)
+    monkeypatch.setattr(forked, "_SCHEDSTAT", str(stat))
+    assert forked._waited() == waited

@@ -38,15 +38,29 @@ def read(reader: io.BufferedReader, name: str) -> Iterator[ItemOrError]:
         yield CaptureItem(f"{name}#{number}", value)
 
 
-def _decoder(stream: Any) -> cbor2.CBORDecoder:
-    return cbor2.CBORDecoder(
-        stream,
-        max_depth=MAX_DEPTH,
-        allow_duplicate_keys=False,
-        strict_hashable_types=True,
-        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
-    )
-
-
-def _refuse_shared(decoder: object, immutable: bool = False) -> object:
+def refuse_shared(decoder: object, immutable: bool = False) -> object:
+    """Shared references (tags 28, 29) can build cyclic values; no capture item, element
+    or payload holds one."""
     raise cbor2.CBORDecodeError("shared references (tags 28, 29) are not allowed")
+
+
+# The semantic decoders of every CBOR read of untrusted octets (captures, refused
+# elements' payloads, the upload page's pasted COSE).
+SHARED_REFUSED = {28: refuse_shared, 29: refuse_shared}
+# cbor2's options for a strict read: nesting bounded as in JSON, no duplicate map keys,
+# only strings and other hashable keys, no shared references.
+_STRICT: dict[str, Any] = {
+    "max_depth": MAX_DEPTH,
+    "allow_duplicate_keys": False,
+    "strict_hashable_types": True,
+    "semantic_decoders": SHARED_REFUSED,
+}
+
+
+def strict_loads(octets: bytes) -> Any:
+    """One CBOR value read as strictly as a capture's items are. Raises cbor2's errors."""
+    return cbor2.loads(octets, **_STRICT)
+
+
+def _decoder(stream: Any) -> cbor2.CBORDecoder:
+    return cbor2.CBORDecoder(stream, **_STRICT)

@@ -31,11 +31,11 @@ from handoff_context import (
     strict_json_loads,
 )
 from handoff_context._cose import decode_sign1
-from handoff_context._encoding import MAX_DEPTH
 from handoff_context._model import try_read_payload
 from handoff_context.errors import EmbeddedKeyError, HandoffError, Reason
 
 from app.capture.carriers import Carried
+from app.capture.cbor_seq import strict_loads
 
 # What decoding evidence may raise besides HandoffError. cbor2 6 raises CBORDecodeError,
 # which is no ValueError, for malformed items and for semantic tags (0, 1, 4, 5, 30, 35, 37,
@@ -131,20 +131,9 @@ def _payload_doc(octets: bytes, form: Form) -> object:
         if len(parts) != 3:
             return None
         return strict_json_loads(b64url_decode(parts[1], what="payload"), what="payload")
-    # Bounded like the capture reader (app.capture.formats): refused octets are hostile
+    # Read like a CBOR capture (app.capture.cbor_seq): refused octets are hostile
     # until shown otherwise, and a payload nests no deeper than an element may.
-    return cbor2.loads(
-        decode_sign1(octets).payload,
-        max_depth=MAX_DEPTH,
-        allow_duplicate_keys=False,
-        strict_hashable_types=True,
-        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
-    )
-
-
-def _refuse_shared(decoder: object, immutable: bool = False) -> object:
-    """Shared references (tags 28, 29) can build cyclic values; no payload holds one."""
-    raise cbor2.CBORDecodeError("shared references are not allowed")
+    return strict_loads(decode_sign1(octets).payload)
 
 
 def octets_row(evidence: Refused, *, now: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import cbor2
 from handoff_context import Form, TrustStore, digest_text, handoff_digest, parse_element
 from handoff_context.errors import HandoffError, TrustConfigError
 
+from app.capture.cbor_seq import SHARED_REFUSED
 from app.errors import HandoffTraceError
 from app.web.evidence import plain
 
@@ -54,16 +55,11 @@ def _segment(text: str) -> Any:
 _MAX_DEPTH = 32
 
 
-def _refuse_shared(decoder: object, immutable: bool = False) -> object:
-    """Shared references (tags 28, 29) can build cyclic values; no element holds one."""
-    raise cbor2.CBORDecodeError("shared references are not allowed")
-
-
 def _cbor(octets: bytes) -> Any:
     return cbor2.loads(
         octets,
         max_depth=_MAX_DEPTH,
-        semantic_decoders={28: _refuse_shared, 29: _refuse_shared},
+        semantic_decoders=SHARED_REFUSED,
     )
 
 
