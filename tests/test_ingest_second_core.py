@@ -160,11 +160,12 @@ def test_the_child_sends_exactly_the_signatures_that_verify_a_batch_ahead(
 
 PARENT = """
 import os, sys
-import app.ingest.second_core as second_core
-second_core._STARTING, second_core._PARENT = True, os.getpid()
+from app.ingest.forked import die_with_parent
 hold = int(sys.argv[1])
+parent = os.getpid()
 pid = os.fork()
 if pid == 0:  # the helper's child, as Helper.start forks it: waits on a pipe forever
+    die_with_parent(parent)
     os.read(hold, 1)
     os._exit(0)
 print(pid, flush=True)
@@ -174,7 +175,7 @@ os.read(hold, 1)  # the parent waits too, until killed
 
 def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
     """A parent killed with -9 leaves no helper behind holding its database connections
-    and the writer lock's file (``second_core._in_child``)."""
+    and the writer lock's file (``forked.die_with_parent``)."""
     import signal
     import subprocess
     import sys

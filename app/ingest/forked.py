@@ -41,6 +41,7 @@ runs inside a server with threads and does not use this module.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import os
 import signal
@@ -90,6 +91,7 @@ _clock = time.monotonic
 WINDOW = 0.05
 MIN_SHARE = 0.8
 _SCHEDSTAT = "/proc/self/schedstat"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _waited() -> float | None:
@@ -107,6 +109,20 @@ def _waited() -> float | None:
 def _readings() -> tuple[float, float | None, float]:
     """The wall clock, the run delay (``_waited``) and the process's CPU time, now."""
     return _clock(), _waited(), time.process_time()
+
+
+def die_with_parent(parent: int) -> None:
+    """In the helper's child, at once: be killed when the parent dies (Linux's
+    ``PR_SET_PDEATHSIG``). The child inherits the parent's open files, an ``ingest``'s
+    database connections and the SQLite writer lock's file among them (it never uses
+    them); a parent killed with -9 must not leave them held open by an orphan (a
+    PostgreSQL session keeping its transaction's locks, the writer ``flock``) while it
+    reads on through the capture."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
 
 
 def idle_core() -> bool:
@@ -158,10 +174,12 @@ class Helper:
         shared = mmap.mmap(-1, _POSITION.size)  # anonymous, shared with the child
         shared[:] = _POSITION.pack(0)
         read_end, write_end = os.pipe()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's coverage is not collected
             code = 1
             try:
+                die_with_parent(parent)
                 os.close(read_end)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
                 _child(inputs, trust, max_element, skew, content_type, shared, write_end)

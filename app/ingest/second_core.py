@@ -19,10 +19,8 @@ or a machine without an idle second core (``forked.idle_core``).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import os
-import signal
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -36,31 +34,6 @@ if TYPE_CHECKING:
     from app.ingest.build import Pipeline
 
 Capture = bytes | BinaryIO
-
-
-# Set while ``Helper.start`` forks: the child then dies with its parent (``_in_child``).
-_STARTING = False
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _in_child() -> None:
-    """In the helper's child, at once: be killed when the parent dies. The child inherits
-    the parent's database connections and the SQLite writer lock's file (it never uses
-    them); a parent killed with -9 must not leave them held open by an orphan (a
-    PostgreSQL session keeping its transaction's locks, the writer ``flock``) while it
-    reads on through the capture."""
-    if not _STARTING:
-        return
-    parent = _PARENT
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
-
-_PARENT = os.getpid()
-os.register_at_fork(after_in_child=_in_child)
 
 
 class _OwnReader(io.BufferedReader):
@@ -116,14 +89,11 @@ class SecondCore:
             # The helper reads bytes or a file alike (``read_capture``); it weighs each
             # input by ``len``, which the reader answers with the file's size.
             own.append((name, reader))  # type: ignore[arg-type]
-        global _STARTING, _PARENT
-        _STARTING, _PARENT = True, os.getpid()
         try:
             helper = Helper.start(
                 own, trust=trust, max_element=max_element, skew=skew, content_type=content_type
             )
         finally:
-            _STARTING = False
             _close(readers)  # the child has its own copies
         return None if helper is None else cls(helper)
 
