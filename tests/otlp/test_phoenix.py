@@ -24,7 +24,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from app.otlp.ids import span_hex, trace_hex
 from app.store import db
-from app.store.otlp import HopTrace, hop_traces, hops_since
+from app.store.otlp import HopTrace, traces_since
 from tests.live.servers import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,8 +166,7 @@ def test_phoenix_receives_one_span_per_hop(phoenix: str, tmp_path: Path) -> None
     engine = db.make_engine(url)
     try:
         with db.transaction(db.read_only(engine)) as session:
-            pages = hops_since(session, since=0)
-            hops: list[HopTrace] = [t for rows in pages for t in hop_traces(session, rows)]
+            hops: list[HopTrace] = [t for page in traces_since(session, since=0) for t in page]
     finally:
         engine.dispose()
     expected = {span_hex(t.hop.offer): t for t in hops}
