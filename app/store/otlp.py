@@ -206,10 +206,12 @@ class _Page:
 
 
 @functools.cache
-def _page(order: str, after: bool) -> _Page:
+def _page(order: str) -> _Page:
     """The page's statements for the exporter's walk (``order`` "change": marks in
     [``start``, ``end``)) or the bulk export (``order`` "iat": offers issued at ``since``
-    or later); ``after``: past the position (``a0``, ``a1``, ``a2``). Built once each."""
+    or later), past the position (``a0``, ``a1``, ``a2``) in that order. Built once each;
+    a first page passes a position below every hop's, so one statement serves every page
+    (and is compiled once)."""
     if order == "change":
         first = HopRow.change
         where = [first >= bindparam("start"), first < bindparam("end")]  # type: ignore[operator]
@@ -217,8 +219,7 @@ def _page(order: str, after: bool) -> _Page:
         first = HopRow.iat
         where = [first >= bindparam("since")]
     key = (first, HopRow.iss, HopRow.hop)
-    if after:
-        where.append(tuple_(*key) > tuple_(bindparam("a0"), bindparam("a1"), bindparam("a2")))  # type: ignore[arg-type]
+    where.append(tuple_(*key) > tuple_(bindparam("a0"), bindparam("a1"), bindparam("a2")))  # type: ignore[arg-type]
     limit = bindparam("limit", type_=Integer)
 
     def page(*columns: Any) -> Select[Any]:
@@ -304,26 +305,23 @@ def changed_traces(
     """The hops whose change mark is in [``start``, ``end``), in (change, iss, hop) order,
     from just after ``after``, with what their spans say: one page of the exporter's
     keyset walk (``change`` is indexed)."""
-    params: dict[str, Any] = {"start": start, "end": end, "limit": limit}
-    if after is not None:
-        params.update(a0=after[0], a1=after[1], a2=after[2])
-    return _traces(session, _page("change", after is not None), params)
+    a0, a1, a2 = (start - 1, "", "") if after is None else after
+    params = {"start": start, "end": end, "a0": a0, "a1": a1, "a2": a2, "limit": limit}
+    return _traces(session, _page("change"), params)
 
 
 def traces_since(session: Session, *, since: int, limit: int = 500) -> Iterator[list[HopTrace]]:
     """Every hop whose offer was issued at ``since`` or later (``iat``), with what its span
     says, page by page in (iat, iss, hop) order: the CLI's bulk export."""
-    after: tuple[int, str, str] | None = None
+    a0, a1, a2 = since - 1, "", ""
     while True:
-        params: dict[str, Any] = {"since": since, "limit": limit}
-        if after is not None:
-            params.update(a0=after[0], a1=after[1], a2=after[2])
-        page = _traces(session, _page("iat", after is not None), params)
+        params = {"since": since, "a0": a0, "a1": a1, "a2": a2, "limit": limit}
+        page = _traces(session, _page("iat"), params)
         if not page:
             return
         yield page
         last = page[-1].hop
-        after = (last.iat, last.iss, last.hop)
+        a0, a1, a2 = last.iat, last.iss, last.hop
 
 
 def count_hops_since(session: Session, *, since: int) -> int:
