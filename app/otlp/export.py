@@ -239,7 +239,7 @@ class Exporter:
                     )
                 # A hop derived again to what was sent is not built again.
                 keyed = [(t, _row_key(t)) for t in page]
-                fresh = [(t, k) for t, k in keyed if self._sent.get((t.hop.iss, t.hop.hop)) != k]
+                fresh = [(t, k) for t, k in keyed if self._sent.get((t.iss, t.hop)) != k]
                 self.stats.unchanged += len(page) - len(fresh)
                 if not page:
                     # Caught up to the horizon.
@@ -261,7 +261,7 @@ class Exporter:
                     # The last page of the walk: the next walk starts at its horizon.
                     self.start, self.end, self.after = self.end, None, None
                     break
-                last = page[-1].hop
+                last = page[-1]
                 self.after = (last.change, last.iss, last.hop)
             return sent
 
@@ -276,7 +276,7 @@ class Exporter:
             self.stats.spans += sent
             self.stats.last_success = self.clock()
         for t, row_key in traces:
-            key = (t.hop.iss, t.hop.hop)
+            key = (t.iss, t.hop)
             self._sent[key] = row_key
             self._sent.move_to_end(key)
         while len(self._sent) > self.remembered:
@@ -290,5 +290,4 @@ def _row_key(t: HopTrace) -> tuple[Any, ...]:
     touched it) is not built again. *[choice]* A verified status that changes none of them
     (a second party's copy) reaches the span with the hop's next change, or with
     ``export-otlp``."""
-    row = t.hop
-    return (row.offer, row.state, row.accepted_at, row.terminal_at, row.exp, row.task, t.flag_mark)
+    return (t.offer, t.state, t.accepted_at, t.terminal_at, t.exp, t.task, t.flag_mark)

@@ -72,13 +72,12 @@ def _put(target: Any, pairs: Iterable[tuple[str, Value | None]]) -> None:
 
 
 def _end(t: HopTrace) -> int:
-    h = t.hop
-    end = h.iat
-    for c in (h.terminal_at, h.accepted_at, t.statuses[-1].iat if t.statuses else None):
+    end = t.iat
+    for c in (t.terminal_at, t.accepted_at, t.statuses[-1].iat if t.statuses else None):
         if c is not None and c > end:
             end = c
-    if h.state == "expired" and h.exp > end:
-        end = h.exp
+    if t.state == "expired" and t.exp > end:
+        end = t.exp
     return int(end)
 
 
@@ -104,30 +103,29 @@ def hop_span(t: HopTrace, span: Span | None = None) -> Span:
     order is part of the octets: a re-export sends the same ones); a span has about 18
     attributes and this is most of the export's CPU after the store's reads."""
     span = Span() if span is None else span
-    h = t.hop
-    trace = trace_id(h.dialog)
+    trace = trace_id(t.dialog)
     span.trace_id = trace
-    span.span_id = span_id(h.offer)
-    span.name = "invoke_agent " + h.aud
+    span.span_id = span_id(t.offer)
+    span.name = "invoke_agent " + t.aud
     span.kind = Span.SPAN_KIND_CLIENT
-    span.start_time_unix_nano = h.iat * NANOS
+    span.start_time_unix_nano = t.iat * NANOS
     span.end_time_unix_nano = _end(t) * NANOS
     add = span.attributes.add
     _put_text(add, "gen_ai.operation.name", "invoke_agent")
-    _put_text(add, "gen_ai.agent.id", h.aud)
-    _put_text(add, "gen_ai.caller.name", h.iss)
-    _put_text(add, "gen_ai.conversation.id", h.dialog)
-    if h.task is not None:
-        _put_text(add, "a2a.task.id", h.task)
-    a2a_state = A2A_STATES.get(h.state)
+    _put_text(add, "gen_ai.agent.id", t.aud)
+    _put_text(add, "gen_ai.caller.name", t.iss)
+    _put_text(add, "gen_ai.conversation.id", t.dialog)
+    if t.task is not None:
+        _put_text(add, "a2a.task.id", t.task)
+    a2a_state = A2A_STATES.get(t.state)
     if a2a_state is not None:
         _put_text(add, "a2a.task.state", a2a_state)
     method = _METHODS.get(t.carrier) if t.carrier is not None else None
     if method is not None:
         _put_text(add, *method)
-    _put_text(add, "handoff.hop.id", h.hop)
-    _put_text(add, "handoff.hop.state", h.state)
-    _put_text(add, "handoff.offer.digest", _text(h.offer))
+    _put_text(add, "handoff.hop.id", t.hop)
+    _put_text(add, "handoff.hop.state", t.state)
+    _put_text(add, "handoff.offer.digest", _text(t.offer))
     if t.prev is not None:
         _put_text(add, "handoff.prev.digest", _text(t.prev))
     if t.carrier is not None:
@@ -155,7 +153,7 @@ def hop_span(t: HopTrace, span: Span | None = None) -> Span:
         for kind in kinds:
             values.add().string_value = kind
     if t.prev is not None:
-        if t.prev_dialog is None or t.prev_dialog == h.dialog:
+        if t.prev_dialog is None or t.prev_dialog == t.dialog:
             span.parent_span_id = span_id(t.prev)
         else:
             link = span.links.add()
@@ -186,8 +184,8 @@ def hop_span(t: HopTrace, span: Span | None = None) -> Span:
                 ("handoff.flag.detail", f.detail or None),
             ],
         )
-    if h.state in ERROR_STATES or kinds:
-        why = [h.state] if h.state in ERROR_STATES else []
+    if t.state in ERROR_STATES or kinds:
+        why = [t.state] if t.state in ERROR_STATES else []
         span.status.code = Status.STATUS_CODE_ERROR
         span.status.message = ", ".join(why + kinds)
     return span
