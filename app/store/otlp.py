@@ -279,7 +279,7 @@ def _page(order: str) -> _Page:
 
 
 def _traces(session: Session, page: _Page, params: dict[str, Any]) -> list[HopTrace]:
-    rows = list(execute(session, page.hops, params))
+    rows = execute(session, page.hops, params).all()
     if not rows:
         return []
     statuses: dict[bytes, list[StatusFact]] = defaultdict(list)
