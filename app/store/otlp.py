@@ -132,14 +132,24 @@ def change_horizon(session: Session) -> int:
     return int(session.connection().execute(_NEXT).scalar_one())
 
 
+# The backlog: hops changed at or after ``start`` and past the position (``a0``, ``a1``,
+# ``a2``) in the walk's order (a walk not under way passes one below every hop's).
+_COUNT_CHANGED = (
+    select(func.count())
+    .select_from(HopRow)
+    .where(
+        HopRow.change >= bindparam("start"),  # type: ignore[operator]
+        tuple_(HopRow.change, HopRow.iss, HopRow.hop)  # type: ignore[arg-type]
+        > tuple_(bindparam("a0"), bindparam("a1"), bindparam("a2")),
+    )
+)
+
+
 def count_changed(session: Session, *, start: int, after: Position | None = None) -> int:
     """How many hops changed at or after ``start`` (and past ``after``): the backlog."""
-    query = select(func.count()).select_from(HopRow).where(HopRow.change >= start)  # type: ignore[operator]
-    if after is not None:
-        query = query.where(
-            tuple_(HopRow.change, HopRow.iss, HopRow.hop) > tuple_(*after)  # type: ignore[arg-type]
-        )
-    return int(session.execute(query).scalar_one())
+    a0, a1, a2 = (start - 1, "", "") if after is None else after
+    params = {"start": start, "a0": a0, "a1": a1, "a2": a2}
+    return int(execute(session, _COUNT_CHANGED, params).scalar_one())
 
 
 # --- a page of hops and what their spans say ---------------------------------------------
