@@ -175,9 +175,8 @@ def _span_columns() -> Select[Any]:
     )
     # Some receipt of the offer passed every check; else the first receipt's fault that
     # has one.
-    valid = (
-        select(VerdictRow.id).where(VerdictRow.digest == offer, VerdictRow.valid.is_(True)).exists()
-    )  # type: ignore[attr-defined]
+    passed = VerdictRow.valid.is_(True)  # type: ignore[attr-defined]
+    valid = select(VerdictRow.id).where(VerdictRow.digest == offer, passed).exists()
     fault = (
         select(VerdictRow.fault)
         .where(VerdictRow.digest == offer, VerdictRow.fault.is_not(None))  # type: ignore[union-attr]
