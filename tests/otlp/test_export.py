@@ -468,14 +468,15 @@ def test_the_spans_field_by_field_from_both_paths(
     engine: Engine, world: World, sink: tuple[Sink, str]
 ) -> None:
     """Pins what the spans say, every field and every attribute in its order, as the
-    background exporter and ``export-otlp`` send them (the same octets from both)."""
+    background exporter and ``export-otlp`` send them (the same octets from both), in
+    small pages so that both walks go on from where a page ended."""
     from app import __version__
     from app.store.db import transaction
     from app.store.models import FlagRow
 
     receiver, base = sink
     w = world
-    exporter = Exporter(engine, Sender(base), clock=Clock(T0 + 20))
+    exporter = Exporter(engine, Sender(base), clock=Clock(T0 + 20), page=3)
     try:
         c = load_chain(engine, w)
         # A hop with a task that expired unanswered.
@@ -489,12 +490,12 @@ def test_the_spans_field_by_field_from_both_paths(
         exporter.close()
     sender = Sender(base)
     try:
-        assert export_since(engine, sender, since=0) == 4
+        assert export_since(engine, sender, since=0, page=2) == 4
     finally:
         sender.close()
-    assert len(receiver.taken) == 2
-    background, bulk = (ExportTraceServiceRequest.FromString(body) for _, _, body in receiver.taken)
-    for request in (background, bulk):
+    requests = [ExportTraceServiceRequest.FromString(body) for _, _, body in receiver.taken]
+    assert [len(r.resource_spans[0].scope_spans[0].spans) for r in requests] == [3, 1, 2, 2]
+    for request in requests:
         (resource,) = request.resource_spans
         assert pairs(resource.resource.attributes) == [
             ("service.name", "string_value", "handoff-trace"),
@@ -502,8 +503,10 @@ def test_the_spans_field_by_field_from_both_paths(
         ]
         (scope,) = resource.scope_spans
         assert (scope.scope.name, scope.scope.version) == ("handoff-trace.otlp", __version__)
-    spans = {s.span_id: s for s in background.resource_spans[0].scope_spans[0].spans}
-    again = {s.span_id: s for s in bulk.resource_spans[0].scope_spans[0].spans}
+    sent = [[s for s in r.resource_spans[0].scope_spans[0].spans] for r in requests]
+    spans = {s.span_id: s for s in sent[0] + sent[1]}
+    again = {s.span_id: s for s in sent[2] + sent[3]}
+    assert len(spans) == len(again) == 4
     assert {k: s.SerializeToString() for k, s in spans.items()} == {
         k: s.SerializeToString() for k, s in again.items()
     }
