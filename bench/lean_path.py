@@ -373,6 +373,7 @@ def _ingest_part(job: dict[str, Any]) -> dict[str, Any]:
     """One ingest process: waits for the start, ingests its files, counts statements."""
     from handoff_context import RefPolicy
 
+    from app.ingest.build import freeze_start_up
     from app.ingest.pipeline import Pipeline, ingest
     from app.ingest.verifying import load_objects
     from app.store import db
@@ -387,6 +388,7 @@ def _ingest_part(job: dict[str, Any]) -> dict[str, Any]:
         **({"objects": objects} if objects else {}),
     )
     inputs = [(p, Path(p).read_bytes()) for p in job["files"]]
+    freeze_start_up()  # as ``handoff-trace ingest`` does before it ingests
     if job["second_core"]:
         # The helper's gate (an idle second core by the load average) is forced open: the
         # row measures what the helper does when the gate lets it run.

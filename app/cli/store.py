@@ -37,7 +37,7 @@ from app.cli.common import (
     visible,
 )
 from app.envelope.flags import FlagKind
-from app.ingest.build import build_pipeline, verify_options
+from app.ingest.build import build_pipeline, freeze_start_up, verify_options
 from app.ingest.pipeline import IngestReport, ingest
 from app.ingest.sweep import sweep
 from app.ingest.verifying import load_objects
@@ -145,6 +145,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             settings, engine, trust, options=options, objects=_objects(settings)
         )
         large = {name for name, file in inputs if _size(file) > _LARGE_BYTES}
+        freeze_start_up()
         summary = _Summary(sys.stdout if args.json else None)
         progress = _Progress(sys.stderr, large)
         try:
