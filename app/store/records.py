@@ -328,13 +328,25 @@ def offers_judged_without_chain(session: Session, offers: Collection[bytes]) -> 
     if not offers:
         return []
     rows = execute(session, _OBSERVED_OFFERS, {"b_offers": list(offers)})
-    return _observed(row for row in rows if without_chain(row.chain))
+    return _observed(row for row in rows if without_chain(row.chain, row.outcome, row.reason))
 
 
-def without_chain(chain: dict[str, Any] | None) -> bool:
+def without_chain(chain: dict[str, Any] | None, outcome: str, reason: str | None) -> bool:
     """A verdict's chain that was not carried whole (none, built from stored elements, or
-    the offer alone): judged again when more of its earlier offers are known."""
-    return chain is None or not chain.get("carried") or chain.get("length") == 1
+    the offer alone) and may still be completed: judged again when more of its earlier
+    offers are known.
+
+    A chain that reached an offer without ``prev`` (not ``partial``) is complete already:
+    its offers are fixed by their digests and no earlier offer can change it, and the
+    checks before the chain check read nothing the store adds. Judging it again gave the
+    same row, and made each offer judge its whole stored ancestry again. A duplicate or an
+    equivocation keeps the reported verdict, whose chain was never checked (the replay
+    check stopped it), so its judgement is always completed."""
+    if chain is not None and chain.get("carried") and chain.get("length") != 1:
+        return False
+    if chain is None or outcome == Outcome.DUPLICATE.value or reason == "equivocation":
+        return True
+    return chain.get("partial") is not False
 
 
 @dataclass(frozen=True, slots=True)
