@@ -29,6 +29,7 @@ from app.cli.common import (
     UsageError,
     add_db_option,
     add_now_option,
+    fewer_collections,
     first_line,
     load_settings,
     open_engine,
@@ -154,9 +155,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             clock = None if "-" in args.files else now
             # ``fork``: this command runs one thread, so a forked child may verify the files'
             # signatures ahead on the second core (app/ingest/second_core.py).
-            report = ingest(
-                pipeline, inputs, now=clock, progress=progress, on_verdict=summary.add, fork=True
-            )
+            with fewer_collections():  # as ``verify`` does
+                report = ingest(
+                    pipeline,
+                    inputs,
+                    now=clock,
+                    progress=progress,
+                    on_verdict=summary.add,
+                    fork=True,
+                )
         finally:
             engine.dispose()
             progress.finish()
