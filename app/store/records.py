@@ -16,7 +16,7 @@ from handoff_context import CheckResult, Context, Form, Outcome, Result, Verdict
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
-from app.store.db import Locks, SharedJson, digest_lock, execute
+from app.store.db import Locks, SharedJson, digest_lock, execute, select_rows
 from app.store.host import add_host_states
 from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
@@ -295,7 +295,10 @@ def named_by_pending(session: Session, *, offers: Collection[bytes]) -> set[byte
     """Which of ``offers`` a pending status names: one query for a whole batch."""
     if not offers:
         return set()
-    return set(execute(session, _NAMED_BY_PENDING, {"b_offers": list(offers)}).scalars())
+    # ``select_rows``: once per batch with every digest of the batch in the ``IN`` list.
+    return {
+        offer for (offer,) in select_rows(session, _NAMED_BY_PENDING, {"b_offers": sorted(offers)})
+    }
 
 
 def children_of(session: Session, *, offers: Collection[bytes]) -> dict[bytes, set[bytes]]:
@@ -303,8 +306,8 @@ def children_of(session: Session, *, offers: Collection[bytes]) -> dict[bytes, s
     left out): one query for a batch."""
     found: dict[bytes, set[bytes]] = {}
     if offers:
-        for row in execute(session, _CHILDREN_OF, {"b_offers": list(offers)}):
-            found.setdefault(row.prev, set()).add(row.offer)
+        for prev, offer in select_rows(session, _CHILDREN_OF, {"b_offers": sorted(offers)}):
+            found.setdefault(prev, set()).add(offer)
     return found
 
 
