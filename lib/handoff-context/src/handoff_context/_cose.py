@@ -209,6 +209,24 @@ def _decode_one(data: bytes, *, what: str, tags: bool, text_keys: bool) -> Any:
 
 
 _NOT_PLAIN = object()
+
+
+def _early_refusals() -> dict[str, Any]:
+    """cbor2's own refusals of what ``_plain_cbor`` would find out anyway (cbor2 6 has
+    them; with an older one the octets written again tell the same, a little later)."""
+    wanted: dict[str, Any] = {
+        "allow_indefinite": False,
+        "allow_duplicate_keys": False,
+        "max_depth": MAX_DEPTH + 1,
+    }
+    try:
+        cbor2.loads(b"\xa0", **wanted)
+    except TypeError:
+        return {}
+    return wanted
+
+
+_EARLY_REFUSALS = _early_refusals()
 _CBOR_INT_RANGE = range(-(1 << 64), 1 << 64)  # major types 0 and 1; beyond is a bignum tag
 
 
@@ -227,9 +245,7 @@ def _plain_cbor(data: bytes, *, text_keys: bool) -> Any:
     walked only after it encoded again, so a cycle that shared references built is never
     walked."""
     try:
-        value = cbor2.loads(
-            data, allow_indefinite=False, allow_duplicate_keys=False, max_depth=MAX_DEPTH + 1
-        )
+        value = cbor2.loads(data, **_EARLY_REFUSALS)
         if cbor2.dumps(value) != data and cbor2.dumps(value, canonical=True) != data:
             return _NOT_PLAIN
     except (cbor2.CBORError, ValueError, TypeError, OverflowError, RecursionError):
