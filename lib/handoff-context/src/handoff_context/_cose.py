@@ -211,9 +211,11 @@ def _decode_one(data: bytes, *, what: str, tags: bool, text_keys: bool) -> Any:
 _NOT_PLAIN = object()
 
 
-def _early_refusals() -> dict[str, Any]:
-    """cbor2's own refusals of what ``_plain_cbor`` would find out anyway (cbor2 6 has
-    them; with an older one the octets written again tell the same, a little later)."""
+def _early_refusals() -> dict[str, Any] | None:
+    """cbor2's own refusals: indefinite lengths and duplicate keys (which ``_plain_cbor``
+    would find out anyway) and, above all, nesting deeper than the strict reader allows,
+    so that hostile octets never recurse deep in C. None when the installed cbor2 (older
+    than 6) has no such options: then only the strict reader reads an element."""
     wanted: dict[str, Any] = {
         "allow_indefinite": False,
         "allow_duplicate_keys": False,
@@ -222,7 +224,7 @@ def _early_refusals() -> dict[str, Any]:
     try:
         cbor2.loads(b"\xa0", **wanted)
     except TypeError:
-        return {}
+        return None
     return wanted
 
 
@@ -244,6 +246,8 @@ def _plain_cbor(data: bytes, *, text_keys: bool) -> Any:
     and integers of major types 0 and 1, nested at most ``MAX_DEPTH`` deep. The value is
     walked only after it encoded again, so a cycle that shared references built is never
     walked."""
+    if _EARLY_REFUSALS is None:
+        return _NOT_PLAIN
     try:
         value = cbor2.loads(data, **_EARLY_REFUSALS)
         if cbor2.dumps(value) != data and cbor2.dumps(value, canonical=True) != data:
