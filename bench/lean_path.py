@@ -389,7 +389,7 @@ def _ingest_part(job: dict[str, Any]) -> dict[str, Any]:
         **({"objects": objects} if objects else {}),
     )
     inputs = [(p, Path(p).read_bytes()) for p in job["files"]]
-    freeze_start_up()  # as ``handoff-trace ingest`` does before it ingests
+    freeze_start_up(sum(len(data) for _, data in inputs))  # as ``handoff-trace ingest`` does
     if job["second_core"]:
         # The helper's gate (an idle second core by the load average) is forced open: the
         # row measures what the helper does when the gate lets it run.

@@ -308,7 +308,7 @@ def main() -> None:
                 statements[_kind(statement)] += 1
 
             inputs = [(str(p), p.read_bytes()) for p in (paths.out, paths.cbor)]
-            freeze_start_up()  # as ``handoff-trace ingest`` does before it ingests
+            freeze_start_up(sum(len(data) for _, data in inputs))  # as the command does
             profiler = Profiler(interval=0.001)
             start = time.perf_counter()
             profiler.start()

@@ -146,7 +146,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             settings, engine, trust, options=options, objects=_objects(settings)
         )
         large = {name for name, file in inputs if _size(file) > _LARGE_BYTES}
-        freeze_start_up()
+        freeze_start_up(None if "-" in args.files else sum(_size(f) for _, f in inputs))
         summary = _Summary(sys.stdout if args.json else None)
         progress = _Progress(sys.stderr, large)
         try:

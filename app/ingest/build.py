@@ -70,22 +70,25 @@ def build_pipeline(
     )
 
 
-def freeze_start_up() -> None:
-    """What a process about to ingest does once, after start-up: every object made so far
-    (modules, the settings, the trust store, the pipeline) is moved out of the cyclic
-    garbage collector's sight (``gc.freeze``), as ``serve`` does for its workers.
+def freeze_start_up(input_bytes: int | None = None) -> None:
+    """What a process about to ingest ``input_bytes`` of capture (None: unknown, a pipe)
+    does once, after start-up: every object made so far (modules, the settings, the trust
+    store, the pipeline) is moved out of the cyclic garbage collector's sight
+    (``gc.freeze``), as ``serve`` does for its workers.
 
     A full collection walks every tracked object, and the first one an ingest triggers
     found the start-up heap (SQLAlchemy, the models, the library) in view: about a tenth of
     the CPU of ingesting 2,000 elements (BENCHMARKS.md, "Bulk ingest"). The frozen objects
     live as long as the process anyway; what start-up left as garbage is collected first,
-    not frozen forever. Once per process: a later call (a test calling the command again)
-    costs nothing."""
-    if _FROZEN:
+    not frozen forever. That collection costs ~60 ms, more than a small ingest (below
+    ``FREEZE_FROM_BYTES``, which meets no full collection) would save. Once per process: a
+    later call (a test calling the command again) costs nothing."""
+    if _FROZEN or (input_bytes is not None and input_bytes < FREEZE_FROM_BYTES):
         return
     gc.collect()
     gc.freeze()
     _FROZEN.append(True)
 
 
+FREEZE_FROM_BYTES = 512 * 1024  # about 1,000 elements of plain offers
 _FROZEN: list[bool] = []  # set once ``freeze_start_up`` ran in this process
