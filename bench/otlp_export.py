@@ -13,7 +13,14 @@ than the export costs on a shared machine. Both runs are also given as ratios to
 ``cryptography`` signature verification, CPU per signature, measured in the same run
 (best of 3 rounds before and after each ingest).
 
+With ``--freeze-heap`` the bench's own heap (the captures, the raw-verify jobs, the rounds
+before) is collected and frozen before each timed run, as ``serve`` freezes its start-up
+heap (``app/web/app.py``): a full collection then walks only what the timed run allocated.
+Without it, a full collection of the bench's heap (0.1 s and more here) lands in whichever
+part of a round allocates when it falls due, the export's catching up included.
+
     .venv/bin/python bench/otlp_export.py [--elements 2000] [--rounds 3] [--interval 2]
+        [--freeze-heap]
 
 Prints one JSON line per round; writes bench/results/otlp_export.json.
 """
@@ -21,6 +28,7 @@ Prints one JSON line per round; writes bench/results/otlp_export.json.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import socket
 import statistics
@@ -80,6 +88,7 @@ def _ingest(
     warm: list[tuple[str, bytes]],
     base: str | None,
     interval: float,
+    freeze: bool = False,
 ) -> tuple[float, float, int, int]:
     """CPU seconds of the whole run (ingest, and exporting all it derived) and of the
     export alone (its thread's CPU, and the catching up after ingest), verdicts, spans.
@@ -106,6 +115,9 @@ def _ingest(
             spent[0] += time.thread_time() - begin
 
     thread = threading.Thread(target=export_forever, daemon=True)
+    if freeze:
+        gc.collect()
+        gc.freeze()
     start = time.process_time()
     if exporter is not None:
         thread.start()
@@ -121,7 +133,10 @@ def _ingest(
         spent[0] += time.thread_time() - begin
         sent = exporter.stats.spans
         exporter.close()
-    return time.process_time() - start, spent[0], len(report.verdicts), sent
+    took = time.process_time() - start
+    if freeze:
+        gc.unfreeze()
+    return took, spent[0], len(report.verdicts), sent
 
 
 def _bulk(engine: Any, base: str) -> float:
@@ -144,6 +159,7 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--freeze-heap", action="store_true")
     args = parser.parse_args()
     rows = []
     port = _free_port()
@@ -182,7 +198,7 @@ def main() -> None:
                         )
                         before = _raw_cpu(raw)
                         cpu, export, verdicts, spans = _ingest(
-                            pipeline, inputs, warm, base, args.interval
+                            pipeline, inputs, warm, base, args.interval, args.freeze_heap
                         )
                         per_signature = min(before, _raw_cpu(raw))
                         if base is None:

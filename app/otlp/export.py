@@ -41,12 +41,10 @@ from app.store.otlp import (
     HopTrace,
     Position,
     change_horizon,
-    changed_hops,
+    changed_traces,
     count_changed,
     count_hops_since,
-    hop_traces,
-    hops_since,
-    page_flags,
+    traces_since,
 )
 
 log = logging.getLogger("handoff_trace.otlp")
@@ -138,13 +136,14 @@ def export_since(
     """Every hop whose offer was issued at ``since`` or later, ``page`` spans a request
     (``handoff-trace export-otlp``). ``progress(done, total)`` after each request. Returns
     how many spans were sent; raises ExportFailed on the first request refused."""
-    with db.transaction(db.read_only(engine)) as session:
+    reader = db.read_only(engine)
+    with db.transaction(reader) as session:
         total = count_hops_since(session, since=since)
     done = 0
-    with db.transaction(db.read_only(engine)) as session:
-        for rows in hops_since(session, since=since, limit=page):
+    with db.transaction(reader) as session:
+        for traces in traces_since(session, since=since, limit=page):
             request, into = new_request()
-            for t in hop_traces(session, rows):
+            for t in traces:
                 hop_span(t, into.add())
             done += sender.post(request.SerializeToString(), len(into))
             if progress is not None:
@@ -185,6 +184,7 @@ class Exporter:
         remembered: int = REMEMBERED,
     ) -> None:
         self.engine = engine
+        self.reader = db.read_only(engine)
         self.sender = sender
         self.clock = clock
         self.page = page
@@ -194,7 +194,7 @@ class Exporter:
         # no walk under way). A walk ends at the horizon taken when the walk before it
         # began (``settled``): a change waits one round, so a hop that changes again within
         # it (its statuses close behind its offer) is built and sent once, as it is then.
-        with db.transaction(db.read_only(engine)) as session:
+        with db.transaction(self.reader) as session:
             self.start = change_horizon(session)
         self.settled = self.start
         self.end: int | None = None
@@ -210,7 +210,7 @@ class Exporter:
 
     def backlog(self) -> int:
         """How many hops changed and are not exported yet (a read of the change index)."""
-        with db.transaction(db.read_only(self.engine)) as session:
+        with db.transaction(self.reader) as session:
             return count_changed(session, start=self.start, after=self.after)
 
     def status(self) -> ExporterStatus:
@@ -231,24 +231,22 @@ class Exporter:
                 return 0
             sent = 0
             for _ in range(PAGES_PER_ROUND):
-                with db.transaction(db.read_only(self.engine)) as session:
+                with db.transaction(self.reader) as session:
                     if self.end is None:
                         self.end, self.settled = self.settled, change_horizon(session)
-                    rows = changed_hops(
+                    page = changed_traces(
                         session, start=self.start, end=self.end, after=self.after, limit=self.page
                     )
-                    # A hop derived again to what was sent is not built again.
-                    flags = page_flags(session, rows)
-                    keyed = [(r, _row_key(r, flags.get((r.iss, r.hop)))) for r in rows]
-                    fresh = [(r, k) for r, k in keyed if self._known(r) != k]
-                    self.stats.unchanged += len(rows) - len(fresh)
-                    traces = hop_traces(session, [r for r, _ in fresh], flags)
-                if not rows:
+                # A hop derived again to what was sent is not built again.
+                keyed = [(t, _row_key(t)) for t in page]
+                fresh = [(t, k) for t, k in keyed if self._sent.get((t.iss, t.hop)) != k]
+                self.stats.unchanged += len(page) - len(fresh)
+                if not page:
                     # Caught up to the horizon.
                     self.start, self.end, self.after = self.end, None, None
                     break
                 try:
-                    sent += self._send_changed(traces, [k for _, k in fresh])
+                    sent += self._send_changed(fresh)
                 except ExportFailed as exc:
                     self.stats.failures += 1
                     if exc.retry:
@@ -259,29 +257,26 @@ class Exporter:
                         return sent
                     log.error("OTLP export refused, these spans are skipped: %s", exc.detail)
                 self.attempts = 0
-                if len(rows) < self.page:
+                if len(page) < self.page:
                     # The last page of the walk: the next walk starts at its horizon.
                     self.start, self.end, self.after = self.end, None, None
                     break
-                last = rows[-1]
+                last = page[-1]
                 self.after = (last.change, last.iss, last.hop)
             return sent
 
-    def _known(self, row: Any) -> tuple[Any, ...] | None:
-        return self._sent.get((row.iss, row.hop))
-
-    def _send_changed(self, traces: list[HopTrace], keys: list[tuple[Any, ...]]) -> int:
+    def _send_changed(self, traces: list[tuple[HopTrace, tuple[Any, ...]]]) -> int:
         """Send the spans of ``traces`` in one request; remember what each hop was."""
         request, into = new_request()
-        for t in traces:
+        for t, _ in traces:
             hop_span(t, into.add())
         sent = 0
         if len(into):
             sent = self.sender.post(request.SerializeToString(), len(into))
             self.stats.spans += sent
             self.stats.last_success = self.clock()
-        for t, row_key in zip(traces, keys, strict=True):
-            key = (t.hop.iss, t.hop.hop)
+        for t, row_key in traces:
+            key = (t.iss, t.hop)
             self._sent[key] = row_key
             self._sent.move_to_end(key)
         while len(self._sent) > self.remembered:
@@ -289,18 +284,10 @@ class Exporter:
         return sent
 
 
-def _row_key(row: Any, flags: tuple[tuple[int, int], Any] | None) -> tuple[Any, ...]:
+def _row_key(t: HopTrace) -> tuple[Any, ...]:
     """What tells a hop apart from the one last exported, read from its row and its flags:
     a hop derived again to the same state, times and flags (another item of a later batch
     touched it) is not built again. *[choice]* A verified status that changes none of them
     (a second party's copy) reaches the span with the hop's next change, or with
     ``export-otlp``."""
-    return (
-        row.offer,
-        row.state,
-        row.accepted_at,
-        row.terminal_at,
-        row.exp,
-        row.task,
-        None if flags is None else flags[0],
-    )
+    return (t.offer, t.state, t.accepted_at, t.terminal_at, t.exp, t.task, t.flag_mark)

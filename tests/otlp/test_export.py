@@ -24,7 +24,19 @@ from app.settings import Settings, SettingsError
 from app.store.models import HopRow
 from tests.conftest import World
 from tests.live.servers import serving
-from tests.store.builders import DIALOG, T0, bundle, digest, offer, rec, run, st, status, twin
+from tests.store.builders import (
+    DIALOG,
+    T0,
+    bundle,
+    digest,
+    hop_of,
+    offer,
+    rec,
+    run,
+    st,
+    status,
+    twin,
+)
 from tests.web.conftest import start
 
 
@@ -69,6 +81,9 @@ class Chain:
     p: bytes
     q: bytes
     x1: bytes
+    accepted_p: bytes  # the verified statuses
+    failed_q: bytes
+    completed_p: bytes
 
 
 def load_chain(engine: Engine, w: World, *, now: int = T0 + 30) -> Chain:
@@ -78,18 +93,21 @@ def load_chain(engine: Engine, w: World, *, now: int = T0 + 30) -> Chain:
     q = offer(w.coder, w.tester, iat=T0 + 2, prev=digest(p))
     x1 = offer(w.planner, w.coder, iat=T0 + 3, dialog="ctx-split")
     x2 = twin(w.planner, x1, aud=w.tester.iss)
+    accepted_p = status(w.coder, p, "accepted", iat=T0 + 1)
+    failed_q = status(w.tester, q, "failed", iat=T0 + 5, reason="policy")
+    completed_p = status(w.coder, p, "completed", iat=T0 + 8)
     records = [
         rec(bundle(p), T0 + 1, w.coder.iss),
-        rec(st(status(w.coder, p, "accepted", iat=T0 + 1)), T0 + 2),
+        rec(st(accepted_p), T0 + 2),
         rec(bundle(q, p), T0 + 3, w.tester.iss),
-        rec(st(status(w.tester, q, "failed", iat=T0 + 5, reason="policy")), T0 + 6),
-        rec(st(status(w.coder, p, "completed", iat=T0 + 8)), T0 + 9),
+        rec(st(failed_q), T0 + 6),
+        rec(st(completed_p), T0 + 9),
         rec(bundle(x1), T0 + 4, w.coder.iss),
         rec(bundle(x2), T0 + 5, w.tester.iss),
     ]
     report = run(engine, w.trust, records, now=now)
     assert not report.errors
-    return Chain(p, q, x1)
+    return Chain(p, q, x1, accepted_p, failed_q, completed_p)
 
 
 def attrs(s: Span | Span.Link | Span.Event) -> dict[str, Any]:
@@ -405,3 +423,205 @@ def test_otlp_settings_read_headers() -> None:
         }
     )
     assert settings.otlp_headers == (("Authorization", "Bearer a,b"), ("x-team", "blue"))
+
+
+def pairs(attributes: Any) -> list[tuple[str, Any]]:
+    """Attributes in their order, with their value's kind: the order is part of the octets."""
+    out = []
+    for kv in attributes:
+        kind = kv.value.WhichOneof("value")
+        value = getattr(kv.value, kind)
+        if kind == "array_value":
+            value = [v.string_value for v in value.values]
+        out.append((kv.key, kind, value))
+    return out
+
+
+def shape(s: Span) -> dict[str, Any]:
+    """Every field a span has set (a field not listed here fails the test)."""
+    assert {f.name for f, _ in s.ListFields()} <= {
+        "trace_id",
+        "span_id",
+        "parent_span_id",
+        "name",
+        "kind",
+        "start_time_unix_nano",
+        "end_time_unix_nano",
+        "attributes",
+        "links",
+        "events",
+        "status",
+    }
+    return {
+        "ids": (s.trace_id, s.span_id, s.parent_span_id),
+        "name": s.name,
+        "kind": s.kind,
+        "times": (s.start_time_unix_nano, s.end_time_unix_nano),
+        "attributes": pairs(s.attributes),
+        "links": [(k.trace_id, k.span_id, pairs(k.attributes)) for k in s.links],
+        "events": [(e.time_unix_nano, e.name, pairs(e.attributes)) for e in s.events],
+        "status": (s.status.code, s.status.message),
+    }
+
+
+def test_the_spans_field_by_field_from_both_paths(
+    engine: Engine, world: World, sink: tuple[Sink, str]
+) -> None:
+    """Pins what the spans say, every field and every attribute in its order, as the
+    background exporter and ``export-otlp`` send them (the same octets from both), in
+    small pages so that both walks go on from where a page ended."""
+    from app import __version__
+    from app.store.db import transaction
+    from app.store.models import FlagRow
+
+    receiver, base = sink
+    w = world
+    exporter = Exporter(engine, Sender(base), clock=Clock(T0 + 20), page=3)
+    try:
+        c = load_chain(engine, w)
+        # A hop with a task that expired unanswered.
+        z_hop = "hop-z-" + "z" * 20
+        z = offer(w.tester, w.planner, iat=T0 + 10, lifetime=5, task="task-9", hop=z_hop)
+        records = [rec(bundle(z), T0 + 11, w.planner.iss)]
+        assert not run(engine, w.trust, records, now=T0 + 300, at=T0 + 12).errors
+        assert exporter.run_once() == 0  # the changes settle for a round
+        assert exporter.run_once() == 4
+    finally:
+        exporter.close()
+    sender = Sender(base)
+    try:
+        assert export_since(engine, sender, since=0, page=2) == 4
+    finally:
+        sender.close()
+    requests = [ExportTraceServiceRequest.FromString(body) for _, _, body in receiver.taken]
+    assert [len(r.resource_spans[0].scope_spans[0].spans) for r in requests] == [3, 1, 2, 2]
+    for request in requests:
+        (resource,) = request.resource_spans
+        assert pairs(resource.resource.attributes) == [
+            ("service.name", "string_value", "handoff-trace"),
+            ("service.version", "string_value", __version__),
+        ]
+        (scope,) = resource.scope_spans
+        assert (scope.scope.name, scope.scope.version) == ("handoff-trace.otlp", __version__)
+    sent = [[s for s in r.resource_spans[0].scope_spans[0].spans] for r in requests]
+    spans = {s.span_id: s for s in sent[0] + sent[1]}
+    again = {s.span_id: s for s in sent[2] + sent[3]}
+    assert len(spans) == len(again) == 4
+    assert {k: s.SerializeToString() for k, s in spans.items()} == {
+        k: s.SerializeToString() for k, s in again.items()
+    }
+    with transaction(engine) as session:
+        (flag,) = session.execute(select(FlagRow)).scalars()
+    p, q, x, y = (span_id(digest(o)) for o in (c.p, c.q, c.x1, z))
+    dialog = trace_id(DIALOG)
+    S = "string_value"
+
+    def link(status: bytes, state: str, reason: str | None = None) -> tuple[Any, ...]:
+        extra = [] if reason is None else [("handoff.status.reason", S, reason)]
+        return (
+            dialog,
+            span_id(digest(status)),
+            [
+                ("handoff.link", S, "status"),
+                ("handoff.status.state", S, state),
+                ("handoff.status.digest", S, digest_text(digest(status))),
+                *extra,
+            ],
+        )
+
+    def head(delegate: str, delegator: str, conversation: str) -> list[Any]:
+        return [
+            ("gen_ai.operation.name", S, "invoke_agent"),
+            ("gen_ai.agent.id", S, delegate),
+            ("gen_ai.caller.name", S, delegator),
+            ("gen_ai.conversation.id", S, conversation),
+        ]
+
+    assert shape(spans[p]) == {
+        "ids": (dialog, p, b""),
+        "name": f"invoke_agent {w.coder.iss}",
+        "kind": Span.SPAN_KIND_CLIENT,
+        "times": (T0 * 10**9, (T0 + 9) * 10**9),
+        "attributes": [
+            *head(w.coder.iss, w.planner.iss, DIALOG),
+            ("a2a.task.state", S, "TASK_STATE_COMPLETED"),
+            ("handoff.hop.id", S, hop_of(c.p)[1]),
+            ("handoff.hop.state", S, "completed"),
+            ("handoff.offer.digest", S, digest_text(digest(c.p))),
+            ("handoff.carrier", S, "raw"),
+            ("handoff.verdict", S, "accept"),
+        ],
+        "links": [link(c.accepted_p, "accepted"), link(c.completed_p, "completed")],
+        "events": [],
+        "status": (Status.STATUS_CODE_UNSET, ""),
+    }
+    assert shape(spans[q]) == {
+        "ids": (dialog, q, p),
+        "name": f"invoke_agent {w.tester.iss}",
+        "kind": Span.SPAN_KIND_CLIENT,
+        "times": ((T0 + 2) * 10**9, (T0 + 6) * 10**9),
+        "attributes": [
+            *head(w.tester.iss, w.coder.iss, DIALOG),
+            ("a2a.task.state", S, "TASK_STATE_FAILED"),
+            ("handoff.hop.id", S, hop_of(c.q)[1]),
+            ("handoff.hop.state", S, "failed"),
+            ("handoff.offer.digest", S, digest_text(digest(c.q))),
+            ("handoff.prev.digest", S, digest_text(digest(c.p))),
+            ("handoff.carrier", S, "raw"),
+            ("handoff.verdict", S, "accept"),
+            ("handoff.reason", S, "policy"),
+            ("handoff.chain.length", "int_value", 2),
+        ],
+        "links": [link(c.failed_q, "failed", "policy")],
+        "events": [],
+        "status": (Status.STATUS_CODE_ERROR, "failed"),
+    }
+    assert shape(spans[x]) == {
+        "ids": (trace_id("ctx-split"), x, b""),
+        "name": f"invoke_agent {w.coder.iss}",
+        "kind": Span.SPAN_KIND_CLIENT,
+        "times": ((T0 + 3) * 10**9, (T0 + 3) * 10**9),
+        "attributes": [
+            *head(w.coder.iss, w.planner.iss, "ctx-split"),
+            ("a2a.task.state", S, "TASK_STATE_SUBMITTED"),
+            ("handoff.hop.id", S, hop_of(c.x1)[1]),
+            ("handoff.hop.state", S, "offered"),
+            ("handoff.offer.digest", S, digest_text(digest(c.x1))),
+            ("handoff.carrier", S, "raw"),
+            ("handoff.verdict", S, "accept"),
+            ("handoff.flag.kinds", "array_value", ["equivocation"]),
+        ],
+        "links": [],
+        "events": [
+            (
+                flag.opened_at * 10**9,
+                "handoff.flag",
+                [
+                    ("handoff.flag.id", "int_value", flag.id),
+                    ("handoff.flag.kind", S, "equivocation"),
+                    ("handoff.flag.variant", S, flag.variant),
+                    ("handoff.flag.severity", S, flag.severity),
+                    ("handoff.flag.detail", S, flag.detail),
+                ],
+            )
+        ],
+        "status": (Status.STATUS_CODE_ERROR, "equivocation"),
+    }
+    assert shape(spans[y]) == {
+        "ids": (dialog, y, b""),
+        "name": f"invoke_agent {w.planner.iss}",
+        "kind": Span.SPAN_KIND_CLIENT,
+        "times": ((T0 + 10) * 10**9, (T0 + 15) * 10**9),  # ends at its exp
+        "attributes": [
+            *head(w.planner.iss, w.tester.iss, DIALOG),
+            ("a2a.task.id", S, "task-9"),
+            ("handoff.hop.id", S, z_hop),
+            ("handoff.hop.state", S, "expired"),
+            ("handoff.offer.digest", S, digest_text(digest(z))),
+            ("handoff.carrier", S, "raw"),
+            ("handoff.verdict", S, "accept"),
+        ],
+        "links": [],
+        "events": [],
+        "status": (Status.STATUS_CODE_UNSET, ""),
+    }

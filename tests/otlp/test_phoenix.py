@@ -24,7 +24,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from app.otlp.ids import span_hex, trace_hex
 from app.store import db
-from app.store.otlp import HopTrace, hop_traces, hops_since
+from app.store.otlp import HopTrace, traces_since
 from tests.live.servers import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,13 +166,12 @@ def test_phoenix_receives_one_span_per_hop(phoenix: str, tmp_path: Path) -> None
     engine = db.make_engine(url)
     try:
         with db.transaction(db.read_only(engine)) as session:
-            pages = hops_since(session, since=0)
-            hops: list[HopTrace] = [t for rows in pages for t in hop_traces(session, rows)]
+            hops: list[HopTrace] = [t for page in traces_since(session, since=0) for t in page]
     finally:
         engine.dispose()
-    expected = {span_hex(t.hop.offer): t for t in hops}
+    expected = {span_hex(t.offer): t for t in hops}
     assert len(expected) == len(hops) > 20
-    errors = {k for k, t in expected.items() if t.hop.state in ("failed", "rejected") or t.flags}
+    errors = {k for k, t in expected.items() if t.state in ("failed", "rejected") or t.flags}
     assert errors and errors != set(expected)  # the demo injected faults, not only faults
 
     export(url, phoenix)
@@ -183,19 +182,19 @@ def test_phoenix_receives_one_span_per_hop(phoenix: str, tmp_path: Path) -> None
     assert set(first) == set(expected)  # one span per hop, no more
     for key, span in first.items():
         t = expected[key]
-        assert span["context"]["trace_id"] == trace_hex(t.hop.dialog)
+        assert span["context"]["trace_id"] == trace_hex(t.dialog)
         # The parent is the hop the offer's prev names; a prev in another dialog (another
         # trace) is a link instead (docs/otlp.md).
-        same_trace = t.prev is not None and t.prev_dialog in (None, t.hop.dialog)
+        same_trace = t.prev is not None and t.prev_dialog in (None, t.dialog)
         parent = span_hex(t.prev) if t.prev is not None and same_trace else None
-        assert span["parent_id"] == parent, (t.hop.dialog, t.prev_dialog, span)
+        assert span["parent_id"] == parent, (t.dialog, t.prev_dialog, span)
         attributes = flat(span["attributes"])
         assert attributes["gen_ai.operation.name"] == "invoke_agent"
-        assert attributes["gen_ai.agent.id"] == t.hop.aud
-        assert attributes["gen_ai.caller.name"] == t.hop.iss
-        assert attributes["gen_ai.conversation.id"] == t.hop.dialog
-        assert attributes["handoff.hop.state"] == t.hop.state
-        assert attributes["handoff.hop.id"] == t.hop.hop
+        assert attributes["gen_ai.agent.id"] == t.aud
+        assert attributes["gen_ai.caller.name"] == t.iss
+        assert attributes["gen_ai.conversation.id"] == t.dialog
+        assert attributes["handoff.hop.state"] == t.state
+        assert attributes["handoff.hop.id"] == t.hop
         assert span["status_code"] == ("ERROR" if key in errors else "UNSET"), (key, span)
     # Parents per prev: at least one hop below another, in the same trace.
     assert any(s["parent_id"] in first for s in first.values())
