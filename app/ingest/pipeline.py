@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import BinaryIO
@@ -42,7 +41,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
-from app.capture.items import CaptureItem
 from app.errors import ItemProblem as ItemError  # an item that could not be stored
 from app.errors import NotStored
 from app.ingest.batches import (
@@ -58,9 +56,11 @@ from app.ingest.derive import derive_hops
 from app.ingest.envelope import EnvelopeIngest
 from app.ingest.judge import BatchState, Done, Judge, Parsed, Unparsed, parse, refuse
 from app.ingest.live import HostStates, batches, is_pipe
+from app.ingest.memory import verified_before
 from app.ingest.report import VERDICT_WINDOW, IngestReport
 from app.ingest.second_core import SecondCore, second_core
-from app.ingest.signatures import verify_ahead
+from app.ingest.signatures import verify_before
+from app.ingest.span import Span, cut, fraction_read
 from app.ingest.verifying import carrier_error_verdict
 from app.store import db
 from app.store.db import Locks, NeedLocks
@@ -69,10 +69,11 @@ from app.store.writebehind import BatchWrites
 
 __all__ = ["VERDICT_WINDOW", "IngestReport", "Pipeline", "ingest", "ingest_carried"]
 
-# Restarts of one item that found a lock taken, before it is reported as an error.
-_RESTARTS = 50
 Progress = Callable[[str, int, float | None], None]  # (input, items done, fraction read)
 Capture = bytes | BinaryIO
+_Prepared = tuple[Found, Parsed | Unparsed | None]  # an item and what parsing it gave
+# Restarts of one item that found a lock taken, before it is reported as an error.
+_RESTARTS = 50
 
 
 def ingest(
@@ -102,7 +103,7 @@ def ingest(
             pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
         )
         host = HostStates(receiver=pipeline.options.receiver, at=pipeline.options.at)
-        span = _Span()
+        span = Span()
         for name, data in listed:
             stats = ExtractStats()
             items = read_capture(
@@ -127,57 +128,22 @@ def ingest(
                     _flush_host(pipeline, host, report, clock)
                 if report.cut is None:
                     envelopes.flush()
-                if _cut(report, span, batch, exact=not (host.pending or envelopes.pending)):
+                if cut(report, span, batch, exact=not (host.pending or envelopes.pending)):
                     break
                 done += len(batch)
                 if progress is not None:
-                    progress(name, done, _fraction_read(data))
+                    progress(name, done, fraction_read(data))
             report.skipped += stats.without_handoff
             if report.cut is not None:
                 break
             _flush_host(pipeline, host, report, clock)  # read after the last batch
             if report.cut is None:
                 envelopes.flush()
-            if _cut(report, span, [], exact=False):
+            if cut(report, span, [], exact=False):
                 break
         report.redelivered += host.redelivered
         report.finish()
         return report
-
-
-class _Span:
-    """The source of the first capture record read since everything before it was stored:
-    where an ingest cut short by an unavailable database says to start again. (The
-    signed items, host task states and envelope items of the records read with a batch
-    are stored after it, so the span covers all three.)"""
-
-    def __init__(self) -> None:
-        self.first: str | None = None
-
-    def reading(self, on_item: Callable[[CaptureItem], bool]) -> Callable[[CaptureItem], bool]:
-        def read(item: CaptureItem) -> bool:
-            if self.first is None:
-                self.first = item.source
-            return on_item(item)
-
-        return read
-
-
-def _cut(report: IngestReport, span: _Span, batch: Sequence[Found], *, exact: bool) -> bool:
-    """Whether the ingest stops here, the database being unavailable; else the span
-    starts again (everything read so far was stored or reported). ``exact``: the signed
-    items are all that was read and not stored, so the cut is where they stopped."""
-    unavailable = report.cut is not None or any(
-        isinstance(e, NotStored) and e.unavailable for e in report.envelopes.errors[-1:]
-    )
-    if not unavailable:
-        span.first = None
-        return False
-    if exact and report.cut is not None:
-        return True
-    first = span.first or (batch[0].source if batch else None) or report.cut
-    report.cut = first or "(the end of the input)"
-    return True
 
 
 def _flush_host(pipeline: Pipeline, host: HostStates, report: IngestReport, now: int) -> None:
@@ -220,9 +186,13 @@ def _run(
         for found in batch:
             _report(report, Done(carrier_error_verdict(found)))  # type: ignore[arg-type]
         return
+    # Each item parsed once, and its signatures verified before any write transaction
+    # begins (what the child verified ahead is marked inside it instead).
+    items = [(f, None if isinstance(f, CarrierError) else parse(f.value, pipeline)) for f in batch]
+    verified = [] if second is not None else _verify_before(pipeline, items)
     outcomes = run_batch(
-        batch,
-        attempt=functools.partial(_try_batch, pipeline, now=now, second=second),
+        items,
+        attempt=functools.partial(_try_batch, pipeline, now=now, second=second, verified=verified),
         alone=functools.partial(_alone, pipeline, now=now),
         stop=_unavailable,
     )
@@ -232,18 +202,24 @@ def _run(
         report.cut = batch[len(outcomes) - 1].source
 
 
+def _verify_before(pipeline: Pipeline, items: Sequence[_Prepared]) -> list[bytes]:
+    """The signatures of the batch's elements verified outside its write transaction, so
+    that concurrent writers verify side by side and only judging and writing queue for the
+    write lock (app.ingest.signatures.verify_before); the digests that verified now."""
+    fingerprint = pipeline.trust.fingerprint
+
+    def known(digests: list[bytes]) -> set[bytes]:
+        try:
+            return verified_before(pipeline.engine, digests, trust=fingerprint)
+        except SQLAlchemyError:
+            return set()  # verified here then; the batch's transaction meets the error
+
+    signed = (e for _, p in items if isinstance(p, Parsed) for e in (p.element, *p.chain))
+    return verify_before(signed, pipeline.trust, known)
+
+
 def _unavailable(outcome: Done | ItemError) -> bool:
     return isinstance(outcome, NotStored) and outcome.unavailable
-
-
-def _fraction_read(data: Capture) -> float | None:
-    """How far into a seekable file reading has got; None for octets or a pipe."""
-    if isinstance(data, bytes):
-        return None
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        size = os.fstat(data.fileno()).st_size
-        return min(1.0, data.tell() / size) if size else None
-    return None
 
 
 def _report(report: IngestReport, outcome: Done | ItemError) -> None:
@@ -264,14 +240,22 @@ def _report(report: IngestReport, outcome: Done | ItemError) -> None:
 
 
 def _try_batch(
-    pipeline: Pipeline, batch: Sequence[Found], *, now: int, second: SecondCore | None = None
+    pipeline: Pipeline,
+    items: Sequence[_Prepared],
+    *,
+    now: int,
+    second: SecondCore | None = None,
+    verified: Sequence[bytes] = (),
 ) -> tuple[list[Done | ItemError], int]:
     """Run items in one transaction, each in a savepoint, until one fails; derive the hops
     of those that ran, and commit. Returns their results and the index of the failed item
-    (``len(batch)`` when none failed). Raises SQLAlchemyError when the commit fails."""
+    (``len(items)`` when none failed). ``verified``: digests whose signatures verified
+    before the transaction, recorded in the signature cache with it. Raises
+    SQLAlchemyError when the commit fails."""
     results: list[Done | ItemError] = []
-    failed = len(batch)
-    parsed = [None if isinstance(f, CarrierError) else parse(f.value, pipeline) for f in batch]
+    failed = len(items)
+    batch = [f for f, _ in items]
+    parsed = [p for _, p in items]
     with db.transaction(pipeline.engine) as session:
         locks = Locks(session)  # a batch holds locks, so it only ever tries for more
         ok = [p for p in parsed if isinstance(p, Parsed)]
@@ -280,6 +264,8 @@ def _try_batch(
         # hops, so the batch memory is exact, as on SQLite, and no item needs a savepoint.
         exact = locks.try_take(k for p in ok for k in p.lock_keys)
         state = BatchState(pipeline, session, now, locks, exact=exact)
+        for digest in verified:
+            state.memory.mark_verified(digest, pipeline.trust.fingerprint)
         state.load(
             {d for p in ok for d in p.digests},
             {p.hop for p in ok},
@@ -287,11 +273,8 @@ def _try_batch(
             named={n for p in ok for n in p.named},
         )
         state.writes.reserve(sum(1 + len(p.chain) for p in ok), len(ok))
-        if second is not None:  # what the child verified ahead, else the thread pool
+        if second is not None:  # what the child verified ahead
             second.mark(state.memory)
-        else:
-            signed = (e for p in ok for e in (p.element, *p.chain))
-            verify_ahead(signed, pipeline.trust, state.memory)
         hops: set[HopKey] = set()
         touched: set[bytes] = set()
         for index, (found, one) in enumerate(zip(batch, parsed, strict=True)):
@@ -353,12 +336,13 @@ def _item_scope(session: Session, writes: BatchWrites, *, savepoint: bool) -> It
         raise
 
 
-def _alone(pipeline: Pipeline, found: Found, *, now: int) -> Done | ItemError:
+def _alone(pipeline: Pipeline, item: _Prepared, *, now: int) -> Done | ItemError:
     """One item in a transaction of its own, reported as an ItemError when it fails."""
-    if isinstance(found, CarrierError):
-        return Done(carrier_error_verdict(found))
+    found, one = item
+    if isinstance(found, CarrierError) or one is None:
+        return Done(carrier_error_verdict(found))  # type: ignore[arg-type]
     try:
-        done = _store(pipeline, found, now)
+        done = _store(pipeline, found, one, now)
     except SQLAlchemyError as exc:
         return not_stored(found.source, exc)
     if done is None:
@@ -366,10 +350,10 @@ def _alone(pipeline: Pipeline, found: Found, *, now: int) -> Done | ItemError:
     return done
 
 
-def _store(pipeline: Pipeline, item: Carried, now: int) -> Done | None:
-    """One item in one transaction, started again (with more locks from the start) while
-    it finds locks taken. None when it never got them. Raises SQLAlchemyError."""
-    one = parse(item.value, pipeline)
+def _store(pipeline: Pipeline, item: Carried, one: Parsed | Unparsed, now: int) -> Done | None:
+    """One item, parsed, in one transaction, started again (with more locks from the
+    start) while it finds locks taken. None when it never got them. Raises
+    SQLAlchemyError."""
     if isinstance(one, Unparsed):
         bad = one
         return db.run(pipeline.engine, lambda s: refuse(pipeline, s, item, bad, now, Locks(s)))
