@@ -8,18 +8,20 @@ batch runner the envelope stage uses too: one transaction holds a run of consecu
 items, the rows they produce are written behind, one statement per table at the end of the
 batch (``app.store.writebehind``), and the hops they touched are derived once, at the end
 (the derivation reads only stored facts, so deriving once gives what deriving after each
-item would have left). On PostgreSQL a batch first tries for every lock its items take, in
-one statement; holding them, it runs as on SQLite, with exact batch memories and no
-savepoints; otherwise each item runs in a SAVEPOINT of its own (``_item_scope``). Each item
-still stands alone: an item that fails rolls back to its savepoint (without savepoints the
-whole transaction rolls back and the items before it run again as a batch) and is run again
-alone in its own transaction (restarted with its locks taken up front, retried on transient
-errors, reported as an ``ItemError`` when it fails again); when the batch as a whole cannot
-commit, each of its items is run again alone. Input order, and so every order-dependent
-verdict (duplicate, equivocation, pending), is kept; a bad item never spoils the rest, and
-nothing is lost. A batch never waits for a lock while holding others (``Locks.need`` only
-tries). What a batch asks of the store by digest is loaded with one query per batch, and
-its signatures are verified ahead on every core (``app.ingest.signatures``).
+item would have left). Each item is parsed once, and the signatures of a batch are verified
+before its write transaction begins, on every core (``app.ingest.signatures``), so that
+concurrent writers verify side by side and only judging and writing wait for one another.
+On PostgreSQL a batch then waits for every lock its items take, in one statement and one
+global order, holding nothing yet; holding them, it runs as on SQLite, with exact batch
+memories and no savepoints. Each item still stands alone: when one fails the whole
+transaction rolls back, the items before it run again as a batch, and it is run again
+alone in its own transaction (restarted with its locks taken up front, retried on
+transient errors, reported as an ``ItemError`` when it fails again); when the batch as a
+whole cannot commit, each of its items is run again alone. Input order, and so every
+order-dependent verdict (duplicate, equivocation, pending), is kept; a bad item never
+spoils the rest, and nothing is lost. A transaction waits for locks only before it holds
+any (``Locks.need`` only tries). What a batch asks of the store by digest is loaded with
+one query per batch.
 
 Inputs stream: a capture given as a binary file is read item by item (``read_capture``),
 and with ``on_verdict`` the report keeps only counts and a bounded window of recent
@@ -30,10 +32,9 @@ stored chains judged again).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
 
 from handoff_context import Verdict
@@ -64,8 +65,7 @@ from app.ingest.span import Span, cut, fraction_read
 from app.ingest.verifying import carrier_error_verdict
 from app.store import db
 from app.store.db import Locks, NeedLocks
-from app.store.derive import HopKey, affected_hops
-from app.store.writebehind import BatchWrites
+from app.store.derive import affected_hops
 
 __all__ = ["VERDICT_WINDOW", "IngestReport", "Pipeline", "ingest", "ingest_carried"]
 
@@ -247,93 +247,82 @@ def _try_batch(
     second: SecondCore | None = None,
     verified: Sequence[bytes] = (),
 ) -> tuple[list[Done | ItemError], int]:
-    """Run items in one transaction, each in a savepoint, until one fails; derive the hops
-    of those that ran, and commit. Returns their results and the index of the failed item
-    (``len(items)`` when none failed). ``verified``: digests whose signatures verified
-    before the transaction, recorded in the signature cache with it. Raises
-    SQLAlchemyError when the commit fails."""
+    """Run items in one transaction, derive the hops they touched, and commit. Returns
+    their results and ``len(items)``; raises ItemFailed when an item met a database error
+    (nothing is kept), BatchFailed when the batch never got its locks, SQLAlchemyError
+    when the commit fails. ``verified``: digests whose signatures verified before the
+    transaction, recorded in the signature cache with it.
+
+    On PostgreSQL the batch first waits for every lock its items take (``Locks``), in the
+    one global order and holding nothing yet, so the wait cannot deadlock. Holding them, no
+    other writer can change what the batch asks about its own digests and hops: the batch
+    memory is exact, as on SQLite, no item needs a savepoint, and each table is written
+    with one statement. A lock found missing later (a hop the batch affects beyond its
+    own) starts the batch again holding it from the start, as ``_store`` does."""
+    keys = frozenset(k for _, p in items if isinstance(p, Parsed) for k in p.lock_keys)
+    for _ in range(_RESTARTS):
+        try:
+            results = _batch(pipeline, items, keys, now=now, second=second, verified=verified)
+        except NeedLocks as exc:
+            keys = exc.keys
+            continue
+        return results, len(items)
+    raise BatchFailed("the batch never got the locks it needed")
+
+
+def _batch(
+    pipeline: Pipeline,
+    items: Sequence[_Prepared],
+    keys: frozenset[str],
+    *,
+    now: int,
+    second: SecondCore | None,
+    verified: Sequence[bytes],
+) -> list[Done | ItemError]:
+    """One attempt of ``_try_batch``, holding ``keys``. Raises NeedLocks, ItemFailed."""
     results: list[Done | ItemError] = []
-    failed = len(items)
-    batch = [f for f, _ in items]
-    parsed = [p for _, p in items]
     with db.transaction(pipeline.engine) as session:
-        locks = Locks(session)  # a batch holds locks, so it only ever tries for more
-        ok = [p for p in parsed if isinstance(p, Parsed)]
-        # On PostgreSQL: every lock the batch's items take, tried for at once. Holding
-        # them, no other writer can change what the batch asks about its own digests and
-        # hops, so the batch memory is exact, as on SQLite, and no item needs a savepoint.
-        exact = locks.try_take(k for p in ok for k in p.lock_keys)
-        state = BatchState(pipeline, session, now, locks, exact=exact)
+        locks = Locks(session, keys)
+        ok = [p for _, p in items if isinstance(p, Parsed)]
+        state = BatchState(pipeline, session, now, locks, exact=True)
         for digest in verified:
             state.memory.mark_verified(digest, pipeline.trust.fingerprint)
         state.load(
             {d for p in ok for d in p.digests},
             {p.hop for p in ok},
-            {f.key for f in batch if isinstance(f, Carried) and f.key is not None},
+            {f.key for f, _ in items if isinstance(f, Carried) and f.key is not None},
             named={n for p in ok for n in p.named},
         )
         state.writes.reserve(sum(1 + len(p.chain) for p in ok), len(ok))
         if second is not None:  # what the child verified ahead
             second.mark(state.memory)
-        hops: set[HopKey] = set()
         touched: set[bytes] = set()
-        for index, (found, one) in enumerate(zip(batch, parsed, strict=True)):
-            if isinstance(found, CarrierError):
-                results.append(Done(carrier_error_verdict(found)))
+        for index, (found, one) in enumerate(items):
+            if isinstance(found, CarrierError) or one is None:
+                results.append(Done(carrier_error_verdict(found)))  # type: ignore[arg-type]
                 continue
             item = Judge(state)
-            if isinstance(one, Unparsed):
-                # A malformed item re-derives its hop (app.store.rejected), which reads
-                # what the batch has not written yet: written first, outside its savepoint.
-                state.flush()
             try:
-                with _item_scope(session, state.writes, savepoint=not exact):
-                    if isinstance(one, Unparsed):  # kept as evidence, within the batch
-                        done = refuse(pipeline, session, found, one, now, locks)
-                    else:  # parsed: a carrier error has no item (above)
-                        locks.need(one.lock_keys)
-                        done = item.run(found, one)
-                        if not exact:
-                            hops |= item.hops()  # their locks, taken inside the savepoint
-            except (NeedLocks, SQLAlchemyError) as exc:
-                if exact:
-                    raise ItemFailed(index) from exc  # the whole transaction rolls back
-                failed = index
-                break
+                if isinstance(one, Unparsed):  # kept as evidence, within the batch
+                    # It re-derives its hop (app.store.rejected), which reads what the
+                    # batch has not written yet: written first.
+                    state.flush()
+                    done = refuse(pipeline, session, found, one, now, locks)
+                else:
+                    locks.need(one.lock_keys)
+                    done = item.run(found, one)
+            except SQLAlchemyError as exc:
+                # No savepoints: the whole transaction rolls back, the runner tries the
+                # items before this one again and runs it alone.
+                raise ItemFailed(index) from exc
             results.append(done)
             touched |= item.touched
         state.writes.flush()  # before anything reads what the batch wrote
-        try:
-            if exact:
-                # The hops the batch touched are found once, for all its items together.
-                hops = affected_hops(session, touched, locks=locks)
-            derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
-        except NeedLocks as exc:
-            # Another writer holds a hop: nothing of the batch is kept, each item runs alone.
-            raise BatchFailed("a hop of the batch is locked by another writer") from exc
+        # The hops the batch touched are found once, for all its items together.
+        hops = affected_hops(session, touched, locks=locks)
+        derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
         state.memory.flush()
-    return results, failed
-
-
-@contextlib.contextmanager
-def _item_scope(session: Session, writes: BatchWrites, *, savepoint: bool) -> Iterator[None]:
-    """Each item of a batch in a SAVEPOINT on PostgreSQL when the batch could not take all
-    its locks up front: an item that finds a lock taken is then common (concurrent
-    writers), and the items before it are kept. SQLite (one writer, no locks) and a batch
-    holding its locks fail an item only on a database error or a lock beyond its own,
-    which is rare: no savepoint (two statements an item saved), and a failing item rolls
-    the whole transaction back (``ItemFailed``; the runner tries the items before it
-    again). Without a savepoint the batch memory need not be undone either."""
-    if not savepoint:
-        yield
-        return
-    mark = writes.mark()
-    try:
-        with db.savepoint(session):
-            yield
-    except BaseException:
-        writes.rollback(mark)  # the rows it buffered go with its savepoint
-        raise
+    return results
 
 
 def _alone(pipeline: Pipeline, item: _Prepared, *, now: int) -> Done | ItemError:
