@@ -207,15 +207,18 @@ def _verify_before(pipeline: Pipeline, items: Sequence[_Prepared]) -> list[bytes
     that concurrent writers verify side by side and only judging and writing queue for the
     write lock (app.ingest.signatures.verify_before); the digests that verified now."""
     fingerprint = pipeline.trust.fingerprint
+    ok = [p for _, p in items if isinstance(p, Parsed)]
 
     def known(digests: list[bytes]) -> set[bytes]:
+        # The stored offers the items name are read too: judging a status checks its
+        # offer's signature, which then needs no lookup of its own in the transaction.
+        named = {n for p in ok for n in p.named}.difference(digests)
         try:
-            return verified_before(pipeline.engine, digests, trust=fingerprint)
+            return verified_before(pipeline.engine, [*digests, *named], trust=fingerprint)
         except SQLAlchemyError:
             return set()  # verified here then; the batch's transaction meets the error
 
-    signed = (e for _, p in items if isinstance(p, Parsed) for e in (p.element, *p.chain))
-    return verify_before(signed, pipeline.trust, known)
+    return verify_before((e for p in ok for e in (p.element, *p.chain)), pipeline.trust, known)
 
 
 def _unavailable(outcome: Done | ItemError) -> bool:
