@@ -162,9 +162,9 @@ def verify_before(
     lock. ``known(digests)`` says which of ``digests`` verified before (the process's
     memory and the store's signature cache, read in a short read transaction of its own):
     those are not verified again (an element of a chain already stored costs nothing,
-    bench/chain_cost.py). The rest are verified on every core, when the batch has at least
-    ``MIN_PARALLEL`` elements (a smaller one is left to the in-order checks: it holds the
-    write lock briefly anyway) and the process may run on more than one core. Returns the
+    bench/chain_cost.py). The rest are verified on every core when there are at least
+    ``MIN_PARALLEL`` of them (fewer are left to the in-order checks, which hold the write
+    lock only briefly for them) and the process may run on more than one core. Returns the
     digests that verified now, for the batch to record in the signature cache; a signature
     that does not verify is left to the in-order checks, which report it exactly as they
     would have."""
@@ -176,6 +176,8 @@ def verify_before(
         return []
     done = set(known(list(todo)))
     pending = [e for d, e in todo.items() if d not in done]
+    if len(pending) < MIN_PARALLEL:
+        return []
     chunks = [pending[i : i + _CHUNK] for i in range(0, len(pending), _CHUNK)]
     futures = [pool.submit(_verifies, chunk, trust) for chunk in chunks]
     return [digest for future in futures for digest in future.result()]
