@@ -288,10 +288,13 @@ def _batch(
         locks = Locks(session, keys)
         ok = [p for _, p in items if isinstance(p, Parsed)]
         state = BatchState(pipeline, session, now, locks, exact=True)
-        for digest in verified:
+        digests = {d for p in ok for d in p.digests}
+        # Only the items' own (whose locks it holds: no row of the cache is written by two
+        # batches at once); a batch tried again in parts passes the others to each part.
+        for digest in digests.intersection(verified):
             state.memory.mark_verified(digest, pipeline.trust.fingerprint)
         state.load(
-            {d for p in ok for d in p.digests},
+            digests,
             {p.hop for p in ok},
             {f.key for f, _ in items if isinstance(f, Carried) and f.key is not None},
             named={n for p in ok for n in p.named},
