@@ -373,6 +373,8 @@ def _ingest_part(job: dict[str, Any]) -> dict[str, Any]:
     """One ingest process: waits for the start, ingests its files, counts statements."""
     from handoff_context import RefPolicy
 
+    from app.cli.common import fewer_collections
+    from app.ingest.build import freeze_start_up
     from app.ingest.pipeline import Pipeline, ingest
     from app.ingest.verifying import load_objects
     from app.store import db
@@ -387,6 +389,7 @@ def _ingest_part(job: dict[str, Any]) -> dict[str, Any]:
         **({"objects": objects} if objects else {}),
     )
     inputs = [(p, Path(p).read_bytes()) for p in job["files"]]
+    freeze_start_up(sum(len(data) for _, data in inputs))  # as ``handoff-trace ingest`` does
     if job["second_core"]:
         # The helper's gate (an idle second core by the load average) is forced open: the
         # row measures what the helper does when the gate lets it run.
@@ -397,7 +400,8 @@ def _ingest_part(job: dict[str, Any]) -> dict[str, Any]:
         job["ready"].wait()
         with counting_sql(engine) as statements:
             start, cpu = time.perf_counter(), time.process_time() + _child_cpu()
-            report = ingest(pipeline, inputs, now=job["at"] + 10, fork=job["second_core"])
+            with fewer_collections():  # as ``handoff-trace ingest`` does
+                report = ingest(pipeline, inputs, now=job["at"] + 10, fork=job["second_core"])
             seconds = time.perf_counter() - start
             cpu = time.process_time() + _child_cpu() - cpu  # the helper's CPU too
     finally:

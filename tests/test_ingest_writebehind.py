@@ -176,6 +176,7 @@ def test_the_driver_select_reads_what_sqlalchemy_reads(db_url: str, world: World
     from sqlalchemy import Select
 
     from app.store import db, derive, host, memory
+    from app.store import records as store_records
     from app.store.db import make_engine, pair_params, select_rows
     from app.store.models import ElementRow
 
@@ -216,6 +217,11 @@ def test_the_driver_select_reads_what_sqlalchemy_reads(db_url: str, world: World
                 memory._SEEN_AMONG,
                 memory._REPLAY_AMONG,
                 memory._SIGNATURES_CACHED,
+                derive._ELEMENT_HOPS,
+                derive._PARENTS,
+                derive._OFFER_HOPS,
+                store_records._NAMED_BY_PENDING,
+                store_records._CHILDREN_OF,
             ]
             answered = 0
             for statement in statements:

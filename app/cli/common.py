@@ -4,8 +4,10 @@ terminal-safe text filter, and opening the settings, the trust file and the stor
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from app.errors import HandoffTraceError
@@ -141,3 +143,26 @@ def print_table(rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector runs its middle and full collections less often while
+    the verdicts are made, then as before.
+
+    Every verdict a run makes is kept until it is printed, so with the default thresholds
+    each collection of the older generations walks all the verdicts made so far, again and
+    again: about a tenth of ``verify``'s time for 8,000 offers (BENCHMARKS.md, issue 13).
+    ``ingest`` keeps the rows of a batch and the report's recent verdicts the same way.
+    Young objects are still collected as usual, so cyclic garbage (an exception and its
+    traceback) is freed within a few tens of thousands of allocations, not kept."""
+    before = gc.get_threshold()
+    gc.set_threshold(before[0], max(before[1], _OLDER_EVERY), *before[2:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+# Young collections between two collections of the middle generation (Python's default: 10).
+_OLDER_EVERY = 100

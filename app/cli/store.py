@@ -29,6 +29,7 @@ from app.cli.common import (
     UsageError,
     add_db_option,
     add_now_option,
+    fewer_collections,
     first_line,
     load_settings,
     open_engine,
@@ -37,7 +38,7 @@ from app.cli.common import (
     visible,
 )
 from app.envelope.flags import FlagKind
-from app.ingest.build import build_pipeline, verify_options
+from app.ingest.build import build_pipeline, freeze_start_up, verify_options
 from app.ingest.pipeline import IngestReport, ingest
 from app.ingest.sweep import sweep
 from app.ingest.verifying import load_objects
@@ -145,6 +146,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             settings, engine, trust, options=options, objects=_objects(settings)
         )
         large = {name for name, file in inputs if _size(file) > _LARGE_BYTES}
+        freeze_start_up(None if "-" in args.files else sum(_size(f) for _, f in inputs))
         summary = _Summary(sys.stdout if args.json else None)
         progress = _Progress(sys.stderr, large)
         try:
@@ -153,9 +155,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             clock = None if "-" in args.files else now
             # ``fork``: this command runs one thread, so a forked child may verify the files'
             # signatures ahead on the second core (app/ingest/second_core.py).
-            report = ingest(
-                pipeline, inputs, now=clock, progress=progress, on_verdict=summary.add, fork=True
-            )
+            with fewer_collections():  # as ``verify`` does
+                report = ingest(
+                    pipeline,
+                    inputs,
+                    now=clock,
+                    progress=progress,
+                    on_verdict=summary.add,
+                    fork=True,
+                )
         finally:
             engine.dispose()
             progress.finish()

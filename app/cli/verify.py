@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from app.cli.common import (
     EXIT_OK,
     EXIT_REJECT,
     UsageError,
+    fewer_collections,
     load_trust,
     nonneg_int,
     positive_int,
@@ -209,28 +208,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         _print_table(report.verdicts, report.skipped)
     return EXIT_REJECT if any(v.outcome.value == "reject" for v in report.verdicts) else EXIT_OK
-
-
-@contextlib.contextmanager
-def fewer_collections() -> Iterator[None]:
-    """The cyclic garbage collector runs its middle and full collections less often while
-    the verdicts are made, then as before.
-
-    Every verdict a run makes is kept until it is printed, so with the default thresholds
-    each collection of the older generations walks all the verdicts made so far, again and
-    again: about a tenth of ``verify``'s time for 8,000 offers (BENCHMARKS.md, issue 13).
-    Young objects are still collected as usual, so cyclic garbage (an exception and its
-    traceback) is freed within a few tens of thousands of allocations, not kept."""
-    before = gc.get_threshold()
-    gc.set_threshold(before[0], max(before[1], _OLDER_EVERY), *before[2:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-
-
-# Young collections between two collections of the middle generation (Python's default: 10).
-_OLDER_EVERY = 100
 
 
 def read_inputs(names: Sequence[str]) -> list[tuple[str, bytes]]:

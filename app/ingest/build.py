@@ -9,6 +9,7 @@ and miss another. The core below receives the plain values, never the settings o
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,3 +68,27 @@ def build_pipeline(
         objects=ObjectIndex() if objects is None else objects,
         envelope=settings.envelope,
     )
+
+
+def freeze_start_up(input_bytes: int | None = None) -> None:
+    """What a process about to ingest ``input_bytes`` of capture (None: unknown, a pipe)
+    does once, after start-up: every object made so far (modules, the settings, the trust
+    store, the pipeline) is moved out of the cyclic garbage collector's sight
+    (``gc.freeze``), as ``serve`` does for its workers.
+
+    A full collection walks every tracked object, and the first one an ingest triggers
+    found the start-up heap (SQLAlchemy, the models, the library) in view: about a tenth of
+    the CPU of ingesting 2,000 elements (BENCHMARKS.md, "Bulk ingest"). The frozen objects
+    live as long as the process anyway; what start-up left as garbage is collected first,
+    not frozen forever. That collection costs ~60 ms, more than a small ingest (below
+    ``FREEZE_FROM_BYTES``, which meets no full collection) would save. Once per process: a
+    later call (a test calling the command again) costs nothing."""
+    if _FROZEN or (input_bytes is not None and input_bytes < FREEZE_FROM_BYTES):
+        return
+    gc.collect()
+    gc.freeze()
+    _FROZEN.append(True)
+
+
+FREEZE_FROM_BYTES = 512 * 1024  # about 1,000 elements of plain offers
+_FROZEN: list[bool] = []  # set once ``freeze_start_up`` ran in this process

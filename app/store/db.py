@@ -22,6 +22,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import operator
 import os
 import random
 import threading
@@ -458,19 +459,30 @@ class _BulkInsert:
     shared: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False)
 
     def params(self, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
-        plan = tuple(zip(self.columns, self.convert, self.defaults, strict=True))
-        out = []
+        # A row that names every column (the usual case: rows are built alike) is read by
+        # one C-level itemgetter; only a row leaving some out pays for the defaults. Then
+        # only the columns that have a converter are touched (a few of a table's columns).
+        pick = operator.itemgetter(*self.columns)
+        columns = tuple(zip(self.columns, self.defaults, strict=True))
+        converted = [(i, c) for i, c in enumerate(self.convert) if c is not None]
+        single = len(columns) == 1  # an itemgetter of one key gives the value itself
+        out: list[tuple[Any, ...]] = []
         for row in rows:
-            values = []
-            for name, convert, default in plan:
-                value = row.get(name, default)
+            try:
+                picked = (pick(row),) if single else pick(row)
+            except KeyError:
+                picked = tuple(row.get(name, default) for name, default in columns)
+            if not converted:
+                out.append(picked)
+                continue
+            values = list(picked)
+            for i, convert in converted:
                 # Every value through the converter, None too: JSON writes it as 'null'.
-                if convert is None:
-                    values.append(value)
-                elif type(value) is SharedJson:
-                    values.append(self._shared(value, convert))
+                value = values[i]
+                if type(value) is SharedJson:
+                    values[i] = self._shared(value, convert)
                 else:
-                    values.append(convert(value))
+                    values[i] = convert(value)
             out.append(tuple(values))
         return out
 

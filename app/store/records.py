@@ -16,7 +16,7 @@ from handoff_context import CheckResult, Context, Form, Outcome, Result, Verdict
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
-from app.store.db import Locks, SharedJson, digest_lock, execute
+from app.store.db import Locks, SharedJson, digest_lock, execute, select_rows
 from app.store.host import add_host_states
 from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
@@ -295,7 +295,10 @@ def named_by_pending(session: Session, *, offers: Collection[bytes]) -> set[byte
     """Which of ``offers`` a pending status names: one query for a whole batch."""
     if not offers:
         return set()
-    return set(execute(session, _NAMED_BY_PENDING, {"b_offers": list(offers)}).scalars())
+    # ``select_rows``: once per batch with every digest of the batch in the ``IN`` list.
+    return {
+        offer for (offer,) in select_rows(session, _NAMED_BY_PENDING, {"b_offers": sorted(offers)})
+    }
 
 
 def children_of(session: Session, *, offers: Collection[bytes]) -> dict[bytes, set[bytes]]:
@@ -303,8 +306,8 @@ def children_of(session: Session, *, offers: Collection[bytes]) -> dict[bytes, s
     left out): one query for a batch."""
     found: dict[bytes, set[bytes]] = {}
     if offers:
-        for row in execute(session, _CHILDREN_OF, {"b_offers": list(offers)}):
-            found.setdefault(row.prev, set()).add(row.offer)
+        for prev, offer in select_rows(session, _CHILDREN_OF, {"b_offers": sorted(offers)}):
+            found.setdefault(prev, set()).add(offer)
     return found
 
 
@@ -328,13 +331,25 @@ def offers_judged_without_chain(session: Session, offers: Collection[bytes]) -> 
     if not offers:
         return []
     rows = execute(session, _OBSERVED_OFFERS, {"b_offers": list(offers)})
-    return _observed(row for row in rows if without_chain(row.chain))
+    return _observed(row for row in rows if without_chain(row.chain, row.outcome, row.reason))
 
 
-def without_chain(chain: dict[str, Any] | None) -> bool:
+def without_chain(chain: dict[str, Any] | None, outcome: str, reason: str | None) -> bool:
     """A verdict's chain that was not carried whole (none, built from stored elements, or
-    the offer alone): judged again when more of its earlier offers are known."""
-    return chain is None or not chain.get("carried") or chain.get("length") == 1
+    the offer alone) and may still be completed: judged again when more of its earlier
+    offers are known.
+
+    A chain that reached an offer without ``prev`` (not ``partial``) is complete already:
+    its offers are fixed by their digests and no earlier offer can change it, and the
+    checks before the chain check read nothing the store adds. Judging it again gave the
+    same row, and made each offer judge its whole stored ancestry again. A duplicate or an
+    equivocation keeps the reported verdict, whose chain was never checked (the replay
+    check stopped it), so its judgement is always completed."""
+    if chain is not None and chain.get("carried") and chain.get("length") != 1:
+        return False
+    if chain is None or outcome == Outcome.DUPLICATE.value or reason == "equivocation":
+        return True
+    return chain.get("partial") is not False
 
 
 @dataclass(frozen=True, slots=True)

@@ -242,7 +242,9 @@ class BatchWrites:
         for digest in offers:
             for verdict_id in self._by_digest.get(digest, ()):
                 v = self._verdicts.get(verdict_id)
-                if v is not None and v.row["digest"] == digest and without_chain(v.row["chain"]):
+                if v is None or v.row["digest"] != digest:
+                    continue
+                if without_chain(v.row["chain"], v.row["outcome"], v.row["reason"]):
                     found.append(v.observed)
         return found
 

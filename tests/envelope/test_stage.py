@@ -131,3 +131,40 @@ def test_a_payload_neither_json_nor_cbor_can_hold_is_stored(engine: Engine) -> N
         new = store_items(session, [row])
         read = cases_items(session, [OTHER])
     assert new == {row.key} and [i.key for i in read[OTHER]] == [row.key]
+
+
+def test_the_driver_store_stores_what_sqlalchemy_insert_returning_stored(
+    engine: Engine, databases: Any
+) -> None:
+    """``store_items`` (the stored keys read first, the rest written with the driver's
+    executemany) answers the same new keys and writes the same rows, text for text, as the
+    INSERT .. ON CONFLICT DO NOTHING RETURNING it replaced."""
+    from app.store.models import EnvelopeItemRow
+
+    rows = rows_of([*records(), *worked_example()])  # the worked example twice: dedupe
+    other = db.make_engine(databases.new(engine.dialect.name))
+    try:
+        answers = []
+        for target, store in (
+            (engine, store_items),
+            (
+                other,
+                lambda session, rows: db.insert_ignore_many_keys(
+                    session, EnvelopeItemRow, [r._asdict() for r in rows], ["key"]
+                ),
+            ),
+        ):
+            with db.transaction(target) as session:
+                first = store(session, rows[:3])
+            with db.transaction(target) as session:
+                answers.append((first, store(session, rows)))
+        assert answers[0] == answers[1]
+        assert answers[0][1] == {r.key for r in rows} - answers[0][0]
+        tables = []
+        for target in (engine, other):
+            with target.connect() as connection:
+                stored = connection.exec_driver_sql("SELECT * FROM envelope_item").all()
+                tables.append(sorted((tuple(repr(v) for v in row) for row in stored), key=repr))
+        assert tables[0] == tables[1] and len(tables[0]) == len({r.key for r in rows})
+    finally:
+        other.dispose()

@@ -596,3 +596,112 @@ def test_unknown_members_decode_like_cbor2(value: Any) -> None:
     payload = cbor2.dumps(offer_payload(extra=value))
     element = cose.parse(build(payload=payload))
     assert element.raw_payload == cbor2.loads(payload)
+
+
+# --- cbor2's C decoder where the strict reader would read the same (``_plain_cbor``) -----
+
+CBOR_LIKE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**66), 2**66)  # beyond 64 bits cbor2 writes a bignum tag
+    | st.floats()  # NaN and infinities too: the strict reader refuses them
+    | st.text(max_size=8)
+    | st.binary(max_size=8)
+    | st.sampled_from([cbor2.undefined, cbor2.CBORSimpleValue(16), cbor2.CBORTag(24, b"\x01")]),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=4) | st.integers(-3, 3) | st.booleans(), inner, max_size=4
+        )
+        | st.builds(cbor2.CBORTag, st.sampled_from([1, 2, 18, 28, 55799]), inner)
+    ),
+    max_leaves=12,
+)
+
+
+def _strictly(data: bytes, *, text_keys: bool, tags: bool) -> Any:
+    """What the pure-Python reader alone makes of ``data``: its value, typed all the way
+    down (True is not 1, -0.0 is not 0.0), or the detail it raises."""
+    try:
+        reader = cose._Reader(data, what="x", tags=tags, text_keys=text_keys)
+        value = reader.item()
+        reader.end()
+    except MalformedError as exc:
+        return ("raises", exc.detail)
+    return _typed(value)
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return ("dict", [(_typed(k), _typed(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [_typed(v) for v in value])
+    if isinstance(value, cbor2.CBORTag):
+        return ("tag", value.tag, _typed(value.value))
+    return (type(value).__name__, repr(value))
+
+
+def _decoded(data: bytes, *, text_keys: bool, tags: bool) -> Any:
+    try:
+        return _typed(cose._decode_one(data, what="x", tags=tags, text_keys=text_keys))
+    except MalformedError as exc:
+        return ("raises", exc.detail)
+
+
+def _encodings(value: Any) -> st.SearchStrategy[bytes]:
+    try:
+        plain = cbor2.dumps(value)
+        canonical = cbor2.dumps(value, canonical=True)
+    except (cbor2.CBOREncodeError, TypeError, ValueError):
+        return st.binary(max_size=40)
+    return st.sampled_from(
+        [plain, canonical]
+    ).flatmap(
+        lambda octets: st.one_of(
+            st.just(octets),
+            st.just(octets + b"\x00"),  # trailing bytes
+            st.tuples(st.integers(0, max(0, len(octets) - 1)), st.integers(0, 255)).map(
+                lambda m: octets[: m[0]] + bytes([m[1]]) + octets[m[0] + 1 :]
+            ),
+        )
+    )
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.one_of(st.binary(max_size=60), CBOR_LIKE.flatmap(_encodings)),
+    st.booleans(),
+    st.booleans(),
+)
+def test_the_fast_decoder_reads_exactly_what_the_strict_reader_reads(
+    data: bytes, text_keys: bool, tags: bool
+) -> None:
+    assert _decoded(data, text_keys=text_keys, tags=tags) == _strictly(
+        data, text_keys=text_keys, tags=tags
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        bytes.fromhex("a2616101616102"),  # {"a": 1, "a": 2}: cbor2 would keep the last
+        bytes.fromhex("c249010000000000000000"),  # a bignum tag cbor2 writes back the same
+        bytes.fromhex("d9d9f7a0"),  # the self-described CBOR tag around {}
+        bytes.fromhex("d81c81d81d00"),  # a shared reference to itself: a cycle
+        bytes.fromhex("fb7ff8000000000000"),  # NaN, written as cbor2 writes it
+        bytes.fromhex("a0a0"),  # trailing bytes
+        bytes.fromhex("1801"),  # a longer head than needed: fine inside the payload
+        bytes.fromhex("a1f500"),  # a boolean key
+    ],
+)
+def test_the_fast_decoder_leaves_the_edge_cases_to_the_strict_reader(data: bytes) -> None:
+    for text_keys in (False, True):
+        assert _decoded(data, text_keys=text_keys, tags=False) == _strictly(
+            data, text_keys=text_keys, tags=False
+        )
+    assert cose._plain_cbor(data, text_keys=False) is cose._NOT_PLAIN
+
+
+def test_the_fast_decoder_reads_a_plain_payload() -> None:
+    payload = cbor2.dumps(offer_payload(extra={"n": [1, -2, 2.5, b"x", None, True]}))
+    assert cose._plain_cbor(payload, text_keys=True) == cbor2.loads(payload)
