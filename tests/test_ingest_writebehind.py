@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 import app.ingest.judge as judge_module
 from app.errors import NotStored
-from app.store.db import Locks, transaction
+from app.store.db import transaction
 from app.store.models import ObservationRow, RefOutcomeRow, VerdictRow
 from tests.conftest import World
 from tests.store.builders import (
@@ -34,18 +34,6 @@ from tests.store.builders import (
 )
 
 
-@pytest.fixture(params=["locks taken up front", "locks taken item by item"])
-def up_front(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Both ways a batch runs on PostgreSQL: holding every lock of its items (its memory
-    exact, no savepoints), or, when another writer holds one, each item in a savepoint.
-    On SQLite the batch always runs the first way."""
-    if request.param == "locks taken item by item":
-        monkeypatch.setattr(Locks, "try_take", lambda self, keys: not self.active)
-        return False
-    return True
-
-
-@pytest.mark.usefixtures("up_front")
 def test_an_item_failing_after_its_rows_were_buffered_leaves_none_of_them(
     engine: Engine, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,7 +60,6 @@ def test_an_item_failing_after_its_rows_were_buffered_leaves_none_of_them(
     assert set(hops(engine)) == {hop_of(o1), hop_of(o2), hop_of(o3)}
 
 
-@pytest.mark.usefixtures("up_front")
 def test_a_pending_status_completed_in_its_own_batch_is_written_once_completed(
     engine: Engine, world: World
 ) -> None:
@@ -97,7 +84,6 @@ def test_a_pending_status_completed_in_its_own_batch_is_written_once_completed(
     assert count(engine, RefOutcomeRow) == 0
 
 
-@pytest.mark.usefixtures("up_front")
 def test_what_a_batch_wrote_before_a_malformed_item_is_still_completed_after_it(
     engine: Engine, world: World
 ) -> None:

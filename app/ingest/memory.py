@@ -27,8 +27,10 @@ from handoff_context import (
     parse_element,
 )
 from handoff_context.errors import HandoffError
+from sqlalchemy import Engine
 from sqlmodel import Session
 
+from app.store.db import read_only
 from app.store.memory import (
     add_seen_status,
     cached_signatures,
@@ -72,6 +74,22 @@ class _VerifiedSignatures:
 
 
 _VERIFIED = _VerifiedSignatures(65_536)  # ~10 MiB at most
+
+
+def verified_before(engine: Engine, digests: Collection[bytes], *, trust: str) -> set[bytes]:
+    """Which of ``digests`` verified under the trust store ``trust`` (its fingerprint)
+    before: the process's memory, else the store's signature cache, read in a short read
+    transaction of its own (on SQLite beside the writer, WAL). For verifying a batch's
+    signatures before its write transaction (``app.ingest.signatures.verify_before``)."""
+    found = {d for d in digests if (d, trust) in _VERIFIED}
+    unknown = [d for d in digests if d not in found]
+    if unknown:
+        with Session(read_only(engine)) as session, session.begin():
+            cached = cached_signatures(session, unknown, trust=trust)
+        for digest in cached:
+            _VERIFIED.add((digest, trust))
+            found.add(digest)
+    return found
 
 
 class StoreMemory:

@@ -8,18 +8,20 @@ batch runner the envelope stage uses too: one transaction holds a run of consecu
 items, the rows they produce are written behind, one statement per table at the end of the
 batch (``app.store.writebehind``), and the hops they touched are derived once, at the end
 (the derivation reads only stored facts, so deriving once gives what deriving after each
-item would have left). On PostgreSQL a batch first tries for every lock its items take, in
-one statement; holding them, it runs as on SQLite, with exact batch memories and no
-savepoints; otherwise each item runs in a SAVEPOINT of its own (``_item_scope``). Each item
-still stands alone: an item that fails rolls back to its savepoint (without savepoints the
-whole transaction rolls back and the items before it run again as a batch) and is run again
-alone in its own transaction (restarted with its locks taken up front, retried on transient
-errors, reported as an ``ItemError`` when it fails again); when the batch as a whole cannot
-commit, each of its items is run again alone. Input order, and so every order-dependent
-verdict (duplicate, equivocation, pending), is kept; a bad item never spoils the rest, and
-nothing is lost. A batch never waits for a lock while holding others (``Locks.need`` only
-tries). What a batch asks of the store by digest is loaded with one query per batch, and
-its signatures are verified ahead on every core (``app.ingest.signatures``).
+item would have left). Each item is parsed once, and the signatures of a batch are verified
+before its write transaction begins, on every core (``app.ingest.signatures``), so that
+concurrent writers verify side by side and only judging and writing wait for one another.
+On PostgreSQL a batch then waits for every lock its items take, in one statement and one
+global order, holding nothing yet; holding them, it runs as on SQLite, with exact batch
+memories and no savepoints. Each item still stands alone: when one fails the whole
+transaction rolls back, the items before it run again as a batch, and it is run again
+alone in its own transaction (restarted with its locks taken up front, retried on
+transient errors, reported as an ``ItemError`` when it fails again); when the batch as a
+whole cannot commit, each of its items is run again alone. Input order, and so every
+order-dependent verdict (duplicate, equivocation, pending), is kept; a bad item never
+spoils the rest, and nothing is lost. A transaction waits for locks only before it holds
+any (``Locks.need`` only tries). What a batch asks of the store by digest is loaded with
+one query per batch.
 
 Inputs stream: a capture given as a binary file is read item by item (``read_capture``),
 and with ``on_verdict`` the report keeps only counts and a bounded window of recent
@@ -30,11 +32,9 @@ stored chains judged again).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
 
 from handoff_context import Verdict
@@ -42,7 +42,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from app.capture.carriers import Carried, CarrierError, ExtractStats, Found, read_capture
-from app.capture.items import CaptureItem
 from app.errors import ItemProblem as ItemError  # an item that could not be stored
 from app.errors import NotStored
 from app.ingest.batches import (
@@ -58,21 +57,23 @@ from app.ingest.derive import derive_hops
 from app.ingest.envelope import EnvelopeIngest
 from app.ingest.judge import BatchState, Done, Judge, Parsed, Unparsed, parse, refuse
 from app.ingest.live import HostStates, batches, is_pipe
+from app.ingest.memory import verified_before
 from app.ingest.report import VERDICT_WINDOW, IngestReport
 from app.ingest.second_core import SecondCore, second_core
-from app.ingest.signatures import verify_ahead
+from app.ingest.signatures import verify_before
+from app.ingest.span import Span, cut, fraction_read
 from app.ingest.verifying import carrier_error_verdict
 from app.store import db
 from app.store.db import Locks, NeedLocks
-from app.store.derive import HopKey, affected_hops
-from app.store.writebehind import BatchWrites
+from app.store.derive import affected_hops
 
 __all__ = ["VERDICT_WINDOW", "IngestReport", "Pipeline", "ingest", "ingest_carried"]
 
-# Restarts of one item that found a lock taken, before it is reported as an error.
-_RESTARTS = 50
 Progress = Callable[[str, int, float | None], None]  # (input, items done, fraction read)
 Capture = bytes | BinaryIO
+_Prepared = tuple[Found, Parsed | Unparsed | None]  # an item and what parsing it gave
+# Restarts of one item that found a lock taken, before it is reported as an error.
+_RESTARTS = 50
 
 
 def ingest(
@@ -102,7 +103,7 @@ def ingest(
             pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
         )
         host = HostStates(receiver=pipeline.options.receiver, at=pipeline.options.at)
-        span = _Span()
+        span = Span()
         for name, data in listed:
             stats = ExtractStats()
             items = read_capture(
@@ -127,57 +128,22 @@ def ingest(
                     _flush_host(pipeline, host, report, clock)
                 if report.cut is None:
                     envelopes.flush()
-                if _cut(report, span, batch, exact=not (host.pending or envelopes.pending)):
+                if cut(report, span, batch, exact=not (host.pending or envelopes.pending)):
                     break
                 done += len(batch)
                 if progress is not None:
-                    progress(name, done, _fraction_read(data))
+                    progress(name, done, fraction_read(data))
             report.skipped += stats.without_handoff
             if report.cut is not None:
                 break
             _flush_host(pipeline, host, report, clock)  # read after the last batch
             if report.cut is None:
                 envelopes.flush()
-            if _cut(report, span, [], exact=False):
+            if cut(report, span, [], exact=False):
                 break
         report.redelivered += host.redelivered
         report.finish()
         return report
-
-
-class _Span:
-    """The source of the first capture record read since everything before it was stored:
-    where an ingest cut short by an unavailable database says to start again. (The
-    signed items, host task states and envelope items of the records read with a batch
-    are stored after it, so the span covers all three.)"""
-
-    def __init__(self) -> None:
-        self.first: str | None = None
-
-    def reading(self, on_item: Callable[[CaptureItem], bool]) -> Callable[[CaptureItem], bool]:
-        def read(item: CaptureItem) -> bool:
-            if self.first is None:
-                self.first = item.source
-            return on_item(item)
-
-        return read
-
-
-def _cut(report: IngestReport, span: _Span, batch: Sequence[Found], *, exact: bool) -> bool:
-    """Whether the ingest stops here, the database being unavailable; else the span
-    starts again (everything read so far was stored or reported). ``exact``: the signed
-    items are all that was read and not stored, so the cut is where they stopped."""
-    unavailable = report.cut is not None or any(
-        isinstance(e, NotStored) and e.unavailable for e in report.envelopes.errors[-1:]
-    )
-    if not unavailable:
-        span.first = None
-        return False
-    if exact and report.cut is not None:
-        return True
-    first = span.first or (batch[0].source if batch else None) or report.cut
-    report.cut = first or "(the end of the input)"
-    return True
 
 
 def _flush_host(pipeline: Pipeline, host: HostStates, report: IngestReport, now: int) -> None:
@@ -220,9 +186,13 @@ def _run(
         for found in batch:
             _report(report, Done(carrier_error_verdict(found)))  # type: ignore[arg-type]
         return
+    # Each item parsed once, and its signatures verified before any write transaction
+    # begins (what the child verified ahead is marked inside it instead).
+    items = [(f, None if isinstance(f, CarrierError) else parse(f.value, pipeline)) for f in batch]
+    verified = [] if second is not None else _verify_before(pipeline, items)
     outcomes = run_batch(
-        batch,
-        attempt=functools.partial(_try_batch, pipeline, now=now, second=second),
+        items,
+        attempt=functools.partial(_try_batch, pipeline, now=now, second=second, verified=verified),
         alone=functools.partial(_alone, pipeline, now=now),
         stop=_unavailable,
     )
@@ -232,18 +202,27 @@ def _run(
         report.cut = batch[len(outcomes) - 1].source
 
 
+def _verify_before(pipeline: Pipeline, items: Sequence[_Prepared]) -> list[bytes]:
+    """The signatures of the batch's elements verified outside its write transaction, so
+    that concurrent writers verify side by side and only judging and writing queue for the
+    write lock (app.ingest.signatures.verify_before); the digests that verified now."""
+    fingerprint = pipeline.trust.fingerprint
+    ok = [p for _, p in items if isinstance(p, Parsed)]
+
+    def known(digests: list[bytes]) -> set[bytes]:
+        # The stored offers the items name are read too: judging a status checks its
+        # offer's signature, which then needs no lookup of its own in the transaction.
+        named = {n for p in ok for n in p.named}.difference(digests)
+        try:
+            return verified_before(pipeline.engine, [*digests, *named], trust=fingerprint)
+        except SQLAlchemyError:
+            return set()  # verified here then; the batch's transaction meets the error
+
+    return verify_before((e for p in ok for e in (p.element, *p.chain)), pipeline.trust, known)
+
+
 def _unavailable(outcome: Done | ItemError) -> bool:
     return isinstance(outcome, NotStored) and outcome.unavailable
-
-
-def _fraction_read(data: Capture) -> float | None:
-    """How far into a seekable file reading has got; None for octets or a pipe."""
-    if isinstance(data, bytes):
-        return None
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        size = os.fstat(data.fileno()).st_size
-        return min(1.0, data.tell() / size) if size else None
-    return None
 
 
 def _report(report: IngestReport, outcome: Done | ItemError) -> None:
@@ -264,101 +243,101 @@ def _report(report: IngestReport, outcome: Done | ItemError) -> None:
 
 
 def _try_batch(
-    pipeline: Pipeline, batch: Sequence[Found], *, now: int, second: SecondCore | None = None
+    pipeline: Pipeline,
+    items: Sequence[_Prepared],
+    *,
+    now: int,
+    second: SecondCore | None = None,
+    verified: Sequence[bytes] = (),
 ) -> tuple[list[Done | ItemError], int]:
-    """Run items in one transaction, each in a savepoint, until one fails; derive the hops
-    of those that ran, and commit. Returns their results and the index of the failed item
-    (``len(batch)`` when none failed). Raises SQLAlchemyError when the commit fails."""
+    """Run items in one transaction, derive the hops they touched, and commit. Returns
+    their results and ``len(items)``; raises ItemFailed when an item met a database error
+    (nothing is kept), BatchFailed when the batch never got its locks, SQLAlchemyError
+    when the commit fails. ``verified``: digests whose signatures verified before the
+    transaction, recorded in the signature cache with it.
+
+    On PostgreSQL the batch first waits for every lock its items take (``Locks``), in the
+    one global order and holding nothing yet, so the wait cannot deadlock. Holding them, no
+    other writer can change what the batch asks about its own digests and hops: the batch
+    memory is exact, as on SQLite, no item needs a savepoint, and each table is written
+    with one statement. A lock found missing later (a hop the batch affects beyond its
+    own) starts the batch again holding it from the start, as ``_store`` does."""
+    keys = frozenset(k for _, p in items if isinstance(p, Parsed) for k in p.lock_keys)
+    for _ in range(_RESTARTS):
+        try:
+            results = _batch(pipeline, items, keys, now=now, second=second, verified=verified)
+        except NeedLocks as exc:
+            keys = exc.keys
+            continue
+        return results, len(items)
+    raise BatchFailed("the batch never got the locks it needed")
+
+
+def _batch(
+    pipeline: Pipeline,
+    items: Sequence[_Prepared],
+    keys: frozenset[str],
+    *,
+    now: int,
+    second: SecondCore | None,
+    verified: Sequence[bytes],
+) -> list[Done | ItemError]:
+    """One attempt of ``_try_batch``, holding ``keys``. Raises NeedLocks, ItemFailed."""
     results: list[Done | ItemError] = []
-    failed = len(batch)
-    parsed = [None if isinstance(f, CarrierError) else parse(f.value, pipeline) for f in batch]
     with db.transaction(pipeline.engine) as session:
-        locks = Locks(session)  # a batch holds locks, so it only ever tries for more
-        ok = [p for p in parsed if isinstance(p, Parsed)]
-        # On PostgreSQL: every lock the batch's items take, tried for at once. Holding
-        # them, no other writer can change what the batch asks about its own digests and
-        # hops, so the batch memory is exact, as on SQLite, and no item needs a savepoint.
-        exact = locks.try_take(k for p in ok for k in p.lock_keys)
-        state = BatchState(pipeline, session, now, locks, exact=exact)
+        locks = Locks(session, keys)
+        ok = [p for _, p in items if isinstance(p, Parsed)]
+        state = BatchState(pipeline, session, now, locks, exact=True)
+        digests = {d for p in ok for d in p.digests}
+        # Only the items' own (whose locks it holds: no row of the cache is written by two
+        # batches at once); a batch tried again in parts passes the others to each part.
+        for digest in digests.intersection(verified):
+            state.memory.mark_verified(digest, pipeline.trust.fingerprint)
         state.load(
-            {d for p in ok for d in p.digests},
+            digests,
             {p.hop for p in ok},
-            {f.key for f in batch if isinstance(f, Carried) and f.key is not None},
+            {f.key for f, _ in items if isinstance(f, Carried) and f.key is not None},
             named={n for p in ok for n in p.named},
         )
         state.writes.reserve(sum(1 + len(p.chain) for p in ok), len(ok))
-        if second is not None:  # what the child verified ahead, else the thread pool
+        if second is not None:  # what the child verified ahead
             second.mark(state.memory)
-        else:
-            signed = (e for p in ok for e in (p.element, *p.chain))
-            verify_ahead(signed, pipeline.trust, state.memory)
-        hops: set[HopKey] = set()
         touched: set[bytes] = set()
-        for index, (found, one) in enumerate(zip(batch, parsed, strict=True)):
-            if isinstance(found, CarrierError):
-                results.append(Done(carrier_error_verdict(found)))
+        for index, (found, one) in enumerate(items):
+            if isinstance(found, CarrierError) or one is None:
+                results.append(Done(carrier_error_verdict(found)))  # type: ignore[arg-type]
                 continue
             item = Judge(state)
-            if isinstance(one, Unparsed):
-                # A malformed item re-derives its hop (app.store.rejected), which reads
-                # what the batch has not written yet: written first, outside its savepoint.
-                state.flush()
             try:
-                with _item_scope(session, state.writes, savepoint=not exact):
-                    if isinstance(one, Unparsed):  # kept as evidence, within the batch
-                        done = refuse(pipeline, session, found, one, now, locks)
-                    else:  # parsed: a carrier error has no item (above)
-                        locks.need(one.lock_keys)
-                        done = item.run(found, one)
-                        if not exact:
-                            hops |= item.hops()  # their locks, taken inside the savepoint
-            except (NeedLocks, SQLAlchemyError) as exc:
-                if exact:
-                    raise ItemFailed(index) from exc  # the whole transaction rolls back
-                failed = index
-                break
+                if isinstance(one, Unparsed):  # kept as evidence, within the batch
+                    # It re-derives its hop (app.store.rejected), which reads what the
+                    # batch has not written yet: written first.
+                    state.flush()
+                    done = refuse(pipeline, session, found, one, now, locks)
+                else:
+                    locks.need(one.lock_keys)
+                    done = item.run(found, one)
+            except SQLAlchemyError as exc:
+                # No savepoints: the whole transaction rolls back, the runner tries the
+                # items before this one again and runs it alone.
+                raise ItemFailed(index) from exc
             results.append(done)
             touched |= item.touched
         state.writes.flush()  # before anything reads what the batch wrote
-        try:
-            if exact:
-                # The hops the batch touched are found once, for all its items together.
-                hops = affected_hops(session, touched, locks=locks)
-            derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
-        except NeedLocks as exc:
-            # Another writer holds a hop: nothing of the batch is kept, each item runs alone.
-            raise BatchFailed("a hop of the batch is locked by another writer") from exc
+        # The hops the batch touched are found once, for all its items together.
+        hops = affected_hops(session, touched, locks=locks)
+        derive_hops(session, hops, now=now, timing=pipeline.timing, locks=locks)
         state.memory.flush()
-    return results, failed
+    return results
 
 
-@contextlib.contextmanager
-def _item_scope(session: Session, writes: BatchWrites, *, savepoint: bool) -> Iterator[None]:
-    """Each item of a batch in a SAVEPOINT on PostgreSQL when the batch could not take all
-    its locks up front: an item that finds a lock taken is then common (concurrent
-    writers), and the items before it are kept. SQLite (one writer, no locks) and a batch
-    holding its locks fail an item only on a database error or a lock beyond its own,
-    which is rare: no savepoint (two statements an item saved), and a failing item rolls
-    the whole transaction back (``ItemFailed``; the runner tries the items before it
-    again). Without a savepoint the batch memory need not be undone either."""
-    if not savepoint:
-        yield
-        return
-    mark = writes.mark()
-    try:
-        with db.savepoint(session):
-            yield
-    except BaseException:
-        writes.rollback(mark)  # the rows it buffered go with its savepoint
-        raise
-
-
-def _alone(pipeline: Pipeline, found: Found, *, now: int) -> Done | ItemError:
+def _alone(pipeline: Pipeline, item: _Prepared, *, now: int) -> Done | ItemError:
     """One item in a transaction of its own, reported as an ItemError when it fails."""
-    if isinstance(found, CarrierError):
-        return Done(carrier_error_verdict(found))
+    found, one = item
+    if isinstance(found, CarrierError) or one is None:
+        return Done(carrier_error_verdict(found))  # type: ignore[arg-type]
     try:
-        done = _store(pipeline, found, now)
+        done = _store(pipeline, found, one, now)
     except SQLAlchemyError as exc:
         return not_stored(found.source, exc)
     if done is None:
@@ -366,10 +345,10 @@ def _alone(pipeline: Pipeline, found: Found, *, now: int) -> Done | ItemError:
     return done
 
 
-def _store(pipeline: Pipeline, item: Carried, now: int) -> Done | None:
-    """One item in one transaction, started again (with more locks from the start) while
-    it finds locks taken. None when it never got them. Raises SQLAlchemyError."""
-    one = parse(item.value, pipeline)
+def _store(pipeline: Pipeline, item: Carried, one: Parsed | Unparsed, now: int) -> Done | None:
+    """One item, parsed, in one transaction, started again (with more locks from the
+    start) while it finds locks taken. None when it never got them. Raises
+    SQLAlchemyError."""
     if isinstance(one, Unparsed):
         bad = one
         return db.run(pipeline.engine, lambda s: refuse(pipeline, s, item, bad, now, Locks(s)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -150,3 +150,34 @@ def verify_ahead(elements: Iterable[Element], trust: TrustStore, cache: Signatur
     every core before the in-order checks ask for them. Returns how many the pool checked
     (0 when left to the checks)."""
     return submit_ahead(elements, trust, cache).collect(cache)
+
+
+def verify_before(
+    elements: Iterable[Element],
+    trust: TrustStore,
+    known: Callable[[list[bytes]], Collection[bytes]],
+) -> list[bytes]:
+    """Verify the signatures of ``elements`` before the batch's write transaction begins,
+    so that writers verify side by side and only judging and writing wait for the write
+    lock. ``known(digests)`` says which of ``digests`` verified before (the process's
+    memory and the store's signature cache, read in a short read transaction of its own):
+    those are not verified again (an element of a chain already stored costs nothing,
+    bench/chain_cost.py). The rest are verified on every core when there are at least
+    ``MIN_PARALLEL`` of them (fewer are left to the in-order checks, which hold the write
+    lock only briefly for them) and the process may run on more than one core. Returns the
+    digests that verified now, for the batch to record in the signature cache; a signature
+    that does not verify is left to the in-order checks, which report it exactly as they
+    would have."""
+    todo: dict[bytes, Element] = {}
+    for element in elements:
+        todo.setdefault(element.digest, element)
+    pool = _pool()
+    if pool is None or len(todo) < MIN_PARALLEL:
+        return []
+    done = set(known(list(todo)))
+    pending = [e for d, e in todo.items() if d not in done]
+    if len(pending) < MIN_PARALLEL:
+        return []
+    chunks = [pending[i : i + _CHUNK] for i in range(0, len(pending), _CHUNK)]
+    futures = [pool.submit(_verifies, chunk, trust) for chunk in chunks]
+    return [digest for future in futures for digest in future.result()]

@@ -280,21 +280,6 @@ def _writer_lock(path: str) -> _WriterLock:
         return lock
 
 
-@contextmanager
-def savepoint(session: Session) -> Iterator[None]:
-    """A SAVEPOINT in the session's transaction, rolled back to when the block raises (the
-    exception goes on). Plain SQL, the same on both databases: SQLAlchemy's
-    ``begin_nested`` costs several times more, and no ORM state needs restoring here."""
-    connection = session.connection()
-    connection.exec_driver_sql("SAVEPOINT item")
-    try:
-        yield
-    except BaseException:
-        connection.exec_driver_sql("ROLLBACK TO SAVEPOINT item")
-        raise
-    connection.exec_driver_sql("RELEASE SAVEPOINT item")
-
-
 def run(
     engine: Engine, work: Callable[[Session], T], *, attempts: int = 10, wait: bool = True
 ) -> T:
@@ -806,9 +791,8 @@ class Locks:
     ``first`` is taken up front, waiting, in sorted order. ``need`` takes more without
     waiting: a lock held elsewhere raises NeedLocks, and the caller starts the transaction
     again with everything it needed in ``first``. A transaction therefore only waits while it
-    holds nothing it might be waited for with, which keeps lock waits free of cycles. A
-    transaction that already holds locks (a batch of items, ``app.ingest.pipeline``) passes no
-    ``first`` and takes every lock through ``need``.
+    holds nothing it might be waited for with, which keeps lock waits free of cycles (a
+    batch of items, ``app.ingest.pipeline``, passes every lock its items take as ``first``).
     """
 
     def __init__(self, session: Session, first: Iterable[str] = ()) -> None:
@@ -819,21 +803,6 @@ class Locks:
             keys = set(first)
             execute(session, _LOCK, {"ks": sorted(lock_id(key) for key in keys)})
             self.held |= keys
-
-    def try_take(self, keys: Iterable[str]) -> bool:
-        """Try for all of ``keys`` at once, in one statement, without waiting: True when
-        this transaction holds them all (always on SQLite). When one is taken elsewhere,
-        False, and the others may be held until the transaction ends (harmless)."""
-        if not self.active:
-            return True
-        missing = set(keys) - self.held
-        if not missing:
-            return True
-        ids = sorted(lock_id(key) for key in missing)
-        if not execute(self.session, _TRY_LOCK, {"ks": ids}).scalar_one():
-            return False
-        self.held |= missing
-        return True
 
     def need(self, keys: Iterable[str]) -> None:
         """Hold ``keys`` too. Raises NeedLocks when one is held by another transaction

@@ -8,6 +8,7 @@ in ``app.web.errors``.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
@@ -98,6 +99,15 @@ ELEMENT_TYPES = {"jws": "application/jose", "cose": "application/cose"}
 
 # --- ingest and verify (profile §11, §12) ----------------------------------------------------
 
+# JSON ingests a worker runs at once; the others wait their turn in their worker thread.
+# With more, the one that holds SQLite's write lock (or a PostgreSQL batch's locks) shares
+# the worker's GIL with the others' parsing and waits for it while holding the lock: two
+# (one writing, one preparing the next batch) gave 5 to 30 % more elements/s and a third
+# lower p99 than eight (BENCHMARKS.md, "HTTP ingest"). NDJSON answers are not limited: a
+# slow reader of its stream would hold a turn.
+INGESTS_PER_WORKER = 2
+_INGESTS = threading.BoundedSemaphore(INGESTS_PER_WORKER)
+
 
 @router.post(
     "/ingest",
@@ -177,9 +187,10 @@ async def post_ingest(
 
     def answer() -> tuple[IngestReport, bytes]:
         listing = answers.Listing()
-        report = ingest(
-            pipeline, [("request", body)], now=now, content_type=media, on_verdict=listing.add
-        )
+        with _INGESTS:
+            report = ingest(
+                pipeline, [("request", body)], now=now, content_type=media, on_verdict=listing.add
+            )
         return report, listing.body(summary(report))
 
     report, content = await run_in_threadpool(answer)

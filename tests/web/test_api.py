@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 import app.ingest.judge as judge_module
+import app.web.api as api_module
 from app.ingest.verifying import VerifyOptions, verify_inputs
 from app.settings import Settings
 from app.store import db
@@ -569,3 +570,61 @@ def test_the_service_fails_closed_without_a_usable_trust_file(
     )
     with pytest.raises(ServiceConfigError), TestClient(create_app(settings)):
         pass
+
+
+def test_a_worker_runs_two_json_ingests_at_a_time_and_the_third_waits_its_turn(
+    sqlite_api: Api, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20: the batch that holds the write lock shares its worker's GIL with at most
+    one other ingest (app.web.api.INGESTS_PER_WORKER); a third waits, then is answered as
+    usual."""
+    state = {"asked": 0, "active": 0, "most": 0}
+    changed = threading.Condition()
+    release = threading.Event()
+
+    class Turns(threading.BoundedSemaphore):
+        def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+            with changed:
+                state["asked"] += 1
+                changed.notify_all()
+            return super().acquire(blocking, timeout)
+
+        def __enter__(self) -> bool:
+            return self.acquire()
+
+    real = api_module.ingest
+
+    def ingest(*args: Any, **kw: Any) -> Any:
+        with changed:
+            state["active"] += 1
+            state["most"] = max(state["most"], state["active"])
+            changed.notify_all()
+        try:
+            assert release.wait(60)
+            return real(*args, **kw)
+        finally:
+            with changed:
+                state["active"] -= 1
+
+    monkeypatch.setattr(api_module, "_INGESTS", Turns(api_module.INGESTS_PER_WORKER))
+    monkeypatch.setattr(api_module, "ingest", ingest)
+    bodies = [jsonl([rec(bundle(offer(world.planner, world.coder)), T0 + 1)]) for _ in range(3)]
+    statuses: list[int] = []
+
+    def post(body: bytes) -> None:
+        statuses.append(sqlite_api.post("/api/v1/ingest", body, role="ingest").status_code)
+
+    threads = [threading.Thread(target=post, args=(body,)) for body in bodies]
+    for thread in threads:
+        thread.start()
+    try:
+        with changed:
+            # All three asked for a turn; two run, the third waits.
+            seen = changed.wait_for(lambda: state["asked"] == 3 and state["active"] == 2, 60)
+            assert seen, state
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join()
+    assert statuses == [200, 200, 200]
+    assert state["most"] == 2
