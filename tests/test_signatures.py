@@ -68,7 +68,7 @@ def test_only_what_verifies_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     cache = Verifier(trust=trust).signature_cache
     assert cache is not None
-    assert signatures.verify_ahead(elements, trust, cache) == len(elements)
+    assert signatures.submit_ahead(elements, trust, cache).collect(cache) == len(elements)
     marked = [e for e in elements if cache.verified(e.digest, trust.fingerprint)]
     serial_ok = []
     for e in elements:

@@ -145,13 +145,6 @@ def submit_ahead(elements: Iterable[Element], trust: TrustStore, cache: Signatur
     return ahead
 
 
-def verify_ahead(elements: Iterable[Element], trust: TrustStore, cache: SignatureCache) -> int:
-    """``submit_ahead`` and ``collect`` at once: the signatures of ``elements`` verified on
-    every core before the in-order checks ask for them. Returns how many the pool checked
-    (0 when left to the checks)."""
-    return submit_ahead(elements, trust, cache).collect(cache)
-
-
 def verify_before(
     elements: Iterable[Element],
     trust: TrustStore,

@@ -719,17 +719,6 @@ def insert_ignore_many(
     insert_many(session, model, rows, ignore=keys)
 
 
-def insert_ignore_many_keys(
-    session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
-) -> set[Any]:
-    """``insert_ignore_many``, answering which rows were new: the values of their first key
-    column (the rows RETURNING gives back are the ones inserted)."""
-    if not rows:
-        return set()
-    stmt = _insert_ignore_statement(_dialect(session), model.__table__, tuple(keys))
-    return set(session.connection().execute(stmt, [dict(row) for row in rows]).scalars())
-
-
 def upsert_many(
     session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
 ) -> None:

@@ -12,8 +12,8 @@ Correctness never depends on the buffer: every read of the batch that may need a
 buffered asks the buffer too (``pending_statuses``, ``offers_without_chain``,
 ``children``, ``element``), and ``flush`` runs before anything else reads the tables (hops
 derived at the end of the batch). A row judged again while still buffered is changed in
-the buffer. On PostgreSQL each item runs in a savepoint: ``mark``/``rollback`` undo what
-an item that failed added or changed, exactly as its savepoint undoes its statements.
+the buffer. An item that fails rolls the whole batch's transaction back, and the buffer
+is built again with it (no savepoints, so nothing of the buffer is ever undone).
 """
 
 from __future__ import annotations
@@ -98,19 +98,6 @@ class _Verdict:
     offer: bytes | None  # the offer a status names
 
 
-@dataclass(frozen=True)
-class Mark:
-    """How far the buffer had got (``BatchWrites.mark``)."""
-
-    elements: int
-    links: int
-    observations: int
-    host: int
-    verdicts: int
-    undo: int
-    ids: tuple[int | None, int | None, int, int]
-
-
 class BatchWrites:
     """The rows of one batch, written by ``flush``. ``elements``: the element and link rows
     are buffered too (SQLite, where the batch knows exactly which elements are stored)."""
@@ -139,7 +126,6 @@ class BatchWrites:
         # Buffered verdicts by the element they judge (ids, in the order added), for the
         # same reason: each completed offer asks for the verdicts of the offers below it.
         self._by_digest: dict[bytes, dict[int, None]] = {}
-        self._undo: list[tuple[int, _Verdict]] = []
         self.flushes = 0
 
     def reserve(self, observations: int, verdicts: int) -> None:
@@ -196,7 +182,6 @@ class BatchWrites:
     ) -> None:
         """Change a buffered verdict row (``refs``: its new ref outcomes; None keeps them)."""
         old = self._verdicts[verdict_id]
-        self._undo.append((verdict_id, old))
         row = {**old.row, **values}
         new_refs = old.refs if refs is None else [{**r, "verdict_id": verdict_id} for r in refs]
         observed = dataclasses.replace(old.observed, outcome=row["outcome"], reason=row["reason"])
@@ -248,45 +233,6 @@ class BatchWrites:
                     found.append(v.observed)
         return found
 
-    # -- savepoints ------------------------------------------------------------------------
-
-    def mark(self) -> Mark:
-        ids = (
-            self.observation_ids.last,
-            self.verdict_ids.last,
-            len(self.observation_ids.free),
-            len(self.verdict_ids.free),
-        )
-        return Mark(
-            len(self._elements),
-            len(self._links),
-            len(self._observations),
-            len(self._host),
-            len(self._verdicts),
-            len(self._undo),
-            ids,
-        )
-
-    def rollback(self, mark: Mark) -> None:
-        """Forget what was added or changed since ``mark`` (its item's savepoint rolled
-        back). Ids taken since are not given back on PostgreSQL (a sequence never is)."""
-        while len(self._undo) > mark.undo:
-            verdict_id, old = self._undo.pop()
-            self._verdicts[verdict_id] = old
-        for verdict_id in list(self._verdicts)[mark.verdicts :]:
-            del self._verdicts[verdict_id]
-        for digest in list(self._elements)[mark.elements :]:
-            del self._elements[digest]
-            self._element_rows.pop(digest, None)
-        while len(self._links) > mark.links:
-            prev, offer = self._links.pop()
-            self._children[prev].discard(offer)
-            self._link_rows.pop(offer, None)
-        del self._observations[mark.observations :]
-        del self._host[mark.host :]
-        if not self.observation_ids.postgresql:
-            self.observation_ids.last, self.verdict_ids.last = mark.ids[0], mark.ids[1]
-
     # -- writing ---------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -313,7 +259,6 @@ class BatchWrites:
         self._verdicts.clear()
         self._statuses.clear()
         self._by_digest.clear()
-        self._undo.clear()
 
 
 def by_observation(*found: Iterable[Observed]) -> list[Observed]:

@@ -139,7 +139,6 @@ def test_the_driver_store_stores_what_sqlalchemy_insert_returning_stored(
     """``store_items`` (the stored keys read first, the rest written with the driver's
     executemany) answers the same new keys and writes the same rows, text for text, as the
     INSERT .. ON CONFLICT DO NOTHING RETURNING it replaced."""
-    from app.store.models import EnvelopeItemRow
 
     rows = rows_of([*records(), *worked_example()])  # the worked example twice: dedupe
     other = db.make_engine(databases.new(engine.dialect.name))
@@ -149,9 +148,7 @@ def test_the_driver_store_stores_what_sqlalchemy_insert_returning_stored(
             (engine, store_items),
             (
                 other,
-                lambda session, rows: db.insert_ignore_many_keys(
-                    session, EnvelopeItemRow, [r._asdict() for r in rows], ["key"]
-                ),
+                lambda session, rows: _insert_returning(session, [r._asdict() for r in rows]),
             ),
         ):
             with db.transaction(target) as session:
@@ -168,3 +165,18 @@ def test_the_driver_store_stores_what_sqlalchemy_insert_returning_stored(
         assert tables[0] == tables[1] and len(tables[0]) == len({r.key for r in rows})
     finally:
         other.dispose()
+
+
+def _insert_returning(session: Any, rows: list[dict[str, Any]]) -> set[str]:
+    """The statement ``store_items`` replaced: INSERT .. ON CONFLICT (key) DO NOTHING
+    RETURNING key, executed with every row at once."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from app.store.models import EnvelopeItemRow
+
+    if not rows:
+        return set()
+    table = EnvelopeItemRow.__table__  # type: ignore[attr-defined]
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(table).on_conflict_do_nothing(index_elements=["key"])
+    return set(session.connection().execute(stmt.returning(table.c.key), rows).scalars())
