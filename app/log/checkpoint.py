@@ -4,12 +4,11 @@ log key (``app.log.note``). The origin is the log key's name."""
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from dataclasses import dataclass
 
 from app.log.errors import FormatError
-from app.log.note import Signer, Verifier, open_note
+from app.log.note import Signer, Verifier, open_note, unb64
 
 _SIZE = re.compile(r"0|[1-9][0-9]{0,18}")
 
@@ -37,10 +36,7 @@ class Checkpoint:
             raise FormatError("the checkpoint's origin is empty")
         if not _SIZE.fullmatch(size):
             raise FormatError("the checkpoint's size is not a decimal number")
-        try:
-            digest = base64.b64decode(root.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError):
-            raise FormatError("the checkpoint's root hash is not base64") from None
+        digest = unb64(root, "the checkpoint's root hash")
         if len(digest) != 32:
             raise FormatError("the checkpoint's root hash is not 32 octets")
         return cls(origin, int(size), digest)

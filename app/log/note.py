@@ -41,11 +41,17 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _unb64(text: str, what: str) -> bytes:
+def unb64(text: str, what: str) -> bytes:
+    """Standard base64 in its one canonical spelling. A spelling that sets the unused low
+    bits of its last character decodes to the same octets, so a proof hash or a signature
+    written that way would let changed octets verify: refused (as Go's StrictEncoding)."""
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
+        data = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
         raise FormatError(f"{what}: not base64") from None
+    if _b64(data) != text:
+        raise FormatError(f"{what}: not base64 in its canonical form")
+    return data
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ class Verifier:
         name, hash_hex, key_b64 = parts
         check_name(name)
         try:
-            key = _unb64(key_b64, "verifier key")
+            key = unb64(key_b64, "verifier key")
         except FormatError as exc:
             raise LogKeyError(str(exc)) from None
         if len(key) != 33 or key[0] != ALG_ED25519:
@@ -115,7 +121,7 @@ class Signer:
             raise LogKeyError("the log key is not a PRIVATE+KEY+NAME+HASH+KEY line")
         name, hash_hex, key_b64 = parts[2:]
         try:
-            key = _unb64(key_b64, "log key")
+            key = unb64(key_b64, "log key")
         except FormatError:
             raise LogKeyError("the log key is not base64") from None
         if len(key) != 33 or key[0] != ALG_ED25519:
@@ -169,7 +175,7 @@ def open_note(note: str | bytes, verifier: Verifier) -> str:
         if not line.startswith(_DASH):
             raise FormatError("a note's signature line must start with an em dash")
         name, _, sig_b64 = line[len(_DASH) :].partition(" ")
-        sig = _unb64(sig_b64, "note signature")
+        sig = unb64(sig_b64, "note signature")
         if name != verifier.name or len(sig) != 68 or sig[:4] != verifier.hash:
             continue
         if not verifier.verify(text.encode(), sig[4:]):

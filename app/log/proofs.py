@@ -14,14 +14,13 @@ tlog-proof (c2sp.org/tlog-proof):
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from dataclasses import dataclass
 
 from app.log.checkpoint import Checkpoint, open_checkpoint
 from app.log.errors import FormatError
 from app.log.merkle import check_inclusion
-from app.log.note import Verifier
+from app.log.note import Verifier, unb64
 
 HEADER = "c2sp.org/tlog-proof@v1"
 _INDEX = re.compile(r"index (0|[1-9][0-9]{0,18})")
@@ -60,10 +59,7 @@ class InclusionProof:
             raise FormatError("the proof file has no index line")
         hashes = []
         for line in body[1:]:
-            try:
-                h = base64.b64decode(line.encode("ascii"), validate=True)
-            except (binascii.Error, UnicodeEncodeError):
-                raise FormatError("a proof hash is not base64") from None
+            h = unb64(line, "a proof hash")
             if len(h) != 32:
                 raise FormatError("a proof hash is not 32 octets")
             hashes.append(h)

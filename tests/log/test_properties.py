@@ -5,8 +5,10 @@ proves the leaf in the tree with the signed root (STYLE.md habit 10)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,3 +77,20 @@ def test_any_single_byte_change_fails_verification(at: int, bit: int) -> None:
         # sizes lead the same path to the same root. Such a change may verify, but it proves
         # nothing false: the leaf is in the tree with the signed root (docs/evidence-log.md).
         assert data is RECEIPT and result.root == ROOT, f"a changed byte verified: {result!r}"
+
+
+def test_base64_spelt_with_unused_bits_set_is_refused() -> None:
+    """A 32-octet hash in base64 leaves two bits of its last character unused: set, they
+    decode to the same hash, so a proof file (its hashes are not signed) or a note's
+    signature line would verify with changed octets. Only the canonical spelling is read."""
+    text = PROOF.decode()
+    lines = text.split("\n")
+    hashes = [i for i, line in enumerate(lines) if len(line) == 44 and line.endswith("=")]
+    assert hashes, text
+    line = lines[hashes[0]]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    spare = alphabet[alphabet.index(line[42]) ^ 1]  # the same 4 used bits, one unused set
+    lines[hashes[0]] = line[:42] + spare + "="
+    assert base64.b64decode(lines[hashes[0]]) == base64.b64decode(line)
+    with pytest.raises(LogError, match="canonical"):
+        InclusionProof.parse("\n".join(lines).encode()).verify(LEAF, SIGNER.verifier)
