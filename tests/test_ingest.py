@@ -532,6 +532,7 @@ def test_a_batchs_signatures_are_verified_before_its_write_transaction(
     assert count(engine, SignatureCacheRow) == len(batch)
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # advisory locks: PostgreSQL's
 def test_on_postgresql_a_batch_waits_for_its_locks_and_then_needs_no_savepoint(
     engine: Engine, world: World
 ) -> None:
@@ -539,8 +540,6 @@ def test_on_postgresql_a_batch_waits_for_its_locks_and_then_needs_no_savepoint(
     locks up front, holding none yet, and then runs as on SQLite. (It used to try for
     them and, failing, run each item in a savepoint with statements of its own: with
     concurrent requests over the same dialogs, nearly always.)"""
-    if engine.dialect.name != "postgresql":
-        pytest.skip("advisory locks are PostgreSQL's")
     offers = [offer(world.planner, world.coder) for _ in range(3)]
     statements: list[str] = []
 
