@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=400)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--dry", action="store_true", help="all but the ingest")
+    parser.add_argument("--batch", type=int, help="items per batch (default: BATCH_ITEMS)")
     parser.add_argument("--rows", action="store_true", help="print a digest of the stored rows")
     args = parser.parse_args()
     if args.make:
@@ -68,6 +69,12 @@ def main() -> None:
             shutil.copytree(paths.objects, args.dir / "objects", dirs_exist_ok=True)
             (args.dir / "now").write_text(json.dumps(cap["now"]))
         return
+    if args.batch is not None:
+        import app.ingest.batches
+        import app.ingest.envelope
+
+        app.ingest.batches.batched.__defaults__ = (args.batch,)
+        app.ingest.envelope.BATCH_ITEMS = args.batch
     now = json.loads((args.dir / "now").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ingest.db"
