@@ -18,6 +18,7 @@ PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import functools
 import hashlib
@@ -503,7 +504,11 @@ class _BulkInsert:
 
 @functools.lru_cache(maxsize=64)
 def _bulk_insert(
-    dialect: Any, table: Any, columns: tuple[str, ...], conflict: tuple[str, ...] | None
+    dialect: Any,
+    table: Any,
+    columns: tuple[str, ...],
+    conflict: tuple[str, ...] | None,
+    update: bool = False,
 ) -> _BulkInsert:
     placeholder = "?" if dialect.paramstyle == "qmark" else "%s"
     preparer = dialect.identifier_preparer
@@ -521,7 +526,15 @@ def _bulk_insert(
         f"VALUES ({', '.join([placeholder] * len(chosen))})"
     )
     if conflict is not None:
-        sql += f" ON CONFLICT ({', '.join(map(preparer.quote, conflict))}) DO NOTHING"
+        sql += f" ON CONFLICT ({', '.join(map(preparer.quote, conflict))}) DO "
+        # ``upsert_many``: every column the rows name, their conflict keys aside, as
+        # SQLAlchemy's ``on_conflict_do_update(set_={c: excluded.c ...})`` sets them.
+        changed = [preparer.format_column(table.c[c]) for c in columns if c not in conflict]
+        sql += (
+            f"UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in changed)}"
+            if update
+            else "NOTHING"
+        )
     return _BulkInsert(
         sql=sql,
         columns=tuple(c.name for c in chosen),
@@ -589,6 +602,7 @@ class _Read:
     compiled: Any
     expanding: frozenset[str]
     convert: tuple[tuple[int, Callable[[Any], Any]], ...] | None = None  # (column, converter)
+    named: Any = None  # ``select_named``'s row type, a named tuple of the column names
     # shape -> its plan, or None where SQLAlchemy's expansion is needed (bind processors).
     shapes: dict[tuple[int, ...], _Shape | None] = field(default_factory=dict)
 
@@ -711,6 +725,19 @@ def select_rows(
     return out
 
 
+def select_named(
+    session: Session, statement: Any, params: Mapping[str, Any] | None = None
+) -> list[Any]:
+    """``select_rows`` with each row a named tuple of the statement's column names: read by
+    name and by position as SQLAlchemy's ``Row`` is, without its per-statement cache key,
+    compiler lookup and per-row objects. Only for module-level statements built once."""
+    rows = select_rows(session, statement, params)
+    read = _read(session.connection().dialect, statement)
+    if read.named is None:
+        read.named = collections.namedtuple("Row", statement.selected_columns.keys())  # type: ignore[misc]
+    return list(map(read.named._make, rows))
+
+
 def insert_ignore_many(
     session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
 ) -> None:
@@ -722,11 +749,13 @@ def insert_ignore_many(
 def upsert_many(
     session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
 ) -> None:
-    """``upsert`` for many rows with the same columns, in one statement (executemany)."""
+    """``upsert`` for many rows with the same columns, in one statement: the driver's
+    executemany, as ``insert_many`` writes (rows must have the first row's keys)."""
     if rows:
-        columns = tuple(rows[0])
-        stmt = _upsert_statement(_dialect(session), model.__table__, tuple(keys), columns)
-        session.connection().execute(stmt, [dict(row) for row in rows])
+        connection = session.connection()
+        table = model.__table__
+        plan = _bulk_insert(connection.dialect, table, tuple(rows[0]), tuple(keys), update=True)
+        connection.exec_driver_sql(plan.sql, plan.params(rows))
 
 
 def upsert(session: Session, model: Any, values: Mapping[str, Any], keys: Sequence[str]) -> None:
