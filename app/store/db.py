@@ -462,30 +462,45 @@ class _BulkInsert:
     def params(self, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         # A row that names every column (the usual case: rows are built alike) is read by
         # one C-level itemgetter; only a row leaving some out pays for the defaults. Then
-        # only the columns that have a converter are touched (a few of a table's columns).
+        # only the columns that have a converter are touched (a few of a table's columns),
+        # a column at a time.
         pick = operator.itemgetter(*self.columns)
         columns = tuple(zip(self.columns, self.defaults, strict=True))
-        converted = [(i, c) for i, c in enumerate(self.convert) if c is not None]
         single = len(columns) == 1  # an itemgetter of one key gives the value itself
-        out: list[tuple[Any, ...]] = []
+        picked: list[tuple[Any, ...]] = []
         for row in rows:
             try:
-                picked = (pick(row),) if single else pick(row)
+                picked.append((pick(row),) if single else pick(row))
             except KeyError:
-                picked = tuple(row.get(name, default) for name, default in columns)
-            if not converted:
-                out.append(picked)
-                continue
-            values = list(picked)
-            for i, convert in converted:
-                # Every value through the converter, None too: JSON writes it as 'null'.
-                value = values[i]
-                if type(value) is SharedJson:
-                    values[i] = self._shared(value, convert)
-                else:
-                    values[i] = convert(value)
-            out.append(tuple(values))
-        return out
+                picked.append(tuple(row.get(name, default) for name, default in columns))
+        converted = [(i, c) for i, c in enumerate(self.convert) if c is not None]
+        if not converted or not picked:
+            return picked
+        by_column: list[Any] = list(zip(*picked, strict=True))
+        for i, convert in converted:
+            by_column[i] = self._column(by_column[i], convert)
+        return list(zip(*by_column, strict=True))
+
+    def _column(self, values: Sequence[Any], convert: Callable[[Any], Any]) -> list[Any]:
+        """One column's values converted: every value through the converter, None too
+        (JSON writes it as 'null'). None and an empty list (JSON's '[]', the usual value of
+        a list column) are converted once for the column, the converters being pure."""
+        none = convert(None)
+        try:
+            empty = convert([])
+        except (TypeError, ValueError):  # not a JSON column: a list is converted as it was
+            return [none if v is None else convert(v) for v in values]
+        shared = self._shared
+        return [
+            none
+            if v is None
+            else empty
+            if type(v) is list and not v
+            else shared(v, convert)
+            if type(v) is SharedJson
+            else convert(v)
+            for v in values
+        ]
 
     def _shared(self, value: SharedJson, convert: Callable[[Any], Any]) -> Any:
         hit = self.shared.get(id(value))
@@ -582,11 +597,25 @@ class _Shape:
     def driver_params(self, params: dict[str, Any], names: list[str]) -> Any:
         flat = {n: _flat(params[n]) for n in names}
         constants = self.constants
-        values = tuple(
-            (params[n] if n in params else constants[n]) if i < 0 else flat[n][i]
-            for n, i in self.recipe
-        )
-        return values if self.keys is None else dict(zip(self.keys, values, strict=True))
+        values: list[Any] = []
+        # The recipe in runs: a run of consecutive values of one list is one slice.
+        for n, start, stop in self.runs:
+            if start < 0:
+                values.append(params[n] if n in params else constants[n])
+            else:
+                values += flat[n][start:stop]
+        return tuple(values) if self.keys is None else dict(zip(self.keys, values, strict=True))
+
+    @functools.cached_property
+    def runs(self) -> tuple[tuple[str, int, int], ...]:
+        """``recipe`` as (parameter, start, stop) runs; start -1: the value itself."""
+        runs: list[tuple[str, int, int]] = []
+        for n, i in self.recipe:
+            if i >= 0 and runs and runs[-1][0] == n and runs[-1][2] == i:
+                runs[-1] = (n, runs[-1][1], i + 1)
+            else:
+                runs.append((n, i, i + 1) if i >= 0 else (n, -1, -1))
+        return tuple(runs)
 
 
 @dataclass
@@ -633,6 +662,9 @@ def _result_conversions(
 
 def _flat(values: Iterable[Any]) -> list[Any]:
     """An expanding parameter's values as the driver gets them: a tuple's members in turn."""
+    values = list(values)
+    if not any(issubclass(t, tuple) for t in set(map(type, values))):
+        return values  # no tuple among them (a list of digests, say): as they are
     out: list[Any] = []
     for value in values:
         if isinstance(value, tuple):
