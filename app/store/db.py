@@ -473,6 +473,10 @@ class _BulkInsert:
                 picked.append((pick(row),) if single else pick(row))
             except KeyError:
                 picked.append(tuple(row.get(name, default) for name, default in columns))
+        return self.converted(picked)
+
+    def converted(self, picked: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Rows of ``columns``' values, each converted for the driver."""
         converted = [(i, c) for i, c in enumerate(self.convert) if c is not None]
         if not converted or not picked:
             return picked
@@ -580,6 +584,27 @@ def insert_many(
         connection.dialect, table, tuple(rows[0]), tuple(ignore) if ignore is not None else None
     )
     connection.exec_driver_sql(plan.sql, plan.params(rows))
+
+
+def insert_tuples(
+    session: Session,
+    model: Any,
+    columns: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    ignore: Sequence[str] | None = None,
+) -> None:
+    """``insert_many`` for rows given as tuples of ``columns`` (named tuples, say), which
+    must be every column of the table that has a scalar default: no mapping is built per
+    row."""
+    if not rows:
+        return
+    connection = session.connection()
+    conflict = tuple(ignore) if ignore is not None else None
+    plan = _bulk_insert(connection.dialect, model.__table__, columns, conflict)
+    if plan.columns != columns:
+        raise ValueError(f"insert_tuples needs the columns {plan.columns}")
+    connection.exec_driver_sql(plan.sql, plan.converted([tuple(r) for r in rows]))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from sqlmodel import Session
 
 from app.store.db import (
     Locks,
-    insert_ignore_many,
+    insert_tuples,
     select_named,
     select_rows,
     upsert_many,
@@ -87,8 +87,8 @@ def store_items(session: Session, rows: Sequence[ItemRecord]) -> set[str]:
     stored: set[str] = set()
     for chunk in _chunks(wanted):
         stored.update(key for (key,) in select_rows(session, _KEYS_STORED, {"b_keys": chunk}))
-    new = [r._asdict() for r in rows if r.key not in stored]
-    insert_ignore_many(session, EnvelopeItemRow, new, ["key"])
+    new = [r for r in rows if r.key not in stored]
+    insert_tuples(session, EnvelopeItemRow, ItemRecord._fields, new, ignore=["key"])
     return wanted - stored
 
 
