@@ -231,9 +231,12 @@ def derive_ledger(
     now: int,
     rules: CaseRules,
     contexts: Mapping[str, tuple[str, bytes]] | None = None,
+    events: bool = True,
 ) -> Ledger:
     """The ledger of one case (``case_id`` None: items whose case could not be read) at
-    clock ``now``. ``contexts``: ``first_receivers`` over every case's items."""
+    clock ``now``. ``contexts``: ``first_receivers`` over every case's items. ``events``
+    False: without the case page's ``events`` and ``responses`` (left empty), which
+    nothing stored is derived from (ingest derives each case again at every batch)."""
     ordered = sorted({i.key: i for i in items}.values(), key=lambda i: i.order)
     handoffs = _handoffs(ordered)
     links = _links(ordered, handoffs)
@@ -255,8 +258,8 @@ def derive_ledger(
         owner=current.owner if current else None,
         epoch=current.epoch if current else None,
         epochs=epochs,
-        events=tuple(_event(i, links, handoffs) for i in ordered),
-        responses=_responses(ordered, links),
+        events=tuple(_event(i, links, handoffs) for i in ordered) if events else (),
+        responses=_responses(ordered, links) if events else {},
         flags=flags.result(),
         handoffs=len(handoffs),
         last_at=max((i.at for i in ordered), default=0),

@@ -113,7 +113,9 @@ def derive_cases(
     case_ids = sorted(set(case_ids))
     locks.need(case_lock(c) for c in case_ids)
     read: dict[str, Item] = dict(fresh or {})
-    ledgers = case_ledgers(session, case_ids, now=now, rules=rules, known=known, read=read)
+    ledgers = case_ledgers(
+        session, case_ids, now=now, rules=rules, known=known, read=read, events=False
+    )
     sync_cases_flags(session, {c: ledgers[c].flags for c in case_ids}, now=now)
     write_cases(session, [_case_values(ledgers[c], c, now) for c in case_ids if c != UNKNOWN_CASE])
     return read
@@ -127,11 +129,12 @@ def case_ledgers(
     rules: CaseRules,
     known: KnownItems | None = None,
     read: dict[str, Item] | None = None,
+    events: bool = True,
 ) -> dict[str, Ledger]:
     """The pure ledgers of these cases over their stored items (each one exactly what
     ``derive_ledger`` gives for the case alone: the first receivers of the context ids
     it does not present are never looked up). ``known``, ``read``: see
-    ``derive_cases``."""
+    ``derive_cases``; ``events``: see ``derive_ledger``."""
     if known is None:
         items = cases_items(session, case_ids)
     else:
@@ -145,7 +148,9 @@ def case_ledgers(
         for key, digest, kind, at, context, to in context_rows(session, contexts)
     )
     return {
-        c: derive_ledger(c or None, items[c], now=now, rules=rules, contexts=receivers)
+        c: derive_ledger(
+            c or None, items[c], now=now, rules=rules, contexts=receivers, events=events
+        )
         for c in case_ids
     }
 

@@ -18,6 +18,7 @@ PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import functools
 import hashlib
@@ -461,30 +462,49 @@ class _BulkInsert:
     def params(self, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         # A row that names every column (the usual case: rows are built alike) is read by
         # one C-level itemgetter; only a row leaving some out pays for the defaults. Then
-        # only the columns that have a converter are touched (a few of a table's columns).
+        # only the columns that have a converter are touched (a few of a table's columns),
+        # a column at a time.
         pick = operator.itemgetter(*self.columns)
         columns = tuple(zip(self.columns, self.defaults, strict=True))
-        converted = [(i, c) for i, c in enumerate(self.convert) if c is not None]
         single = len(columns) == 1  # an itemgetter of one key gives the value itself
-        out: list[tuple[Any, ...]] = []
+        picked: list[tuple[Any, ...]] = []
         for row in rows:
             try:
-                picked = (pick(row),) if single else pick(row)
+                picked.append((pick(row),) if single else pick(row))
             except KeyError:
-                picked = tuple(row.get(name, default) for name, default in columns)
-            if not converted:
-                out.append(picked)
-                continue
-            values = list(picked)
-            for i, convert in converted:
-                # Every value through the converter, None too: JSON writes it as 'null'.
-                value = values[i]
-                if type(value) is SharedJson:
-                    values[i] = self._shared(value, convert)
-                else:
-                    values[i] = convert(value)
-            out.append(tuple(values))
-        return out
+                picked.append(tuple(row.get(name, default) for name, default in columns))
+        return self.converted(picked)
+
+    def converted(self, picked: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Rows of ``columns``' values, each converted for the driver."""
+        converted = [(i, c) for i, c in enumerate(self.convert) if c is not None]
+        if not converted or not picked:
+            return picked
+        by_column: list[Any] = list(zip(*picked, strict=True))
+        for i, convert in converted:
+            by_column[i] = self._column(by_column[i], convert)
+        return list(zip(*by_column, strict=True))
+
+    def _column(self, values: Sequence[Any], convert: Callable[[Any], Any]) -> list[Any]:
+        """One column's values converted: every value through the converter, None too
+        (JSON writes it as 'null'). None and an empty list (JSON's '[]', the usual value of
+        a list column) are converted once for the column, the converters being pure."""
+        none = convert(None)
+        try:
+            empty = convert([])
+        except (TypeError, ValueError):  # not a JSON column: a list is converted as it was
+            return [none if v is None else convert(v) for v in values]
+        shared = self._shared
+        return [
+            none
+            if v is None
+            else empty
+            if type(v) is list and not v
+            else shared(v, convert)
+            if type(v) is SharedJson
+            else convert(v)
+            for v in values
+        ]
 
     def _shared(self, value: SharedJson, convert: Callable[[Any], Any]) -> Any:
         hit = self.shared.get(id(value))
@@ -503,7 +523,11 @@ class _BulkInsert:
 
 @functools.lru_cache(maxsize=64)
 def _bulk_insert(
-    dialect: Any, table: Any, columns: tuple[str, ...], conflict: tuple[str, ...] | None
+    dialect: Any,
+    table: Any,
+    columns: tuple[str, ...],
+    conflict: tuple[str, ...] | None,
+    update: bool = False,
 ) -> _BulkInsert:
     placeholder = "?" if dialect.paramstyle == "qmark" else "%s"
     preparer = dialect.identifier_preparer
@@ -521,7 +545,15 @@ def _bulk_insert(
         f"VALUES ({', '.join([placeholder] * len(chosen))})"
     )
     if conflict is not None:
-        sql += f" ON CONFLICT ({', '.join(map(preparer.quote, conflict))}) DO NOTHING"
+        sql += f" ON CONFLICT ({', '.join(map(preparer.quote, conflict))}) DO "
+        # ``upsert_many``: every column the rows name, their conflict keys aside, as
+        # SQLAlchemy's ``on_conflict_do_update(set_={c: excluded.c ...})`` sets them.
+        changed = [preparer.format_column(table.c[c]) for c in columns if c not in conflict]
+        sql += (
+            f"UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in changed)}"
+            if update
+            else "NOTHING"
+        )
     return _BulkInsert(
         sql=sql,
         columns=tuple(c.name for c in chosen),
@@ -554,6 +586,27 @@ def insert_many(
     connection.exec_driver_sql(plan.sql, plan.params(rows))
 
 
+def insert_tuples(
+    session: Session,
+    model: Any,
+    columns: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    ignore: Sequence[str] | None = None,
+) -> None:
+    """``insert_many`` for rows given as tuples of ``columns`` (named tuples, say), which
+    must be every column of the table that has a scalar default: no mapping is built per
+    row."""
+    if not rows:
+        return
+    connection = session.connection()
+    conflict = tuple(ignore) if ignore is not None else None
+    plan = _bulk_insert(connection.dialect, model.__table__, columns, conflict)
+    if plan.columns != columns:
+        raise ValueError(f"insert_tuples needs the columns {plan.columns}")
+    connection.exec_driver_sql(plan.sql, plan.converted([tuple(r) for r in rows]))
+
+
 @dataclass(frozen=True)
 class _Shape:
     """One shape of a read's expanding lists: its SQL text, where each driver parameter
@@ -569,11 +622,25 @@ class _Shape:
     def driver_params(self, params: dict[str, Any], names: list[str]) -> Any:
         flat = {n: _flat(params[n]) for n in names}
         constants = self.constants
-        values = tuple(
-            (params[n] if n in params else constants[n]) if i < 0 else flat[n][i]
-            for n, i in self.recipe
-        )
-        return values if self.keys is None else dict(zip(self.keys, values, strict=True))
+        values: list[Any] = []
+        # The recipe in runs: a run of consecutive values of one list is one slice.
+        for n, start, stop in self.runs:
+            if start < 0:
+                values.append(params[n] if n in params else constants[n])
+            else:
+                values += flat[n][start:stop]
+        return tuple(values) if self.keys is None else dict(zip(self.keys, values, strict=True))
+
+    @functools.cached_property
+    def runs(self) -> tuple[tuple[str, int, int], ...]:
+        """``recipe`` as (parameter, start, stop) runs; start -1: the value itself."""
+        runs: list[tuple[str, int, int]] = []
+        for n, i in self.recipe:
+            if i >= 0 and runs and runs[-1][0] == n and runs[-1][2] == i:
+                runs[-1] = (n, runs[-1][1], i + 1)
+            else:
+                runs.append((n, i, i + 1) if i >= 0 else (n, -1, -1))
+        return tuple(runs)
 
 
 @dataclass
@@ -589,6 +656,7 @@ class _Read:
     compiled: Any
     expanding: frozenset[str]
     convert: tuple[tuple[int, Callable[[Any], Any]], ...] | None = None  # (column, converter)
+    named: Any = None  # ``select_named``'s row type, a named tuple of the column names
     # shape -> its plan, or None where SQLAlchemy's expansion is needed (bind processors).
     shapes: dict[tuple[int, ...], _Shape | None] = field(default_factory=dict)
 
@@ -619,6 +687,9 @@ def _result_conversions(
 
 def _flat(values: Iterable[Any]) -> list[Any]:
     """An expanding parameter's values as the driver gets them: a tuple's members in turn."""
+    values = list(values)
+    if not any(issubclass(t, tuple) for t in set(map(type, values))):
+        return values  # no tuple among them (a list of digests, say): as they are
     out: list[Any] = []
     for value in values:
         if isinstance(value, tuple):
@@ -711,6 +782,19 @@ def select_rows(
     return out
 
 
+def select_named(
+    session: Session, statement: Any, params: Mapping[str, Any] | None = None
+) -> list[Any]:
+    """``select_rows`` with each row a named tuple of the statement's column names: read by
+    name and by position as SQLAlchemy's ``Row`` is, without its per-statement cache key,
+    compiler lookup and per-row objects. Only for module-level statements built once."""
+    rows = select_rows(session, statement, params)
+    read = _read(session.connection().dialect, statement)
+    if read.named is None:
+        read.named = collections.namedtuple("Row", statement.selected_columns.keys())  # type: ignore[misc]
+    return list(map(read.named._make, rows))
+
+
 def insert_ignore_many(
     session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
 ) -> None:
@@ -722,11 +806,13 @@ def insert_ignore_many(
 def upsert_many(
     session: Session, model: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
 ) -> None:
-    """``upsert`` for many rows with the same columns, in one statement (executemany)."""
+    """``upsert`` for many rows with the same columns, in one statement: the driver's
+    executemany, as ``insert_many`` writes (rows must have the first row's keys)."""
     if rows:
-        columns = tuple(rows[0])
-        stmt = _upsert_statement(_dialect(session), model.__table__, tuple(keys), columns)
-        session.connection().execute(stmt, [dict(row) for row in rows])
+        connection = session.connection()
+        table = model.__table__
+        plan = _bulk_insert(connection.dialect, table, tuple(rows[0]), tuple(keys), update=True)
+        connection.exec_driver_sql(plan.sql, plan.params(rows))
 
 
 def upsert(session: Session, model: Any, values: Mapping[str, Any], keys: Sequence[str]) -> None:

@@ -18,7 +18,13 @@ from typing import Any, NamedTuple
 from sqlalchemy import ColumnElement, bindparam, or_, select
 from sqlmodel import Session
 
-from app.store.db import Locks, execute, insert_ignore_many, select_rows, upsert_many
+from app.store.db import (
+    Locks,
+    insert_tuples,
+    select_named,
+    select_rows,
+    upsert_many,
+)
 from app.store.models import CaseRow, EnvelopeItemRow
 
 UNKNOWN_CASE = ""  # the flag table's case_id for items whose case could not be read
@@ -81,8 +87,8 @@ def store_items(session: Session, rows: Sequence[ItemRecord]) -> set[str]:
     stored: set[str] = set()
     for chunk in _chunks(wanted):
         stored.update(key for (key,) in select_rows(session, _KEYS_STORED, {"b_keys": chunk}))
-    new = [r._asdict() for r in rows if r.key not in stored]
-    insert_ignore_many(session, EnvelopeItemRow, new, ["key"])
+    new = [r for r in rows if r.key not in stored]
+    insert_tuples(session, EnvelopeItemRow, ItemRecord._fields, new, ignore=["key"])
     return wanted - stored
 
 
@@ -127,8 +133,8 @@ def affected_cases(session: Session, rows: Sequence[ItemRecord], *, locks: Locks
     if contexts:
         locks.need(context_lock(c) for c in contexts)
         for chunk in _chunks(contexts):
-            found = execute(session, _CONTEXT_CASES, {"b_contexts": chunk}).scalars()
-            cases |= {c or UNKNOWN_CASE for c in found}
+            found = select_rows(session, _CONTEXT_CASES, {"b_contexts": chunk})
+            cases |= {c or UNKNOWN_CASE for (c,) in found}
     return cases
 
 
@@ -149,10 +155,10 @@ def case_item_rows(session: Session, case_ids: Sequence[str]) -> dict[str, list[
     found: dict[str, list[Any]] = {c: [] for c in case_ids}
     named = [c for c in found if c != UNKNOWN_CASE]
     for chunk in _chunks(named):
-        for row in execute(session, _CASES_ITEMS, {"b_cases": chunk}):
+        for row in select_named(session, _CASES_ITEMS, {"b_cases": chunk}):
             found[row.case_id].append(row)
     if UNKNOWN_CASE in found:
-        found[UNKNOWN_CASE] = list(execute(session, _UNKNOWN_ITEMS))
+        found[UNKNOWN_CASE] = select_named(session, _UNKNOWN_ITEMS)
     return found
 
 
@@ -161,9 +167,9 @@ def case_keys(session: Session, case_ids: Sequence[str]) -> list[tuple[str, str 
     keys: list[tuple[str, str | None]] = []
     named = [c for c in case_ids if c != UNKNOWN_CASE]
     for chunk in _chunks(named):
-        keys += [(k, c) for k, c in execute(session, _CASES_KEYS, {"b_cases": chunk})]
+        keys += [(k, c) for k, c in select_rows(session, _CASES_KEYS, {"b_cases": chunk})]
     if UNKNOWN_CASE in case_ids:
-        keys += [(k, c) for k, c in execute(session, _UNKNOWN_KEYS)]
+        keys += [(k, c) for k, c in select_rows(session, _UNKNOWN_KEYS)]
     return keys
 
 
@@ -171,7 +177,7 @@ def item_rows(session: Session, keys: Iterable[str]) -> list[Any]:
     """The stored items' rows (``ITEM_COLUMNS``) of these keys."""
     found: list[Any] = []
     for chunk in _chunks(keys):
-        found += execute(session, _ITEMS_BY_KEY, {"b_keys": chunk})
+        found += select_named(session, _ITEMS_BY_KEY, {"b_keys": chunk})
     return found
 
 
@@ -180,7 +186,7 @@ def context_rows(session: Session, contexts: set[str]) -> list[Any]:
     ``contexts`` to a receiver."""
     found: list[Any] = []
     for chunk in _chunks(contexts):
-        found += execute(session, _CONTEXT_ITEMS, {"b_contexts": chunk})
+        found += select_rows(session, _CONTEXT_ITEMS, {"b_contexts": chunk})
     return found
 
 

@@ -19,7 +19,14 @@ from handoff_context import Flag, FlagKind, digest_text
 from sqlalchemy import bindparam, delete, insert, select, union_all, update
 from sqlmodel import Session
 
-from app.store.db import execute, insert_ignore_many, pair_params, pairs_in
+from app.store.db import (
+    execute,
+    insert_ignore_many,
+    pair_params,
+    pairs_in,
+    select_named,
+    select_rows,
+)
 from app.store.models import ActionRow, CommentRow, FlagRow
 
 SYSTEM = "system"  # the actor of automatic flag actions in the audit log
@@ -65,7 +72,8 @@ def hop_flags(session: Session, *, hops: Sequence[tuple[str, str]]) -> dict[Any,
     ``existing``)."""
     found: dict[Any, dict[str, Any]] = {hop: {} for hop in hops}
     if hops:
-        for row in execute(session, _HOPS_FLAGS, pair_params(hops)):
+        # ``select_named``: once per chunk of hops derived, with an IN list of every hop.
+        for row in select_named(session, _HOPS_FLAGS, pair_params(hops)):
             found.setdefault((row.iss, row.hop), {})[row.key] = row
     return found
 
@@ -172,7 +180,7 @@ def sync_cases_flags(
     statement per kind of change."""
     existing: dict[str, dict[str, Any]] = {case_id: {} for case_id in flags}
     for chunk in _chunks(list(flags)):
-        for row in execute(session, _CASES_FLAGS, {"b_cases": chunk}):
+        for row in select_named(session, _CASES_FLAGS, {"b_cases": chunk}):
             existing[row.case_id][row.key] = row
     wanted = {
         case_id: {case_flag_key(case_id, f): (f.agent, f.handoff_id, f.flag) for f in found}
@@ -195,7 +203,7 @@ def _acted(session: Session, flag_ids: Sequence[int]) -> set[int]:
     """The flags among these that someone worked on (an audit entry or a comment)."""
     acted: set[int] = set()
     for chunk in _chunks(flag_ids):
-        acted |= set(execute(session, _ACTED_ANY, {"b_ids": chunk}).scalars())
+        acted |= {r[0] for r in select_rows(session, _ACTED_ANY, {"b_ids": chunk})}
     return acted
 
 

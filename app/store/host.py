@@ -18,7 +18,7 @@ from handoff_context import HostObservation
 from sqlalchemy import bindparam, insert, select, union
 from sqlmodel import Session
 
-from app.store.db import execute, select_rows
+from app.store.db import select_rows
 from app.store.models import ElementRow, HostStateRow, ObservationRow, VerdictRow
 
 _ADD = insert(HostStateRow)
@@ -42,8 +42,8 @@ def stored_keys(session: Session, keys: Collection[str]) -> set[str]:
     if not keys:
         return set()
     params = {"b_keys": list(keys)}
-    found = set(execute(session, _KNOWN_OBSERVATIONS, params).scalars())
-    return found | set(execute(session, _KNOWN_HOST, params).scalars())
+    found = {key for (key,) in select_rows(session, _KNOWN_OBSERVATIONS, params)}
+    return found | {key for (key,) in select_rows(session, _KNOWN_HOST, params)}
 
 
 _TASK_HOPS = union(
@@ -61,7 +61,7 @@ def hops_of_tasks(session: Session, task_ids: Iterable[str]) -> set[tuple[str, s
     tasks = sorted(set(task_ids))
     if not tasks:
         return set()
-    return {(r.hop_iss, r.hop) for r in execute(session, _TASK_HOPS, {"b_tasks": tasks})}
+    return {(iss, hop) for iss, hop in select_rows(session, _TASK_HOPS, {"b_tasks": tasks})}
 
 
 # The tasks each element was observed in (or that its offer names), and every captured

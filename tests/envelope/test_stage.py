@@ -5,12 +5,15 @@ of each case derived alone from the store."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
-from handoff_context import AvailableObject, ObjectIndex
-from sqlalchemy import Engine
+from handoff_context import AvailableObject, ObjectIndex, TrustStore
+from sqlalchemy import Engine, select
 
 from app.capture.formats import CaptureItem
+from app.demo import DemoConfig, DemoPaths, write_demo
 from app.envelope.extract import find_items
 from app.envelope.ledger import CaseRules
 from app.ingest.cases import (
@@ -22,9 +25,12 @@ from app.ingest.cases import (
     stored_as,
 )
 from app.ingest.envelope import item_rows
+from app.ingest.pipeline import Pipeline, ingest
+from app.ingest.verifying import VerifyOptions
 from app.store import db
 from app.store.db import Locks
 from app.store.envelopes import store_items
+from app.store.models import EnvelopeItemRow
 from tests.conftest import T0
 
 from .builders import (
@@ -117,6 +123,31 @@ def test_ledgers_derived_together_from_what_was_read_are_each_case_alone(engine:
         together = case_ledgers(session, [CASE, OTHER], now=T0 + 7200, rules=RULES, known=known)
         for case_id in (CASE, OTHER):
             assert together[case_id] == case_ledger(session, case_id, now=T0 + 7200, rules=RULES)
+
+
+def test_a_ledger_derived_without_events_is_the_ledger_less_its_events(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """``derive_cases`` derives each ledger without the case page's events and responses
+    (``events=False``): everything else, which the case rows and flags are written from,
+    is what the whole ledger holds, for every case of the simulator's faulty capture."""
+    paths = DemoPaths.beside(tmp_path / "capture.jsonl", trust=None, answers=None)
+    summary = write_demo(DemoConfig(seed=5, dialogs=30, agents=6, fault_rate=0.5), paths)
+    now = summary.suggested_now
+    options = VerifyOptions(at=now)
+    pipeline = Pipeline(engine=engine, trust=TrustStore.load(paths.trust), options=options)
+    inputs = [(str(p), p.read_bytes()) for p in (paths.out, paths.cbor)]
+    assert ingest(pipeline, inputs, now=now).envelopes.stored
+    with db.transaction(engine) as session:
+        cases = sorted({c or "" for (c,) in session.execute(select(EnvelopeItemRow.case_id))})
+        whole = case_ledgers(session, cases, now=now, rules=RULES)
+        lean = case_ledgers(session, cases, now=now, rules=RULES, events=False)
+    assert all(ledger.events for ledger in whole.values())
+    assert any(ledger.responses for ledger in whole.values())
+    kinds = {f.flag.kind for ledger in whole.values() for f in ledger.flags}
+    assert len(kinds) >= 5, kinds
+    for case_id in cases:
+        assert lean[case_id] == dataclasses.replace(whole[case_id], events=(), responses={})
 
 
 def test_a_payload_neither_json_nor_cbor_can_hold_is_stored(engine: Engine) -> None:
