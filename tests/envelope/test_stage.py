@@ -119,6 +119,19 @@ def test_ledgers_derived_together_from_what_was_read_are_each_case_alone(engine:
             assert together[case_id] == case_ledger(session, case_id, now=T0 + 7200, rules=RULES)
 
 
+def test_known_items_past_their_limit_leave_a_reader_the_items_it_took() -> None:
+    # A service's requests share one KnownItems: a reader takes ``items`` once and must
+    # find there every key it saw, while another thread's ``remember`` starts again.
+    rows = rows_of(records())
+    items = list(stored_as(rows, {r.key for r in rows}).items())
+    known = KnownItems(limit=len(items) - 1)
+    known.remember(dict(items[:-1]))
+    held = known.items
+    known.remember(dict(items[-1:]))  # past the limit: a new dict of just this one
+    assert held == dict(items[:-1])
+    assert known.items == dict(items[-1:])
+
+
 def test_a_payload_neither_json_nor_cbor_can_hold_is_stored(engine: Engine) -> None:
     # A lone surrogate (a JSON escape) beside 1E400 (read as infinity): json.dumps refuses
     # the infinity and CBOR the surrogate, which once raised out of the ingest.
