@@ -393,4 +393,12 @@ def get_service(request: Request) -> Service:
     return service
 
 
-ServiceDep = Annotated[Service, Depends(get_service)]
+async def current_service(request: Request) -> Service:
+    """``get_service`` as a dependency. Async, though it awaits nothing: FastAPI runs a
+    plain ``def`` dependency in a worker thread, and while a worker's ingests run, the
+    event loop waits for the GIL at each such hop (up to a switch interval each way), for
+    every request of every route (BENCHMARKS.md, "HTTP ingest")."""
+    return get_service(request)
+
+
+ServiceDep = Annotated[Service, Depends(current_service)]
