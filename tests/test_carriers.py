@@ -36,6 +36,7 @@ from mcp.client.client import Client as McpClient
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
+from app.capture import carriers
 from app.capture.carriers import (
     A2A_EXTENSION_URI,
     MCP_META_KEY,
@@ -859,3 +860,21 @@ def test_tampered_captures_only_yield(which: int, where: int, byte: int) -> None
     tampered = data[:position] + bytes([byte]) + data[position + 1 :]
     check_only_yields(tampered, content_type)
     check_only_yields(tampered, None)
+
+
+# Host text with what ``_storable`` looks for: NUL, surrogates (lone, paired, reversed),
+# other non-ASCII characters, and anything else, surrogates included.
+_HOST_TEXT = st.lists(
+    st.sampled_from(["a", "\x00", "\ud800", "\udbff", "\udc00", "\udfff", "é", "\U0001f600"])
+    | st.characters(exclude_categories=()),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_HOST_TEXT)
+def test_storable_is_the_character_walk(text: str) -> None:
+    # ``_storable`` asks UTF-8 whether the text holds a surrogate; the walk of every
+    # character it replaced is the reference.
+    walk = not any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in text)
+    assert carriers._storable(text) is walk

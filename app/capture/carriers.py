@@ -316,7 +316,19 @@ def _storable(text: str) -> bool:
     """Host text (an A2A contextId or task id) is kept with each receipt; text with NUL
     (which PostgreSQL cannot store) or a lone surrogate (which UTF-8 cannot encode, from a
     JSON ``\\ud800`` escape) is a malformed host message, not something to store."""
-    return not any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in text)
+    # In C, not a Python step per character: ASCII text holds no surrogate, and other text
+    # has one exactly when UTF-8 cannot encode it (tests/test_carriers.py pins the two).
+    if "\x00" in text:
+        return False
+    return text.isascii() or _encodes(text)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Profile §10 capture record: {"received_at", "received_by", "dialog", "payload"}.

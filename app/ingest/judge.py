@@ -126,8 +126,9 @@ def refuse(
 def receipt_columns(item: Carried) -> dict[str, object]:
     """The observation columns of an item's receipt besides its digest, clock and source."""
     return {
-        "carrier": item.carrier.value,
-        "role": item.role.value,
+        # ``_value_``: ``.value`` without the enum property's descriptor call.
+        "carrier": item.carrier._value_,
+        "role": item.role._value_,
         "task_id": item.task_id,
         "task_state": item.task_state,
         "received_exact": item.received_at,

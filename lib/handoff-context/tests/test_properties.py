@@ -40,6 +40,7 @@ from handoff_context import (
 from handoff_context import _cose as cose
 from handoff_context import _handoff as handoff
 from handoff_context import _jws as jws
+from handoff_context import _model as model
 from handoff_context._signature import verify_element
 from handoff_context.errors import CheckFailed, MalformedError, Reason
 from hypothesis import HealthCheck, given, settings
@@ -587,3 +588,51 @@ def test_signed_payloads_with_changed_members_get_a_verdict(
         value, Context(now=NOW, receiver=WORLD.coder.iss), source="property"
     )
     assert isinstance(verdict, Verdict) and verdict.outcome in Outcome
+
+
+# Text with what the checks look for: NUL, surrogates (lone, paired, reversed), other
+# non-ASCII characters, and anything else, surrogates included.
+HOSTILE_TEXT = st.lists(
+    st.sampled_from(["a", "\x00", "\ud800", "\udbff", "\udc00", "\udfff", "é", "\U0001f600"])
+    | st.characters(exclude_categories=()),
+    max_size=12,
+).map("".join)
+
+
+@PROPERTY
+@given(HOSTILE_TEXT)
+def test_detail_check_is_the_character_walk(text: str) -> None:
+    # ``_check_detail`` asks UTF-8 whether the text holds a surrogate; the walk of every
+    # character it replaced is the reference.
+    if "\x00" in text:
+        expected: str | None = "detail must not contain NUL"
+    elif any(0xD800 <= ord(ch) <= 0xDFFF for ch in text):
+        expected = "detail must not contain lone surrogates"
+    else:
+        expected = None
+    try:
+        assert model._check_detail(text) is text
+        got = None
+    except MalformedError as exc:
+        got = exc.detail
+    assert got == expected
+
+
+@PROPERTY
+@given(
+    st.sampled_from([s.value for s in model.StatusState] + list(model.StatusState))
+    | st.sampled_from(["Accepted", "accepted ", "offer", b"accepted", 1, None, [], {}])
+    | JSON_VALUES
+)
+def test_state_lookup_is_the_enum_call(value: Any) -> None:
+    # ``Status.from_mapping`` looks its state up by text; the enum's own call is the reference.
+    try:
+        expected: model.StatusState | None = model.StatusState(value)
+    except (ValueError, TypeError):
+        expected = None
+    try:
+        got: model.StatusState | None = model._state_of(value)
+    except MalformedError as exc:
+        assert exc.detail == "state must be one of " + ", ".join(model.StatusState)
+        got = None
+    assert got is expected

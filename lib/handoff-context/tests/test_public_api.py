@@ -83,7 +83,8 @@ def test_the_agent_surface_of_issue_19() -> None:
 def test_the_library_needs_only_its_three_dependencies() -> None:
     """Every module of the package but the SDK integrations and the OpenTelemetry helper
     (extras) imports nothing beyond the standard library, cryptography, cbor2 and joserfc
-    (and what they import)."""
+    (and what they import), and orjson when it is installed (the ``fast`` extra: strict
+    JSON read faster, the same answers; ``test_the_library_works_without_orjson``)."""
     code = textwrap.dedent(
         """
         import sys, importlib, pkgutil
@@ -101,9 +102,42 @@ def test_the_library_needs_only_its_three_dependencies() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    extra = set(done.stdout.split()) - {"handoff_context", "cryptography", "cbor2", "joserfc"}
+    extra = set(done.stdout.split()) - {
+        "handoff_context",
+        "cryptography",
+        "cbor2",
+        "joserfc",
+        "orjson",
+    }
     # What the three pull in themselves (cffi for cryptography's bindings).
     assert extra <= {"_cffi_backend", "cffi", "_openssl", "_cbor2"}, extra
+
+
+def test_the_library_works_without_orjson() -> None:
+    """orjson is optional: without it strict JSON is read by the standard library alone,
+    with the same answers and errors (tests/test_json_fast.py compares the two paths)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["orjson"] = None  # any import of it now fails
+        from handoff_context import strict_json_loads
+        from handoff_context import _encoding
+        from handoff_context.errors import MalformedError
+        assert _encoding.orjson is None
+        print(strict_json_loads(b'{"a": [1, 2.5, "x:y"]}', what="x"))
+        try:
+            strict_json_loads(b'{"a": 1, "a": 2}', what="line 3")
+        except MalformedError as exc:
+            print(exc.detail)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.splitlines() == [
+        "{'a': [1, 2.5, 'x:y']}",
+        "line 3: duplicate member name 'a'",
+    ]
 
 
 def test_reading_json_messages_never_imports_protobuf() -> None:

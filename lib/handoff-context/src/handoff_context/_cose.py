@@ -424,7 +424,7 @@ def _parse(octets: bytes) -> Element:
     if not isinstance(raw_payload, dict):
         raise MalformedError("payload: must be a CBOR map")
     expected = _TYPE_BY_CONTENT_TYPE[header.content_type]
-    if raw_payload.get("type") != expected.value:
+    if raw_payload.get("type") != expected._value_:  # .value without its descriptor call
         raise MalformedError(
             f"content type {header.content_type!r} does not match the payload type"
             f" {raw_payload.get('type')!r}"
