@@ -34,13 +34,16 @@ from handoff_context import (
 )
 from handoff_context.errors import HandoffError
 from sqlalchemy import Engine
+from sqlmodel import select
 
 from app.capture.carriers import Carried, read_capture
+from app.ingest.cases import KnownItems
 from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import VerifyOptions, load_objects
 from app.settings import Settings
 from app.store.db import transaction
 from app.store.derived import snapshot
+from app.store.models import CaseRow
 from app.store.tokens import Role, create_token
 from app.web.app import create_app
 from tests.databases import Databases
@@ -287,3 +290,56 @@ def _derived(url: str) -> dict[str, Any]:
             return snapshot(session)
     finally:
         engine.dispose()
+
+
+# --- many small requests to one service ------------------------------------------------------
+
+
+def test_small_requests_leave_what_requests_reading_every_item_leave(
+    run: Run, databases: Databases, db_url: str
+) -> None:
+    """A service keeps the stored envelope items it has read for the requests after
+    (``Service.known``): the verdicts, case rows and flags that many small requests leave
+    are those the same requests leave when each reads every item of its cases from the
+    store again (a fresh ``KnownItems`` per request, as before)."""
+    kind = "postgresql" if db_url.startswith("postgresql") else "sqlite"
+    lines = run.paths.out.read_bytes().splitlines(keepends=True)
+    bodies = [b"".join(lines[i : i + 12]) for i in range(0, len(lines), 12)]
+    shared = _post_parts(run, db_url, bodies)
+    fresh = _post_parts(run, databases.new(kind), bodies, fresh=True)
+    assert shared == fresh
+    assert shared["cases"] and shared["flags"] and shared["kept"]
+
+
+def _post_parts(run: Run, url: str, bodies: list[bytes], *, fresh: bool = False) -> dict[str, Any]:
+    settings = Settings(
+        database_url=url,
+        trust_file=run.paths.trust,
+        objects_dir=run.paths.objects,
+        ref_policy=RefPolicy.CHECK_AVAILABLE,
+    )
+    app = create_app(settings, clock=lambda: run.summary.last + 60)
+    answers = []
+    with TestClient(app, raise_server_exceptions=False) as client:
+        service = app.state.service
+        with transaction(service.engine) as session:
+            token = create_token(session, name="ingest", role=Role.INGEST, now=0)
+        for body in bodies:
+            if fresh:
+                service.known = KnownItems()
+            answer = client.post(
+                "/api/v1/ingest",
+                content=body,
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Content-Type": "application/x-ndjson",
+                },
+            )
+            assert answer.status_code == 200, answer.text
+            answers.append(answer.json())
+        with transaction(service.engine) as session:
+            rows = session.exec(select(CaseRow).order_by(CaseRow.case_id))  # type: ignore[arg-type]
+            cases = [c.model_dump() for c in rows]
+            flags = snapshot(session)["flags"]
+        kept = len(service.known.items)
+    return {"answers": answers, "cases": cases, "flags": flags, "kept": kept > 0}

@@ -17,6 +17,7 @@ from handoff_context import ObjectIndex, Timing, TrustStore
 from sqlalchemy import Engine
 
 from app.envelope.config import EnvelopeConfig
+from app.ingest.cases import KnownItems
 from app.ingest.verifying import VerifyOptions
 
 if TYPE_CHECKING:
@@ -33,6 +34,9 @@ class Pipeline:
     timing: Timing = field(default_factory=Timing)
     objects: ObjectIndex = field(default_factory=ObjectIndex)
     envelope: EnvelopeConfig = field(default_factory=EnvelopeConfig)
+    # The stored envelope items already read (``KnownItems``), for every ingest through
+    # this pipeline; a service passes its own, kept across requests (``build_pipeline``).
+    known: KnownItems = field(default_factory=KnownItems, compare=False, repr=False)
 
 
 def verify_options(settings: Settings, *, at: int, **overrides: Any) -> VerifyOptions:
@@ -56,10 +60,13 @@ def build_pipeline(
     *,
     options: VerifyOptions,
     objects: ObjectIndex | None = None,
+    known: KnownItems | None = None,
 ) -> Pipeline:
     """The ingest pipeline of this deployment over ``engine``: ``options`` as
     ``verify_options`` made them, the lifecycle timers and the envelope types and case
-    rules from ``settings``, and ``objects`` (none: an empty index)."""
+    rules from ``settings``, and ``objects`` (none: an empty index). ``known``: the stored
+    envelope items already read from ``engine``'s database, shared by the pipelines of one
+    service (none: a new, empty one)."""
     return Pipeline(
         engine=engine,
         trust=trust,
@@ -67,6 +74,7 @@ def build_pipeline(
         timing=settings.timing,
         objects=ObjectIndex() if objects is None else objects,
         envelope=settings.envelope,
+        known=KnownItems() if known is None else known,
     )
 
 

@@ -64,11 +64,16 @@ __all__ = [
 
 
 class KnownItems:
-    """Stored items already read, by key, kept across the transactions of one ingest: a
-    stored item never changes and is never deleted, so it is read and decoded once, and
-    each later ledger of its case reads only which keys the case holds now (another writer
-    may have added some). Only items read in a transaction that committed are kept
-    (``remember``), and at most ``limit`` (then it starts again), so memory stays bounded."""
+    """Stored items already read, by key, kept across the transactions of one ingest, and
+    of every ingest of one service (``app.web.service``): a stored item never changes and
+    is never deleted, so it is read and decoded once, and each later ledger of its case
+    reads only which keys the case holds now (another writer may have added some). Only
+    items read in a transaction that committed are kept (``remember``), and at most
+    ``limit`` (then it starts again), so memory stays bounded.
+
+    Shared by the threads of a worker: ``remember`` only adds to ``items`` or replaces the
+    whole dict, never empties it in place, so a reader that took ``items`` once finds in
+    it every key it saw there."""
 
     def __init__(self, limit: int = 8192) -> None:
         self.limit = limit
@@ -76,8 +81,9 @@ class KnownItems:
 
     def remember(self, items: Mapping[str, Item]) -> None:
         if len(self.items) + len(items) > self.limit:
-            self.items.clear()
-        self.items.update(items)
+            self.items = dict(items)  # a new dict: readers keep the one they took
+        else:
+            self.items.update(items)
 
 
 def stored_as(rows: Sequence[ItemRecord], new: set[str]) -> dict[str, Item]:
@@ -174,11 +180,12 @@ def _cases_items_known(
     session: Session, case_ids: Sequence[str], known: KnownItems, read: dict[str, Item]
 ) -> dict[str, list[Item]]:
     keys = case_keys(session, case_ids)
-    missing = [key for key, _ in keys if key not in known.items and key not in read]
+    held = known.items  # taken once: another thread's ``remember`` may replace it
+    missing = [key for key, _ in keys if key not in held and key not in read]
     read.update((r.key, item_of(r)) for r in item_rows(session, missing))
     found: dict[str, list[Item]] = {c: [] for c in case_ids}
     for key, case_id in keys:
-        found[case_id or UNKNOWN_CASE].append(known.items.get(key) or read[key])
+        found[case_id or UNKNOWN_CASE].append(held.get(key) or read[key])
     return found
 
 

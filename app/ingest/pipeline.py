@@ -100,7 +100,12 @@ def ingest(
         clock = int(time.time()) if now is None else now
         report = IngestReport(sink=on_verdict)
         envelopes = EnvelopeIngest(
-            pipeline.engine, pipeline.envelope, pipeline.objects, clock, report=report.envelopes
+            pipeline.engine,
+            pipeline.envelope,
+            pipeline.objects,
+            clock,
+            report=report.envelopes,
+            known=pipeline.known,
         )
         host = HostStates(receiver=pipeline.options.receiver, at=pipeline.options.at)
         span = Span()

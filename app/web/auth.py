@@ -29,7 +29,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.store.tokens import Principal, Role, authenticate
 from app.web.errors import ApiError
-from app.web.service import Service, get_service
+from app.web.service import Service, current_service
 
 
 class Permission(StrEnum):
@@ -70,7 +70,7 @@ def requires(permission: Permission) -> Callable[..., Principal]:
 
     def dependency(
         request: Request,
-        service: Annotated[Service, Depends(get_service)],
+        service: Annotated[Service, Depends(current_service)],
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> Principal:
         if credentials is None:

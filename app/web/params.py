@@ -39,12 +39,14 @@ def query_names(app: FastAPI) -> dict[tuple[str, str], frozenset[str]]:
     }
 
 
-def reject_unknown_query(request: Request) -> None:
+async def reject_unknown_query(request: Request) -> None:
     """Refuse query parameters the route does not take (422), rather than ignore them: a
     misspelt filter (``?stat=offered``) must not quietly answer every hop. A parameter given
     twice is refused too: every query parameter of the API takes one value, and silently
     keeping the last of ``?receiver=a&receiver=b`` would verify for a receiver nobody
-    chose."""
+    chose. Async, though it awaits nothing: FastAPI runs a plain ``def`` dependency in a
+    worker thread, and under ingest load each such hop waits for the GIL (see
+    ``app.web.service.current_service``)."""
     names: dict[tuple[str, str], frozenset[str]] | None = getattr(
         request.app.state, "query_names", None
     )

@@ -25,6 +25,7 @@ from sqlmodel import Session
 
 from app.errors import HandoffTraceError
 from app.ingest.build import build_pipeline, verify_options
+from app.ingest.cases import KnownItems
 from app.ingest.pipeline import Pipeline
 from app.ingest.rejudge import Rejudged, RejudgeFailed, judged_under_other_trust, rejudge
 from app.ingest.sweep import sweep
@@ -93,6 +94,10 @@ class Service:
     objects: ObjectIndex = field(default_factory=ObjectIndex)
     # The evidence log (app/log), when HANDOFF_TRACE_LOG_KEY_FILE names its key.
     evidence: EvidenceLog | None = None
+    # The stored envelope items this process has read, for the case ledgers of every
+    # request: each request would otherwise read and decode again every item of the cases
+    # it adds to (a third of a small request's ingest CPU; BENCHMARKS.md, "HTTP ingest").
+    known: KnownItems = field(default_factory=KnownItems, repr=False)
     _last_sweep: int | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # Held while a sweep writes: one sweep at a time per process.
@@ -289,7 +294,12 @@ class Service:
 
     def pipeline(self, options: VerifyOptions) -> Pipeline:
         return build_pipeline(
-            self.settings, self.engine, self.trust, options=options, objects=self.objects
+            self.settings,
+            self.engine,
+            self.trust,
+            options=options,
+            objects=self.objects,
+            known=self.known,
         )
 
     def verify(
@@ -383,4 +393,12 @@ def get_service(request: Request) -> Service:
     return service
 
 
-ServiceDep = Annotated[Service, Depends(get_service)]
+async def current_service(request: Request) -> Service:
+    """``get_service`` as a dependency. Async, though it awaits nothing: FastAPI runs a
+    plain ``def`` dependency in a worker thread, and while a worker's ingests run, the
+    event loop waits for the GIL at each such hop (up to a switch interval each way), for
+    every request of every route (BENCHMARKS.md, "HTTP ingest")."""
+    return get_service(request)
+
+
+ServiceDep = Annotated[Service, Depends(current_service)]

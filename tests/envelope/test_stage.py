@@ -150,6 +150,19 @@ def test_a_ledger_derived_without_events_is_the_ledger_less_its_events(
         assert lean[case_id] == dataclasses.replace(whole[case_id], events=(), responses={})
 
 
+def test_known_items_past_their_limit_leave_a_reader_the_items_it_took() -> None:
+    # A service's requests share one KnownItems: a reader takes ``items`` once and must
+    # find there every key it saw, while another thread's ``remember`` starts again.
+    rows = rows_of(records())
+    items = list(stored_as(rows, {r.key for r in rows}).items())
+    known = KnownItems(limit=len(items) - 1)
+    known.remember(dict(items[:-1]))
+    held = known.items
+    known.remember(dict(items[-1:]))  # past the limit: a new dict of just this one
+    assert held == dict(items[:-1])
+    assert known.items == dict(items[-1:])
+
+
 def test_a_payload_neither_json_nor_cbor_can_hold_is_stored(engine: Engine) -> None:
     # A lone surrogate (a JSON escape) beside 1E400 (read as infinity): json.dumps refuses
     # the infinity and CBOR the surrogate, which once raised out of the ingest.

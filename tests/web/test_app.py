@@ -6,12 +6,15 @@ runs, and given back when it stops."""
 from __future__ import annotations
 
 import gc
+import inspect
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from app.settings import Settings
 from app.web.app import create_app
+from app.web.params import reject_unknown_query
+from app.web.service import current_service
 from tests.databases import Databases
 from tests.web.conftest import make_tokens
 
@@ -48,3 +51,11 @@ def test_an_app_not_served_builds_the_table_on_its_first_request(
         assert gc.get_freeze_count() == 0
         assert client.get("/api/v1/hops?stat=offered").status_code == 422
         assert ("get", "/api/v1/hops") in app.state.query_names
+
+
+def test_the_dependencies_of_every_api_request_run_on_the_event_loop() -> None:
+    # FastAPI runs a plain ``def`` dependency in a worker thread; under ingest load each
+    # such hop waits for the GIL. The service and the query check do no I/O: async, they
+    # run in place (the token check reads the database and keeps its thread).
+    assert inspect.iscoroutinefunction(current_service)
+    assert inspect.iscoroutinefunction(reject_unknown_query)
