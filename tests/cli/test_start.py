@@ -1,7 +1,8 @@
 """What starting the CLI imports (issue 15, item 7): ``--version`` and ``--help`` import no
 command module and nothing of the store, the web stack or the charts; ``verify`` imports no
-store. Timing itself is in bench/cli_start.py; here the cause of a slow start is guarded,
-in a fresh interpreter for each start.
+store, and nothing of signing (joserfc, and with it ``cryptography``'s X.509 layer: about a
+tenth of a second of every start). Timing itself is in bench/cli_start.py; here the cause
+of a slow start is guarded, in a fresh interpreter for each start.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def test_verify_imports_no_store() -> None:
     assert code == 0  # the example capture verifies
     assert heavy(modules) == set()
     assert not {m for m in modules if m.startswith(("app.store", "app.web", "app.ingest.pipeline"))}
+    assert not {m for m in modules if m.startswith(("joserfc", "cryptography.x509"))}
 
 
 def test_a_command_imports_its_own_group_only() -> None:

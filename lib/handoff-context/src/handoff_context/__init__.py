@@ -11,6 +11,9 @@ integrations ``handoff_context.a2a`` and ``handoff_context.mcp`` (extras ``[a2a]
 ``[mcp]``; the core never imports them) are public modules too.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from handoff_context import carry
 from handoff_context._encoding import (
     MAX_ELEMENT_OCTETS,
@@ -22,7 +25,6 @@ from handoff_context._encoding import (
     parse_digest_text,
     strict_json_loads,
 )
-from handoff_context._filestate import FileState
 from handoff_context._flags import (
     CountingOffer,
     Rejection,
@@ -73,24 +75,6 @@ from handoff_context._model import (
     status_parties,
 )
 from handoff_context._refs import AvailableObject, ObjectIndex, RefPolicy
-from handoff_context._sign import (
-    Signer,
-    alg_for_key,
-    continue_handoff,
-    handoff_object,
-    import_private_key,
-    make_chain,
-    make_offer,
-    make_status,
-    new_hop,
-    new_key,
-    offer_payload,
-    public_jwk,
-    sign_payload,
-    status_object,
-    status_payload,
-    trust_document,
-)
 from handoff_context._trust import TrustedKey, TrustStore
 from handoff_context._verdict import (
     OFFER_CHECKS,
@@ -107,7 +91,6 @@ from handoff_context._verdict import (
     Verdict,
 )
 from handoff_context._verify import Context, Judged, Policy, Session, Verifier, parse_element
-from handoff_context.agent import Agent, Delegation, Mode
 from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY, Carrier, Role
 from handoff_context.errors import (
     ChainWindowError,
@@ -120,6 +103,70 @@ from handoff_context.errors import (
     ReplyError,
     TrustConfigError,
 )
+
+if TYPE_CHECKING:
+    from handoff_context._filestate import FileState
+    from handoff_context._sign import (
+        Signer,
+        alg_for_key,
+        continue_handoff,
+        handoff_object,
+        import_private_key,
+        make_chain,
+        make_offer,
+        make_status,
+        new_hop,
+        new_key,
+        offer_payload,
+        public_jwk,
+        sign_payload,
+        status_object,
+        status_payload,
+        trust_document,
+    )
+    from handoff_context.agent import Agent, Delegation, Mode
+
+# The signing and agent side, imported on first use (PEP 562): signing needs joserfc, and
+# joserfc brings ``cryptography``'s X.509 layer, about a tenth of a second of start-up that
+# a process which only checks (``handoff-trace verify``, the service) never uses.
+_LAZY = {
+    "FileState": "handoff_context._filestate",
+    "Signer": "handoff_context._sign",
+    "alg_for_key": "handoff_context._sign",
+    "continue_handoff": "handoff_context._sign",
+    "handoff_object": "handoff_context._sign",
+    "import_private_key": "handoff_context._sign",
+    "make_chain": "handoff_context._sign",
+    "make_offer": "handoff_context._sign",
+    "make_status": "handoff_context._sign",
+    "new_hop": "handoff_context._sign",
+    "new_key": "handoff_context._sign",
+    "offer_payload": "handoff_context._sign",
+    "public_jwk": "handoff_context._sign",
+    "sign_payload": "handoff_context._sign",
+    "status_object": "handoff_context._sign",
+    "status_payload": "handoff_context._sign",
+    "trust_document": "handoff_context._sign",
+    "Agent": "handoff_context.agent",
+    "Delegation": "handoff_context.agent",
+    "Mode": "handoff_context.agent",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        if name == "agent":  # the public module, as when this package imported it eagerly
+            return importlib.import_module("handoff_context.agent")
+        raise AttributeError(f"module 'handoff_context' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

@@ -15,14 +15,12 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cbor2
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-from joserfc.errors import JoseError
-from joserfc.jwk import ECKey, OKPKey
 
 from handoff_context._encoding import MAX_DEPTH, MAX_ELEMENT_OCTETS, handoff_digest
 from handoff_context._model import (
@@ -38,6 +36,9 @@ from handoff_context._model import (
     try_read_payload,
 )
 from handoff_context.errors import EmbeddedKeyError, MalformedError
+
+if TYPE_CHECKING:  # joserfc is imported by what signs, never by what only checks
+    from joserfc.jwk import ECKey, OKPKey
 
 ALG_BY_LABEL: dict[int, str] = {-7: "ES256", -8: "EdDSA", -19: "Ed25519"}
 LABEL_BY_ALG: dict[str, int] = {name: label for label, name in ALG_BY_LABEL.items()}
@@ -450,6 +451,8 @@ def _parse(octets: bytes) -> Element:
 
 
 def _sign_raw(key: ECKey | OKPKey, alg: str, data: bytes) -> bytes:
+    from joserfc.errors import JoseError
+
     try:
         private = key.get_op_key("sign")
     except JoseError as exc:

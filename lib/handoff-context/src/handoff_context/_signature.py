@@ -1,9 +1,10 @@
 """The signature layer shared by both forms (profile §2, §3, §4).
 
 Both forms sign with raw signatures: ES256 as 64-byte ``r||s`` and Ed25519 as 64 bytes, so
-one function checks either once the codec has produced the signing input. The arithmetic is
-joserfc's algorithm models over cryptography; the profile's own rules (exact sizes, scalar
-range, which key may be used) are checked here around them.
+one function checks either once the codec has produced the signing input. Verifying calls
+``cryptography`` directly; signing uses joserfc's algorithm models over it, imported only
+when something signs (a receiver that only checks never loads joserfc). The profile's own
+rules (exact sizes, scalar range, which key may be used) are checked here around them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
-from joserfc.jws import JWSRegistry
 
 from handoff_context._model import Element
 from handoff_context._trust import TrustedKey, TrustStore
@@ -29,13 +29,10 @@ _P256_N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 KTY_FOR_ALG = {"ES256": "EC", "Ed25519": "OKP", "EdDSA": "OKP"}
 SUPPORTED_ALGS = frozenset(KTY_FOR_ALG)
 
-# joserfc's "EdDSA" model warns about its deprecation on use; the Ed25519 model is the
-# same math without the warning, so both names use it (signing only: see verify_raw).
-_MODELS = {
-    "ES256": JWSRegistry.algorithms["ES256"],
-    "Ed25519": JWSRegistry.algorithms["Ed25519"],
-    "EdDSA": JWSRegistry.algorithms["Ed25519"],
-}
+# The joserfc model that signs for each algorithm. Its "EdDSA" model warns about its
+# deprecation on use; the Ed25519 model is the same math without the warning, so both names
+# use it (signing only: see verify_raw).
+_MODELS = {"ES256": "ES256", "Ed25519": "Ed25519", "EdDSA": "Ed25519"}
 
 # One ECDSA-with-SHA-256 parameter object for every ES256 verify (it holds no state).
 _ECDSA_SHA256 = ec.ECDSA(hashes.SHA256())
@@ -47,27 +44,31 @@ _OP_KEYS_LIMIT = 4096
 
 
 def _op_key(key: Any) -> tuple[Any, str]:
+    if isinstance(key, ec.EllipticCurvePublicKey | Ed25519PublicKey):
+        return key, _kind(key)  # a trusted key's own (TrustedKey.public)
     known = _OP_KEYS.get(id(key))
     if known is not None and known[0] is key:
         return known[1], known[2]
     op_key = key.get_op_key("verify")  # joserfc refuses a key whose key_ops exclude it
-    if isinstance(op_key, ec.EllipticCurvePublicKey) and isinstance(op_key.curve, ec.SECP256R1):
-        kind = "EC"
-    elif isinstance(op_key, Ed25519PublicKey):
-        kind = "OKP"
-    else:
-        kind = ""
+    kind = _kind(op_key)
     if len(_OP_KEYS) >= _OP_KEYS_LIMIT:
         _OP_KEYS.clear()
     _OP_KEYS[id(key)] = (key, op_key, kind)
     return op_key, kind
 
 
+def _kind(op_key: Any) -> str:
+    if isinstance(op_key, ec.EllipticCurvePublicKey) and isinstance(op_key.curve, ec.SECP256R1):
+        return "EC"
+    return "OKP" if isinstance(op_key, Ed25519PublicKey) else ""
+
+
 def verify_raw(alg: str, key: Any, signing_input: bytes, signature: bytes) -> bool:
     """True when ``signature`` over ``signing_input`` verifies under ``key`` with ``alg``.
 
-    ``key`` is a joserfc public key. Returns False (never raises) for a signature of the
-    wrong size, out-of-range scalars, or a key that does not fit ``alg`` (ES256 needs P-256).
+    ``key`` is a ``cryptography`` public key or a joserfc public key. Returns False (never
+    raises) for a signature of the wrong size, out-of-range scalars, or a key that does not
+    fit ``alg`` (ES256 needs P-256).
     Raises KeyError only for an algorithm outside SUPPORTED_ALGS (a programming error: the
     codecs refuse those while parsing).
 
@@ -96,7 +97,10 @@ def verify_raw(alg: str, key: Any, signing_input: bytes, signature: bytes) -> bo
 
 def sign_raw(alg: str, private_key: Any, signing_input: bytes) -> bytes:
     """Sign with a joserfc private key: raw ``r||s`` for ES256, 64 bytes for Ed25519."""
-    return bytes(_MODELS[alg].sign(signing_input, private_key))
+    model = _MODELS[alg]
+    from joserfc.jws import JWSRegistry
+
+    return bytes(JWSRegistry.algorithms[model].sign(signing_input, private_key))
 
 
 def verify_element(element: Element, trust: TrustStore, *, skew: int = 0) -> TrustedKey:
@@ -153,13 +157,13 @@ def verify_signed(
             raise CheckFailed(Reason.BAD_SIGNATURE, f"{iss!r} has no key that fits alg {alg}")
     valid = [k for k in chosen if k.invalid_at(iat, skew) is None]
     for key in valid:
-        if verify_raw(alg, key.key, signing_input, signature):
+        if verify_raw(alg, key.public, signing_input, signature):
             return key
     # A key that verifies but was not valid at iat says more than "bad signature": the
     # signer holds a withdrawn or revoked key (one more verify, on the failure path only).
     for key in chosen:
         why = key.invalid_at(iat, skew)
-        if why is not None and verify_raw(alg, key.key, signing_input, signature):
+        if why is not None and verify_raw(alg, key.public, signing_input, signature):
             raise CheckFailed(Reason.UNTRUSTED_KEY, f"{why}; {iss!r} no longer speaks with it")
     which = f"key {kid!r}" if kid is not None else f"any of the {len(chosen)} keys"
     raise CheckFailed(

@@ -308,7 +308,7 @@ def _verify_card_signature(config: SourceConfig, sig: object, payload: str) -> N
     if not signers:
         raise SourceError(f"kid {kid!r} names no configured signer key for {alg}")
     signing_input = f"{protected}.{payload}".encode("ascii")
-    if not any(verify_raw(str(alg), k.key, signing_input, raw) for k in signers):
+    if not any(verify_raw(str(alg), k.public, signing_input, raw) for k in signers):
         raise SourceError("the signature does not verify")
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
-from joserfc.jwk import ECKey, OKPKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from handoff_context._encoding import b64url_decode, strict_json_loads
+from handoff_context._encoding import b64url_decode, b64url_encode, strict_json_loads
 from handoff_context._model import MAX_KID, check_identifier
 from handoff_context.errors import MalformedError, TrustConfigError
 
@@ -30,19 +30,38 @@ _MAX_TRUST_FILE = 16 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class TrustedKey:
-    """One configured public key, imported once (importing costs about one verify)."""
+    """One configured public key, imported once (importing costs about one verify).
+
+    ``public`` is the ``cryptography`` key that verifies; ``key`` gives it as a joserfc key
+    for code that wants joserfc's API. Verifying never loads joserfc: with it comes
+    ``cryptography``'s X.509 layer, about a tenth of a second of every checking process's
+    start. Two keys compare equal when every member but ``public`` does (``thumbprint``
+    stands for the key material)."""
 
     issuer: str
     kid: str
     kty: str  # "EC" (P-256, for ES256) or "OKP" (Ed25519, for Ed25519/EdDSA)
-    key: Any  # joserfc ECKey or OKPKey, public only
-    thumbprint: str
+    public: ec.EllipticCurvePublicKey | Ed25519PublicKey = field(compare=False, repr=False)
+    thumbprint: str  # RFC 7638, SHA-256
     # Key history (trust sources, explicit revocations). None: no end. ``not_after``: the
     # time the key was last seen at its source before it went away; ``revoked_at``: an
     # explicit revocation. Elements are judged against the keys valid at their ``iat``.
     not_after: int | None = None
     revoked_at: int | None = None
     source: str | None = None  # the trust source it came from; None for a listed key
+
+    @property
+    def jwk(self) -> dict[str, str]:
+        """The public JWK: its key members (RFC 7518 §6.2.1, RFC 8037 §2) and ``kid``."""
+        return {**_key_members(self.public), "kid": self.kid}
+
+    @property
+    def key(self) -> Any:
+        """The key as a joserfc ``ECKey`` or ``OKPKey`` (public only), made on each access."""
+        from joserfc.jwk import ECKey, OKPKey
+
+        jwk: dict[str, str | list[str]] = {**self.jwk}
+        return ECKey.import_key(jwk) if self.kty == "EC" else OKPKey.import_key(jwk)
 
     def invalid_at(self, iat: int, skew: int) -> str | None:
         """Why this key cannot speak for an element issued at ``iat``; None when it can.
@@ -243,25 +262,22 @@ def _import_key(jwk: object, *, issuer: str, where: str) -> TrustedKey:
     except MalformedError as exc:
         raise TrustConfigError(f"{where} ({issuer}): every key needs a kid: {exc.detail}") from exc
     kty, crv = jwk.get("kty"), jwk.get("crv")
-    public: dict[str, str | list[str]]
+    public: ec.EllipticCurvePublicKey | Ed25519PublicKey
     if kty == "EC" and crv == "P-256":
         x = _b64_member(jwk, "x", where=where, size=32)
         y = _b64_member(jwk, "y", where=where, size=32)
         try:
-            ec.EllipticCurvePublicNumbers(
+            public = ec.EllipticCurvePublicNumbers(
                 int.from_bytes(x, "big"), int.from_bytes(y, "big"), ec.SECP256R1()
             ).public_key()
         except ValueError as exc:
             raise TrustConfigError(f"{where} ({issuer}): the point is not on P-256") from exc
-        public = {"kty": "EC", "crv": "P-256", "x": jwk["x"], "y": jwk["y"], "kid": kid}
-        key: Any = ECKey.import_key(public)
     elif kty == "OKP" and crv == "Ed25519":
         x = _b64_member(jwk, "x", where=where, size=32)
         problem = ed25519_key_problem(x)
         if problem:
             raise TrustConfigError(f"{where} ({issuer}): {problem}")
-        public = {"kty": "OKP", "crv": "Ed25519", "x": jwk["x"], "kid": kid}
-        key = OKPKey.import_key(public)
+        public = Ed25519PublicKey.from_public_bytes(x)
     else:
         raise TrustConfigError(
             f"{where} ({issuer}): unsupported key kty={kty!r} crv={crv!r}; "
@@ -271,7 +287,30 @@ def _import_key(jwk: object, *, issuer: str, where: str) -> TrustedKey:
     allowed = {"EC": {"ES256"}, "OKP": {"Ed25519", "EdDSA"}}[str(kty)]
     if alg is not None and alg not in allowed:
         raise TrustConfigError(f"{where} ({issuer}): alg {alg!r} does not fit a {kty} {crv} key")
-    return TrustedKey(issuer=issuer, kid=kid, kty=str(kty), key=key, thumbprint=key.thumbprint())
+    return TrustedKey(
+        issuer=issuer, kid=kid, kty=str(kty), public=public, thumbprint=thumbprint(public)
+    )
+
+
+def _key_members(public: ec.EllipticCurvePublicKey | Ed25519PublicKey) -> dict[str, str]:
+    """The members that make up a public key's JWK, as RFC 7638 §3.2 lists them."""
+    if isinstance(public, Ed25519PublicKey):
+        return {"crv": "Ed25519", "kty": "OKP", "x": b64url_encode(public.public_bytes_raw())}
+    numbers = public.public_numbers()
+    return {
+        "crv": "P-256",
+        "kty": "EC",
+        "x": b64url_encode(numbers.x.to_bytes(32, "big")),
+        "y": b64url_encode(numbers.y.to_bytes(32, "big")),
+    }
+
+
+def thumbprint(public: ec.EllipticCurvePublicKey | Ed25519PublicKey) -> str:
+    """The key's JWK thumbprint (RFC 7638, SHA-256): its required members in lexical order,
+    no white space, hashed, base64url without padding."""
+    members = _key_members(public)
+    text = json.dumps(members, sort_keys=True, separators=(",", ":"))
+    return b64url_encode(hashlib.sha256(text.encode()).digest())
 
 
 # --- Ed25519 public key validation (RFC 8032 5.1.3) -------------------------------------
