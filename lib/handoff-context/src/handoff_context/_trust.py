@@ -52,7 +52,8 @@ class TrustedKey:
 
     @property
     def jwk(self) -> dict[str, str]:
-        """The public JWK: its key members (RFC 7518 §6.2.1, RFC 8037 §2) and ``kid``."""
+        """The public JWK: its key members (RFC 7518 section 6.2.1, RFC 8037 section 2)
+        and ``kid``."""
         return {**_key_members(self.public), "kid": self.kid}
 
     @property
@@ -293,7 +294,7 @@ def _import_key(jwk: object, *, issuer: str, where: str) -> TrustedKey:
 
 
 def _key_members(public: ec.EllipticCurvePublicKey | Ed25519PublicKey) -> dict[str, str]:
-    """The members that make up a public key's JWK, as RFC 7638 §3.2 lists them."""
+    """The members that make up a public key's JWK, as RFC 7638 section 3.2 lists them."""
     if isinstance(public, Ed25519PublicKey):
         return {"crv": "Ed25519", "kty": "OKP", "x": b64url_encode(public.public_bytes_raw())}
     numbers = public.public_numbers()
