@@ -214,6 +214,9 @@ def hop_state_of_a2a(task_state: str) -> HopState | None:
 _ACCEPTING = (StatusState.ACCEPTED, StatusState.COMPLETED, StatusState.FAILED)
 _OUTCOMES = (StatusState.COMPLETED, StatusState.FAILED)
 _NOT_TERMINAL_REASONS = ("stale", "replay")
+# The states with one slot each, listed once (iterating the enum, and reading its members,
+# costs a call through its metaclass each time).
+_SLOTTED = tuple(state for state in StatusState if state is not StatusState.CANCELED)
 
 
 def _signed_order(status: StatusFact) -> tuple[int, bytes]:
@@ -309,7 +312,7 @@ def _status_conflicts(h: _Hop) -> Iterator[Flag]:
             opened = max(_first_received(left), _first_received(right))
             detail = f"{variant} ({how}); the hop is {h.state}"
             yield h.flag(FlagKind.STATUS_CONFLICT, left + right, opened, detail, variant=variant)
-    slots = [h.of(state) for state in StatusState if state is not StatusState.CANCELED]
+    slots = [h.of(state) for state in _SLOTTED]
     if doubled := [group for group in slots if len(group) > 1]:
         # The condition holds from the second element of the first slot to be doubled.
         opened = min(sorted(s.received_at for s in group)[1] for group in doubled)
