@@ -217,6 +217,7 @@ _NOT_TERMINAL_REASONS = ("stale", "replay")
 # The states with one slot each, listed once (iterating the enum, and reading its members,
 # costs a call through its metaclass each time).
 _SLOTTED = tuple(state for state in StatusState if state is not StatusState.CANCELED)
+_REJECTED = StatusState.REJECTED
 
 
 def _signed_order(status: StatusFact) -> tuple[int, bytes]:
@@ -231,7 +232,7 @@ def _unique_statuses(statuses: Sequence[StatusFact]) -> tuple[StatusFact, ...]:
     """One fact per digest, stale/replay rejections dropped (profile §8), in signed order."""
     kept: dict[bytes, StatusFact] = {}
     for s in sorted(statuses, key=_total_key, reverse=True):  # the smallest duplicate stays
-        if not (s.state is StatusState.REJECTED and s.reason in _NOT_TERMINAL_REASONS):
+        if not (s.state is _REJECTED and s.reason in _NOT_TERMINAL_REASONS):
             kept[s.digest] = s
     return tuple(sorted(kept.values(), key=_signed_order))
 

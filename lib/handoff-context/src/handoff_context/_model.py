@@ -210,6 +210,10 @@ def _common(payload: Mapping[str, Any], expected_type: ElementType) -> None:
         raise MalformedError(f"type must be {expected_type.value!r}")
 
 
+# Read once (see ``_JWS``): every element parsed names its type.
+_OFFER, _STATUS = ElementType.OFFER, ElementType.STATUS
+
+
 def _hop(payload: Mapping[str, Any]) -> str:
     hop = payload.get("hop")
     if not isinstance(hop, str) or not HOP_RE.match(hop):
@@ -247,7 +251,7 @@ class Offer:
     @classmethod
     def from_mapping(cls, payload: Mapping[str, Any], *, form: Form) -> Offer:
         """Validate a decoded payload map. Raises MalformedError."""
-        _common(payload, ElementType.OFFER)
+        _common(payload, _OFFER)
         for key in ("dialog", "iss", "aud", "iat", "exp"):
             if key not in payload:
                 raise MalformedError(f"offer is missing {key}")
@@ -298,7 +302,7 @@ class Status:
     @classmethod
     def from_mapping(cls, payload: Mapping[str, Any], *, form: Form) -> Status:
         """Validate a decoded payload map. Raises MalformedError."""
-        _common(payload, ElementType.STATUS)
+        _common(payload, _STATUS)
         for key in ("offer", "iss", "aud", "iat", "state"):
             if key not in payload:
                 raise MalformedError(f"status is missing {key}")
