@@ -386,7 +386,7 @@ class Judge:
             ctx=ctx,
             octets=element.octets,
             form=element.form,
-            outcome=verdict.outcome.value,
+            outcome=verdict.outcome._value_,
             reason=None if verdict.reason is None else verdict.reason.value,
         )
         p = element.payload

@@ -140,7 +140,7 @@ def verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int)
     return {
         "digest": verdict.digest,
         "element": verdict.element,
-        "outcome": verdict.outcome.value,
+        "outcome": verdict.outcome._value_,
         "reason": None if verdict.reason is None else verdict.reason.value,
         "detail": verdict.detail,
         "checks": _check_list(verdict.checks),

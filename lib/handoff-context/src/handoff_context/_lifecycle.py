@@ -218,6 +218,8 @@ _NOT_TERMINAL_REASONS = ("stale", "replay")
 # costs a call through its metaclass each time).
 _SLOTTED = tuple(state for state in StatusState if state is not StatusState.CANCELED)
 _REJECTED = StatusState.REJECTED
+# The hop state a status sets, by its state (the same text): a lookup, not an enum call.
+_HOP_STATE = {state: HopState(state.value) for state in StatusState}
 
 
 def _signed_order(status: StatusFact) -> tuple[int, bytes]:
@@ -239,7 +241,7 @@ def _unique_statuses(statuses: Sequence[StatusFact]) -> tuple[StatusFact, ...]:
 
 def _total_key(s: StatusFact) -> tuple[int, int, str, str, bool, str, int, bytes]:
     reason = (s.reason is None, s.reason or "")
-    return (s.received_at, s.iat, s.state.value, s.iss, *reason, s.refs, s.digest)
+    return (s.received_at, s.iat, s.state._value_, s.iss, *reason, s.refs, s.digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +298,7 @@ def _derive_state(offer: OfferFact, sts: tuple[StatusFact, ...], now: int, timin
     ):
         setter = cancel
     assert setter is not None  # sts is not empty, so one of the slots above is filled
-    state = HopState(setter.state.value)
+    state = _HOP_STATE[setter.state]
     terminal = None if state is HopState.ACCEPTED else _first_received(hop.of(setter.state))
     accepted_at = _first_received(hop.of(*_ACCEPTING)) if accepted else None
     return _Hop(offer, sts, now, timing, state, setter, accepted_at, terminal)

@@ -258,7 +258,7 @@ class Verifier:
 
     def _offer(self, obj: HandoffObject, ctx: Context, source: str, *, apart: bool) -> Judged:
         """The offer checks; ``apart``: past a replay verdict, go on without the memory."""
-        verdict = Verdict(source=source, element="offer", form=obj.form.value)
+        verdict = Verdict(source=source, element="offer", form=obj.form._value_)
         verdict.chain = ChainReport(
             carried=obj.chain_carried, length=len(obj.chain) + 1, partial=False
         )
@@ -451,7 +451,7 @@ class Verifier:
         self, octets: bytes, form: Form, ctx: Context, source: str, *, apart: bool
     ) -> Judged:
         """The status checks; ``apart``: past a retransmission, go on without the memory."""
-        verdict = Verdict(source=source, element="status", form=form.value)
+        verdict = Verdict(source=source, element="status", form=form._value_)
         run = _Run(verdict, STATUS_CHECKS)
         reported: Verdict | None = None  # set when the memory decided the verdict
         try:
