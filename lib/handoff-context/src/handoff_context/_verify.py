@@ -305,17 +305,20 @@ class Verifier:
 
     def _parse_as(self, octets: bytes, form: Form, kind: type, run: _Run) -> Element:
         # The digest names the octets even when they do not parse, so a rejected element
-        # can still be found and deduplicated.
-        run.verdict.digest = handoff_digest(octets)
+        # can still be found and deduplicated; an element that parses carries it (the
+        # SHA-256 of the same octets, taken once, by its parser).
         try:
             element = parse_element(octets, form)
         except MalformedError as exc:
+            run.verdict.digest = handoff_digest(octets)
             run.verdict.reason, run.verdict.detail = Reason.MALFORMED, exc.detail
             raise _Stop() from exc
         except EmbeddedKeyError as exc:  # a key carried inside the message (profile §2)
+            run.verdict.digest = handoff_digest(octets)
             if isinstance(exc.payload, Offer | Status):
                 self._name(run.verdict, exc.payload)
             raise run.fail("signature", exc.reason, exc.detail) from exc
+        run.verdict.digest = element.digest
         if not isinstance(element.payload, kind):
             found = element.payload.type.value
             run.verdict.reason = Reason.MALFORMED
