@@ -119,10 +119,15 @@ def may_hold_items(raw: bytes, accepted: frozenset[str] = DEFAULT_TYPES) -> bool
     (``\\u``, ``\\/``) may spell any of these, and the Kelvin sign lowers to ``k``: either
     makes the answer True. A few substring searches, each a C scan of the octets (a
     regular expression of the same needles took as long as the walk it saves)."""
-    if b"\\" in raw or b"case_" in raw or (not raw.isascii() and _KELVIN in raw):
-        return True  # an escape of any kind, a member name, or the Kelvin sign
+    # ``find``, not ``in``: CPython 3.11's ``bytes.__contains__`` first reads its operand as
+    # an integer, raising and clearing a TypeError with a formatted message (~900
+    # instructions more a search).
+    if raw.find(b"\\") >= 0 or raw.find(b"case_") >= 0:
+        return True  # an escape of any kind, or a member name
+    if not raw.isascii() and raw.find(_KELVIN) >= 0:
+        return True  # the Kelvin sign
     lowered = raw.lower()  # ASCII only, as a media type read in lower case needs
-    return any(t in lowered for t in _media_needles(accepted))
+    return any(lowered.find(t) >= 0 for t in _media_needles(accepted))
 
 
 _KELVIN = "\u212a".encode()

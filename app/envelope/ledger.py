@@ -222,6 +222,14 @@ def first_receivers(items: Iterable[Item]) -> dict[str, tuple[str, bytes]]:
 
 
 _MESSAGES = (ItemKind.HANDOFF.value, ItemKind.INVALID.value)
+# An item's kind is its text: compared with these, read once, not with ``ItemKind.X``, which
+# Python 3.11 reads through the enum metaclass's ``__getattr__`` hook (~900 instructions a
+# read, a few reads an item for each of the ledger's passes).
+_HANDOFF = ItemKind.HANDOFF.value
+_ACCEPTED = ItemKind.ACCEPTED.value
+_REJECTED = ItemKind.REJECTED.value
+_EVENT = ItemKind.EVENT.value
+_INVALID = ItemKind.INVALID.value
 
 
 def derive_ledger(
@@ -274,7 +282,7 @@ def _handoffs(ordered: Sequence[Item]) -> dict[str, _Handoff]:
     """Valid handoffs by id, each with its receipts (a resend carries the same id)."""
     found: dict[str, _Handoff] = {}
     for item in ordered:
-        if item.kind == ItemKind.HANDOFF and item.handoff_id:
+        if item.kind == _HANDOFF and item.handoff_id:
             found.setdefault(item.handoff_id, _Handoff(item.handoff_id, item)).items.append(item)
     return found
 
@@ -292,10 +300,10 @@ def _links(ordered: Sequence[Item], handoffs: Mapping[str, _Handoff]) -> dict[st
             by_epoch.setdefault(h.first.epoch, h)
     links: dict[str, _Handoff] = {}
     for item in ordered:
-        if item.kind not in (ItemKind.ACCEPTED, ItemKind.REJECTED):
+        if item.kind not in (_ACCEPTED, _REJECTED):
             continue
         linked = handoffs.get(item.handoff_id or "") or by_task.get(item.task_id or "")
-        if linked is None and item.kind == ItemKind.ACCEPTED and item.epoch:
+        if linked is None and item.kind == _ACCEPTED and item.epoch:
             linked = by_epoch.get(item.epoch - 1)
         if linked is not None:
             links[item.key] = linked
@@ -310,7 +318,7 @@ def _bands(
 ) -> list[_Band]:
     bands: dict[int, _Band] = {}
     for item in ordered:
-        if item.kind != ItemKind.ACCEPTED or item.epoch is None:
+        if item.kind != _ACCEPTED or item.epoch is None:
             continue
         linked = links.get(item.key)
         owner = (linked.to_agent if linked else None) or UNKNOWN_AGENT
@@ -353,15 +361,15 @@ def _event(
     item: Item, links: Mapping[str, _Handoff], handoffs: Mapping[str, _Handoff]
 ) -> CaseEvent:
     kind, agent, handoff_id, detail = item.kind, item.agent, item.handoff_id, item.detail
-    if item.kind == ItemKind.EVENT:
+    if item.kind == _EVENT:
         kind = item.action or "act"
-    elif item.kind in (ItemKind.ACCEPTED, ItemKind.REJECTED):
+    elif item.kind in (_ACCEPTED, _REJECTED):
         linked = links.get(item.key)
         agent = linked.to_agent if linked else None
         handoff_id = linked.handoff_id if linked else item.handoff_id
-    elif item.kind == ItemKind.INVALID:
+    elif item.kind == _INVALID:
         detail = "; ".join(item.errors + tuple(f"version drift: {m}" for m in item.drift))
-    outcome = item.outcome if item.kind == ItemKind.EVENT else None
+    outcome = item.outcome if item.kind == _EVENT else None
     return CaseEvent(item.at, kind, agent, item.epoch, handoff_id, outcome, detail, item.source)
 
 
@@ -379,7 +387,7 @@ def _handoff_of(item: Item) -> str:
 def _message_flags(ordered: Sequence[Item], rules: CaseRules, flags: _Flags) -> None:
     """What one message shows on its own: its envelope, references, text and facts."""
     for item in ordered:
-        if item.kind == ItemKind.INVALID and item.errors:
+        if item.kind == _INVALID and item.errors:
             detail = "; ".join(item.errors)
             flags.of_message(
                 EnvelopeFlagKind.INVALID_ENVELOPE, item, variant=_invalid(item), detail=detail
@@ -423,7 +431,7 @@ def _reference_flags(item: Item, flags: _Flags) -> None:
 
 
 def _unsourced(item: Item) -> list[str]:
-    if item.kind != ItemKind.HANDOFF or item.envelope is None:
+    if item.kind != _HANDOFF or item.envelope is None:
         return []
     facts = item.envelope.get("facts")
     return [
@@ -470,7 +478,7 @@ def band_at(bands: Sequence[_B], at: int) -> _B | None:
 
 def _fenced_writes(ordered: Sequence[Item], bands: Sequence[_Band], flags: _Flags) -> None:
     for item in ordered:
-        if item.kind != ItemKind.EVENT or item.action not in ("write", "act"):
+        if item.kind != _EVENT or item.action not in ("write", "act"):
             continue
         band = band_at(bands, item.at)
         if band is None or not fenced(item.epoch, band):
@@ -499,7 +507,7 @@ def _releases(
     flags: _Flags,
 ) -> None:
     for mark in ordered:
-        if mark.kind != ItemKind.EVENT or mark.action != "handed-off":
+        if mark.kind != _EVENT or mark.action != "handed-off":
             continue
         band = band_at(bands, mark.at)
         if band is not None and band.owner != mark.agent:
@@ -551,14 +559,14 @@ def _lost(
             continue
         sender = h.first.agent
         released = any(
-            i.kind == ItemKind.EVENT
+            i.kind == _EVENT
             and i.agent == sender
             and i.action == "handed-off"
             and h.first.at <= i.at <= due
             for i in ordered
         )
         active = any(
-            i.kind == ItemKind.EVENT
+            i.kind == _EVENT
             and i.agent == sender
             and i.action in ("write", "act")
             and i.at > h.first.at

@@ -83,6 +83,11 @@ from app.store.records import (
 from app.store.rejected import keep_refused
 from app.store.writebehind import BatchWrites, by_observation
 
+# Read once: Python 3.11 reads ``Enum.X`` through the enum metaclass's ``__getattr__`` hook
+# (~900 instructions a read), and these are read for every item.
+_MALFORMED = Reason.MALFORMED
+_PASS = Result.PASS
+
 
 def refuse(
     pipeline: Pipeline, session: Session, item: Carried, unparsed: Unparsed, now: int, locks: Locks
@@ -338,7 +343,7 @@ class Judge:
         # and flags are derived from (the same verdict unless it depends on the memory).
         both = self.verifier.judge_object(obj, ctx, source=item.source)
         verdict, judged = both.verdict, both.without_replay
-        if verdict.reason is Reason.MALFORMED:  # e.g. a status where an offer belongs
+        if verdict.reason is _MALFORMED:  # e.g. a status where an offer belongs
             return Done(verdict)
         self.memory.store(element)  # a no-op for an offer that verified (stored already)
         new = not known_before and element.digest in self.memory.inserted
@@ -381,7 +386,7 @@ class Judge:
             ctx=ctx,
             octets=element.octets,
             form=element.form,
-            outcome=verdict.outcome.value,
+            outcome=verdict.outcome._value_,
             reason=None if verdict.reason is None else verdict.reason.value,
         )
         p = element.payload
@@ -428,7 +433,7 @@ class Judge:
         hops) when the chain check passed; known offers either way."""
         if judged.chain is None:
             return set()
-        known = {e.digest for e in judged.chain.elements if e.result is Result.PASS and e.digest}
+        known = {e.digest for e in judged.chain.elements if e.result is _PASS and e.digest}
         if judged.chain.carried and _passed(judged, "chain"):
             for e in judged.chain.elements:
                 assert e.digest is not None
@@ -510,4 +515,4 @@ class Judge:
 
 
 def _passed(verdict: Verdict, check: str) -> bool:
-    return any(c.check == check and c.result is Result.PASS for c in verdict.checks)
+    return any(c.check == check and c.result is _PASS for c in verdict.checks)

@@ -123,7 +123,7 @@ def host_values(
         "seq": state.seq,
         "received_by": received_by,
         "source": state.source,
-        "carrier": state.carrier.value,
+        "carrier": state.carrier._value_,
         "element": isinstance(state, Carried),
         "ingested_at": now,
         "observation_key": key,

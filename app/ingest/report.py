@@ -71,7 +71,7 @@ class IngestReport:
             self._where[observation] = self._first + len(self.verdicts)
         self.verdicts.append(verdict)
         self._observations.append(observation)
-        self._outcomes[verdict.outcome.value] += 1
+        self._outcomes[verdict.outcome._value_] += 1
         if self.sink is not None and len(self.verdicts) > VERDICT_WINDOW:
             self._hand_on(len(self.verdicts) - VERDICT_WINDOW)
 

@@ -51,8 +51,8 @@ def element_values(element: Element, *, now: int) -> dict[str, object]:
     p = element.payload
     values: dict[str, object] = {
         "digest": element.digest,
-        "form": element.form.value,
-        "type": p.type.value,
+        "form": element.form._value_,
+        "type": p.type._value_,
         "octets": element.octets,
         "iss": p.iss,
         "aud": p.aud,
@@ -67,7 +67,7 @@ def element_values(element: Element, *, now: int) -> dict[str, object]:
         values.update(hop_iss=p.hop_owner, dialog=p.dialog, task=p.task, exp=p.exp)
         values.update(offer=None, state=None, reason=None)
     else:
-        values.update(hop_iss=p.hop_owner, offer=p.offer, state=p.state.value, reason=p.reason)
+        values.update(hop_iss=p.hop_owner, offer=p.offer, state=p.state._value_, reason=p.reason)
         values.update(dialog=None, task=None, exp=None)
     return values
 

@@ -22,6 +22,10 @@ from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow,
 
 # Profile §6.4: the replay memory holds what passed checks 1-3.
 _REMEMBERED_AFTER = ("signature", "audience", "freshness")
+# Read once: Python 3.11 reads ``Enum.X`` through the enum metaclass's ``__getattr__`` hook
+# (~900 instructions a read), and this runs for every verdict.
+_REMEMBERED_RESULTS = (Result.PASS, Result.NOT_CHECKED)
+_ACCEPT = Outcome.ACCEPT
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +41,9 @@ class Judgement:
         """Read a judgement off a verdict made with an empty replay memory."""
         results = {c.check: c.result for c in verdict.checks}
         remembered = verdict.element == "offer" and all(
-            results.get(name) in (Result.PASS, Result.NOT_CHECKED) for name in _REMEMBERED_AFTER
+            results.get(name) in _REMEMBERED_RESULTS for name in _REMEMBERED_AFTER
         )
-        valid = verdict.outcome is Outcome.ACCEPT
+        valid = verdict.outcome is _ACCEPT
         fault = verdict.reason.value if verdict.reason is not None else None
         return cls(remembered=remembered, valid=valid, fault=None if valid else fault)
 
@@ -136,7 +140,7 @@ def verdict_values(verdict: Verdict, judgement: Judgement, trust: str, now: int)
     return {
         "digest": verdict.digest,
         "element": verdict.element,
-        "outcome": verdict.outcome.value,
+        "outcome": verdict.outcome._value_,
         "reason": None if verdict.reason is None else verdict.reason.value,
         "detail": verdict.detail,
         "checks": _check_list(verdict.checks),

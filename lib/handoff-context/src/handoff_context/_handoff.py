@@ -14,6 +14,10 @@ from handoff_context._model import Form
 from handoff_context._typed import as_json
 from handoff_context.errors import MalformedError
 
+# Enum members read on every element are module constants: Python 3.11 reads ``Enum.X``
+# through the enum metaclass's ``__getattr__`` hook, ~900 instructions a read.
+_JWS, _COSE = Form.JWS, Form.COSE
+
 
 @dataclass(frozen=True, slots=True)
 class HandoffObject:
@@ -38,13 +42,13 @@ def _element_octets(value: object, *, what: str, limit: int) -> tuple[bytes, For
         if len(value) > limit:
             raise MalformedError(f"{what} is larger than {limit} octets")
         try:
-            return value.encode("ascii"), Form.JWS
+            return value.encode("ascii"), _JWS
         except UnicodeEncodeError as exc:
             raise MalformedError(f"{what} is not ASCII compact JWS") from exc
     if isinstance(value, bytes):
         if len(value) > limit:
             raise MalformedError(f"{what} is larger than {limit} octets")
-        return value, Form.COSE
+        return value, _COSE
     raise MalformedError(f"{what} must be a compact JWS string or a COSE byte string")
 
 

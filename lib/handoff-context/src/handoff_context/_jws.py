@@ -32,6 +32,10 @@ from handoff_context._model import (
 from handoff_context._signature import SUPPORTED_ALGS, sign_raw
 from handoff_context.errors import EmbeddedKeyError, MalformedError
 
+# Enum members read on every element are module constants: Python 3.11 reads ``Enum.X``
+# through the enum metaclass's ``__getattr__`` hook, ~900 instructions a read.
+_JWS = Form.JWS
+
 OFFER_TYP = "handoff-offer+jws"
 STATUS_TYP = "handoff-status+jws"
 TYP_FOR_TYPE = {ElementType.OFFER: OFFER_TYP, ElementType.STATUS: STATUS_TYP}
@@ -45,9 +49,7 @@ def _refuse_embedded_keys(header: Mapping[str, Any], payload_raw: bytes) -> None
     carried = sorted(KEY_CARRYING_HEADER & set(header))
     if carried:
         try:
-            payload = try_read_payload(
-                strict_json_loads(payload_raw, what="payload"), form=Form.JWS
-            )
+            payload = try_read_payload(strict_json_loads(payload_raw, what="payload"), form=_JWS)
         except MalformedError:
             payload = None
         raise EmbeddedKeyError(
@@ -121,12 +123,12 @@ def parse(octets: bytes) -> Element:
     payload_doc = strict_json_loads(payload_raw, what="payload")
     if not isinstance(payload_doc, dict):
         raise MalformedError("payload must be a JSON object")
-    payload = read_payload(payload_doc, form=Form.JWS)
+    payload = read_payload(payload_doc, form=_JWS)
     if TYP_FOR_TYPE[payload.type] != header.content_type:
         raise MalformedError(f"header typ {header.content_type!r} does not match a {payload.type}")
     signing_input = f"{header_b64}.{payload_b64}".encode("ascii")
     return Element(
-        form=Form.JWS,
+        form=_JWS,
         octets=bytes(octets),
         digest=handoff_digest(octets),
         header=header,

@@ -214,6 +214,12 @@ def hop_state_of_a2a(task_state: str) -> HopState | None:
 _ACCEPTING = (StatusState.ACCEPTED, StatusState.COMPLETED, StatusState.FAILED)
 _OUTCOMES = (StatusState.COMPLETED, StatusState.FAILED)
 _NOT_TERMINAL_REASONS = ("stale", "replay")
+# The states with one slot each, listed once (iterating the enum, and reading its members,
+# costs a call through its metaclass each time).
+_SLOTTED = tuple(state for state in StatusState if state is not StatusState.CANCELED)
+_REJECTED = StatusState.REJECTED
+# The hop state a status sets, by its state (the same text): a lookup, not an enum call.
+_HOP_STATE = {state: HopState(state.value) for state in StatusState}
 
 
 def _signed_order(status: StatusFact) -> tuple[int, bytes]:
@@ -228,14 +234,14 @@ def _unique_statuses(statuses: Sequence[StatusFact]) -> tuple[StatusFact, ...]:
     """One fact per digest, stale/replay rejections dropped (profile §8), in signed order."""
     kept: dict[bytes, StatusFact] = {}
     for s in sorted(statuses, key=_total_key, reverse=True):  # the smallest duplicate stays
-        if not (s.state is StatusState.REJECTED and s.reason in _NOT_TERMINAL_REASONS):
+        if not (s.state is _REJECTED and s.reason in _NOT_TERMINAL_REASONS):
             kept[s.digest] = s
     return tuple(sorted(kept.values(), key=_signed_order))
 
 
 def _total_key(s: StatusFact) -> tuple[int, int, str, str, bool, str, int, bytes]:
     reason = (s.reason is None, s.reason or "")
-    return (s.received_at, s.iat, s.state.value, s.iss, *reason, s.refs, s.digest)
+    return (s.received_at, s.iat, s.state._value_, s.iss, *reason, s.refs, s.digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +298,7 @@ def _derive_state(offer: OfferFact, sts: tuple[StatusFact, ...], now: int, timin
     ):
         setter = cancel
     assert setter is not None  # sts is not empty, so one of the slots above is filled
-    state = HopState(setter.state.value)
+    state = _HOP_STATE[setter.state]
     terminal = None if state is HopState.ACCEPTED else _first_received(hop.of(setter.state))
     accepted_at = _first_received(hop.of(*_ACCEPTING)) if accepted else None
     return _Hop(offer, sts, now, timing, state, setter, accepted_at, terminal)
@@ -309,7 +315,7 @@ def _status_conflicts(h: _Hop) -> Iterator[Flag]:
             opened = max(_first_received(left), _first_received(right))
             detail = f"{variant} ({how}); the hop is {h.state}"
             yield h.flag(FlagKind.STATUS_CONFLICT, left + right, opened, detail, variant=variant)
-    slots = [h.of(state) for state in StatusState if state is not StatusState.CANCELED]
+    slots = [h.of(state) for state in _SLOTTED]
     if doubled := [group for group in slots if len(group) > 1]:
         # The condition holds from the second element of the first slot to be doubled.
         opened = min(sorted(s.received_at for s in group)[1] for group in doubled)

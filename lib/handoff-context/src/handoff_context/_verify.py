@@ -49,6 +49,12 @@ from handoff_context._verdict import (
 )
 from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError, Reason
 
+# Enum members read on every element are module constants: Python 3.11 reads ``Enum.X``
+# through the enum metaclass's ``__getattr__`` hook, ~900 instructions a read.
+_PASS, _NOT_CHECKED = Result.PASS, Result.NOT_CHECKED
+_ACCEPT = Outcome.ACCEPT
+_JWS = Form.JWS
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:
@@ -78,7 +84,7 @@ def parse_element(octets: bytes, form: Form) -> Element:
     Elements are immutable, so the last ones parsed are kept: ingest meets the same octets
     several times in one item (its lock keys, the checks, the chain, the stored offer a
     status names), and a parse costs about as much as a signature check."""
-    return jws.parse(octets) if form is Form.JWS else cose.parse(octets)
+    return jws.parse(octets) if form is _JWS else cose.parse(octets)
 
 
 class _VerifiedCache:
@@ -252,7 +258,7 @@ class Verifier:
 
     def _offer(self, obj: HandoffObject, ctx: Context, source: str, *, apart: bool) -> Judged:
         """The offer checks; ``apart``: past a replay verdict, go on without the memory."""
-        verdict = Verdict(source=source, element="offer", form=obj.form.value)
+        verdict = Verdict(source=source, element="offer", form=obj.form._value_)
         verdict.chain = ChainReport(
             carried=obj.chain_carried, length=len(obj.chain) + 1, partial=False
         )
@@ -270,7 +276,7 @@ class Verifier:
             first, recorded = self.replay.remember(element)
             evidence = replay_result(first, element)
             if evidence is None and recorded:
-                run.record("replay", Result.PASS)
+                run.record("replay", _PASS)
             else:
                 apart_run = run.fork() if apart else None
                 self._replay(element, evidence, run)
@@ -279,13 +285,13 @@ class Verifier:
                     return Judged(reported, reported)
                 # Without the memory the element is seen for the first time (§6.4).
                 run = apart_run
-                run.record("replay", Result.PASS)
+                run.record("replay", _PASS)
             self._dialog(offer, ctx, run)
             self._chain(element, obj, ctx, run)
             self._refs(offer, run)
         except _Stop:
             return _judged(reported, run.finish())
-        run.verdict.outcome = Outcome.ACCEPT
+        run.verdict.outcome = _ACCEPT
         return _judged(reported, run.finish())
 
     @staticmethod
@@ -299,17 +305,20 @@ class Verifier:
 
     def _parse_as(self, octets: bytes, form: Form, kind: type, run: _Run) -> Element:
         # The digest names the octets even when they do not parse, so a rejected element
-        # can still be found and deduplicated.
-        run.verdict.digest = handoff_digest(octets)
+        # can still be found and deduplicated; an element that parses carries it (the
+        # SHA-256 of the same octets, taken once, by its parser).
         try:
             element = parse_element(octets, form)
         except MalformedError as exc:
+            run.verdict.digest = handoff_digest(octets)
             run.verdict.reason, run.verdict.detail = Reason.MALFORMED, exc.detail
             raise _Stop() from exc
         except EmbeddedKeyError as exc:  # a key carried inside the message (profile §2)
+            run.verdict.digest = handoff_digest(octets)
             if isinstance(exc.payload, Offer | Status):
                 self._name(run.verdict, exc.payload)
             raise run.fail("signature", exc.reason, exc.detail) from exc
+        run.verdict.digest = element.digest
         if not isinstance(element.payload, kind):
             found = element.payload.type.value
             run.verdict.reason = Reason.MALFORMED
@@ -334,11 +343,11 @@ class Verifier:
         assert self.offers is not None
         if element.is_offer:
             self.offers.add_offer(element)
-        run.record("signature", Result.PASS)
+        run.record("signature", _PASS)
 
     def _audience(self, offer: Offer, ctx: Context, run: _Run) -> None:
         if ctx.receiver is None:
-            run.record("audience", Result.NOT_CHECKED, "no receiver identifier known")
+            run.record("audience", _NOT_CHECKED, "no receiver identifier known")
         elif offer.aud != ctx.receiver:
             raise run.fail(
                 "audience",
@@ -346,7 +355,7 @@ class Verifier:
                 f"aud {offer.aud!r} is not the receiver {ctx.receiver!r}",
             )
         else:
-            run.record("audience", Result.PASS)
+            run.record("audience", _PASS)
 
     def _freshness(self, offer: Offer, ctx: Context, run: _Run) -> None:
         skew = self.policy.skew
@@ -369,14 +378,14 @@ class Verifier:
                 Reason.POLICY,
                 f"lifetime {lifetime} s exceeds the maximum {self.policy.max_lifetime} s",
             )
-        run.record("freshness", Result.PASS)
+        run.record("freshness", _PASS)
 
     @staticmethod
     def _replay(element: Element, evidence: Equivocation | None, run: _Run) -> None:
         """The verdict the replay memory decides (profile §6.4): a retransmission (the
         pipeline stops without a rejection) or an equivocation."""
         if evidence is None:
-            run.record("replay", Result.PASS)
+            run.record("replay", _PASS)
             run.verdict.outcome = Outcome.DUPLICATE
             run.verdict.detail = "retransmission: the same octets were seen before"
             return
@@ -390,7 +399,7 @@ class Verifier:
 
     def _dialog(self, offer: Offer, ctx: Context, run: _Run) -> None:
         if ctx.dialog is None:
-            run.record("dialog", Result.NOT_CHECKED, "the carrier's dialog is not known")
+            run.record("dialog", _NOT_CHECKED, "the carrier's dialog is not known")
         elif offer.dialog != ctx.dialog:
             raise run.fail(
                 "dialog",
@@ -398,7 +407,7 @@ class Verifier:
                 f"dialog {offer.dialog!r} is not the carrier's {ctx.dialog!r}",
             )
         else:
-            run.record("dialog", Result.PASS)
+            run.record("dialog", _PASS)
 
     def _chain(self, element: Element, obj: HandoffObject, ctx: Context, run: _Run) -> None:
         offer = element.payload
@@ -406,9 +415,9 @@ class Verifier:
         if not obj.chain:
             if offer.prev is not None:
                 run.verdict.chain.partial = True
-                run.record("chain", Result.NOT_CHECKED, "prev is set but no chain is carried")
+                run.record("chain", _NOT_CHECKED, "prev is set but no chain is carried")
             else:
-                run.record("chain", Result.PASS)
+                run.record("chain", _PASS)
             return
         assert self.offers is not None
         try:
@@ -424,7 +433,7 @@ class Verifier:
             )
         except CheckFailed as exc:
             raise run.fail("chain", exc.reason, exc.detail) from exc
-        run.record("chain", Result.PASS)
+        run.record("chain", _PASS)
 
     def _refs(self, offer: Offer, run: _Run) -> None:
         reports, reason, detail = check_refs(offer.refs, self.policy.ref_policy, self.objects)
@@ -432,9 +441,9 @@ class Verifier:
         if reason is not None:
             raise run.fail("refs", reason, detail or "")
         if not offer.refs or self.policy.ref_policy is RefPolicy.NONE:
-            run.record("refs", Result.NOT_CHECKED)
+            run.record("refs", _NOT_CHECKED)
         else:
-            run.record("refs", Result.PASS)
+            run.record("refs", _PASS)
 
     # -- statuses (profile §6.8) ----------------------------------------------
 
@@ -445,7 +454,7 @@ class Verifier:
         self, octets: bytes, form: Form, ctx: Context, source: str, *, apart: bool
     ) -> Judged:
         """The status checks; ``apart``: past a retransmission, go on without the memory."""
-        verdict = Verdict(source=source, element="status", form=form.value)
+        verdict = Verdict(source=source, element="status", form=form._value_)
         run = _Run(verdict, STATUS_CHECKS)
         reported: Verdict | None = None  # set when the memory decided the verdict
         try:
@@ -474,14 +483,14 @@ class Verifier:
             self._status_parties(status, offer, run)
         except _Stop:
             return _judged(reported, run.finish())
-        run.verdict.outcome = Outcome.ACCEPT
+        run.verdict.outcome = _ACCEPT
         return _judged(reported, run.finish())
 
     def _status_offer(self, status: Status, run: _Run) -> Offer | None:
         assert self.offers is not None
         known = self.offers.get_offer(status.offer)
         if known is None:
-            run.record("offer", Result.NOT_CHECKED, "offer not known")
+            run.record("offer", _NOT_CHECKED, "offer not known")
             return None
         offer = known.payload
         assert isinstance(offer, Offer)
@@ -492,7 +501,7 @@ class Verifier:
                 f"hop {status.hop!r} is not the named offer's hop {offer.hop!r}",
             )
         run.verdict.dialog = offer.dialog
-        run.record("offer", Result.PASS)
+        run.record("offer", _PASS)
         return offer
 
     def _status_parties(self, status: Status, offer: Offer, run: _Run) -> None:
@@ -506,7 +515,7 @@ class Verifier:
                 f"a {status.state.value} status must come from {who} {want_iss!r} "
                 f"to {want_aud!r}, not from {status.iss!r} to {status.aud!r}",
             )
-        run.record("parties", Result.PASS)
+        run.record("parties", _PASS)
 
 
 def _judged(reported: Verdict | None, verdict: Verdict) -> Judged:
