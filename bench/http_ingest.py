@@ -79,7 +79,7 @@ ITEMS_PER_DIALOG = 15.4
 def make_chunks(work: Path, *, elements: int, seed: int, chunk: int, sample: int) -> dict[str, Any]:
     dialogs = max(1, round(elements / ITEMS_PER_DIALOG))
     paths = DemoPaths.beside(work / "capture.jsonl", trust=None, answers=None)
-    write_demo(DemoConfig(seed=seed, dialogs=dialogs, fault_rate=0.02, agents=12), paths)
+    demo = write_demo(DemoConfig(seed=seed, dialogs=dialogs, fault_rate=0.02, agents=12), paths)
     lines = [ln for ln in paths.out.read_bytes().splitlines() if ln.strip()]
     chunks = [b"\n".join(lines[i : i + chunk]) + b"\n" for i in range(0, len(lines), chunk)]
     stride = max(1, len(lines) // sample)
@@ -89,7 +89,13 @@ def make_chunks(work: Path, *, elements: int, seed: int, chunk: int, sample: int
             element = top_element(found.value)
             if element is not None:
                 cases.append(raw_case(element))
-    return {"paths": paths, "records": len(lines), "chunks": chunks, "cases": cases}
+    return {
+        "paths": paths,
+        "records": len(lines),
+        "chunks": chunks,
+        "cases": cases,
+        "now": demo.suggested_now,
+    }
 
 
 # --- the server ---------------------------------------------------------------------------

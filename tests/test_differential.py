@@ -11,6 +11,7 @@ party that holds the earlier offer can still check the link") and says ``carried
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -34,9 +35,10 @@ from handoff_context import (
 )
 from handoff_context.errors import HandoffError
 from sqlalchemy import Engine
-from sqlmodel import select
+from sqlmodel import SQLModel, select
 
 from app.capture.carriers import Carried, read_capture
+from app.ingest import memory
 from app.ingest.cases import KnownItems
 from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import VerifyOptions, load_objects
@@ -343,3 +345,65 @@ def _post_parts(run: Run, url: str, bodies: list[bytes], *, fresh: bool = False)
             flags = snapshot(session)["flags"]
         kept = len(service.known.items)
     return {"answers": answers, "cases": cases, "flags": flags, "kept": kept > 0}
+
+
+def test_two_services_taking_turns_leave_what_one_service_leaves(
+    run: Run, databases: Databases, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ``serve`` workers over one database (two engines, each with the envelope items
+    it has read, ``Service.known``), taking turns with the requests, give the answers one
+    worker gives and leave the same rows: what a worker knows from its own earlier requests
+    (the items it read, the keys its cases held) never stands in for what the other stored
+    in between."""
+    kind = "postgresql" if db_url.startswith("postgresql") else "sqlite"
+    lines = run.paths.out.read_bytes().splitlines(keepends=True)
+    bodies = [b"".join(lines[i : i + 12]) for i in range(0, len(lines), 12)]
+    # Each run starts without the signatures this process verified before (a process-wide
+    # memory), so that both write the same signature cache rows.
+    monkeypatch.setattr(memory, "_VERIFIED", set())
+    one = _post_in_turns(run, [db_url], bodies)
+    monkeypatch.setattr(memory, "_VERIFIED", set())
+    two = _post_in_turns(run, [databases.new(kind)] * 2, bodies)
+    assert one == two
+    assert one["rows"]["envelope_case"] and one["rows"]["flag"] and one["rows"]["hop"]
+
+
+def _post_in_turns(run: Run, urls: list[str], bodies: list[bytes]) -> dict[str, Any]:
+    """POST the bodies to one service per URL in turn; the answers and every stored row
+    (but the bearer tokens', which are random, and a hop's change mark, which on PostgreSQL
+    is the id of the transaction that wrote it)."""
+    apps = [
+        create_app(
+            Settings(
+                database_url=url,
+                trust_file=run.paths.trust,
+                objects_dir=run.paths.objects,
+                ref_policy=RefPolicy.CHECK_AVAILABLE,
+            ),
+            clock=lambda: run.summary.last + 60,
+        )
+        for url in urls
+    ]
+    with contextlib.ExitStack() as stack:
+        clients = [stack.enter_context(TestClient(app)) for app in apps]
+        engine = apps[0].state.service.engine
+        with transaction(engine) as session:
+            token = create_token(session, name="ingest", role=Role.INGEST, now=0)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"}
+        answers = []
+        for n, body in enumerate(bodies):
+            answer = clients[n % len(clients)].post("/api/v1/ingest", content=body, headers=headers)
+            assert answer.status_code == 200, answer.text
+            answers.append(answer.json())
+        assert all(len(app.state.service.known.items) for app in apps)
+        rows = {}
+        with engine.connect() as connection:
+            for table in sorted(SQLModel.metadata.tables):
+                if table != "api_token":
+                    found = connection.exec_driver_sql(f'SELECT * FROM "{table}"')
+                    names = list(found.keys())
+                    rows[table] = sorted(
+                        repr([v for name, v in zip(names, row, strict=True) if name != "change"])
+                        for row in found
+                    )
+    return {"answers": answers, "rows": rows}

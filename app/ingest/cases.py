@@ -108,19 +108,22 @@ def derive_cases(
     locks: Locks,
     known: KnownItems | None = None,
     fresh: Mapping[str, Item] | None = None,
+    keys: Sequence[tuple[str, str | None]] | None = None,
 ) -> dict[str, Item]:
     """Derive each case's ledger at clock ``now`` and store it with its flags, for all the
     cases at once: their items in one query (two with ``known``: the keys, then the items
     not known yet), the first receivers of their context ids in another, their flags and
     case rows written with one statement per kind of change. ``fresh``: items this
-    transaction stored, which need no reading (``stored_as``). Returns the items used that
-    ``known`` lacked, for ``KnownItems.remember`` once the transaction has committed.
-    Raises NeedLocks when another transaction holds one of the cases."""
+    transaction stored, which need no reading (``stored_as``). ``keys``: (key, case id) of
+    every stored item of these cases, when this transaction read them already
+    (``case_keys``, with the items it stored since); with ``known`` only. Returns the
+    items used that ``known`` lacked, for ``KnownItems.remember`` once the transaction
+    has committed. Raises NeedLocks when another transaction holds one of the cases."""
     case_ids = sorted(set(case_ids))
     locks.need(case_lock(c) for c in case_ids)
     read: dict[str, Item] = dict(fresh or {})
     ledgers = case_ledgers(
-        session, case_ids, now=now, rules=rules, known=known, read=read, events=False
+        session, case_ids, now=now, rules=rules, known=known, read=read, events=False, keys=keys
     )
     sync_cases_flags(session, {c: ledgers[c].flags for c in case_ids}, now=now)
     write_cases(session, [_case_values(ledgers[c], c, now) for c in case_ids if c != UNKNOWN_CASE])
@@ -136,15 +139,18 @@ def case_ledgers(
     known: KnownItems | None = None,
     read: dict[str, Item] | None = None,
     events: bool = True,
+    keys: Sequence[tuple[str, str | None]] | None = None,
 ) -> dict[str, Ledger]:
     """The pure ledgers of these cases over their stored items (each one exactly what
     ``derive_ledger`` gives for the case alone: the first receivers of the context ids
-    it does not present are never looked up). ``known``, ``read``: see
+    it does not present are never looked up). ``known``, ``read``, ``keys``: see
     ``derive_cases``; ``events``: see ``derive_ledger``."""
     if known is None:
         items = cases_items(session, case_ids)
     else:
-        items = _cases_items_known(session, case_ids, known, {} if read is None else read)
+        if keys is None:
+            keys = case_keys(session, case_ids)
+        items = _cases_items_known(session, case_ids, keys, known, {} if read is None else read)
     contexts = {
         i.context_id for found in items.values() for i in found if i.context_id and i.to_agent
     }
@@ -177,9 +183,12 @@ def cases_items(session: Session, case_ids: Sequence[str]) -> dict[str, list[Ite
 
 
 def _cases_items_known(
-    session: Session, case_ids: Sequence[str], known: KnownItems, read: dict[str, Item]
+    session: Session,
+    case_ids: Sequence[str],
+    keys: Sequence[tuple[str, str | None]],
+    known: KnownItems,
+    read: dict[str, Item],
 ) -> dict[str, list[Item]]:
-    keys = case_keys(session, case_ids)
     held = known.items  # taken once: another thread's ``remember`` may replace it
     missing = [key for key, _ in keys if key not in held and key not in read]
     read.update((r.key, item_of(r)) for r in item_rows(session, missing))

@@ -48,6 +48,7 @@ from app.store.db import Locks, NeedLocks
 from app.store.envelopes import (
     ItemRecord,
     affected_cases,
+    case_keys,
     case_lock,
     context_lock,
     store_items,
@@ -170,8 +171,15 @@ class EnvelopeIngest:
         self, session: Session, *, rows: list[ItemRecord], keys: frozenset[str]
     ) -> tuple[int, dict[str, Item]]:
         locks = Locks(session, keys)
-        new = store_items(session, rows)
-        cases = affected_cases(session, rows, locks=locks)
+        # The cases first (their own and those sharing a context id: the same set before
+        # the rows are stored as after, since the rows' own cases are in it), then their
+        # stored keys, read once: they say which rows are new and, with those, which items
+        # the ledgers are derived from.
+        cases = sorted(affected_cases(session, rows, locks=locks))
+        locks.need(case_lock(c) for c in cases)
+        held = case_keys(session, cases)
+        new = store_items(session, rows, held={key for key, _ in held})
+        added = {r.key: r.case_id for r in rows if r.key in new}
         read = derive_cases(
             session,
             cases,
@@ -180,6 +188,7 @@ class EnvelopeIngest:
             locks=locks,
             known=self.known,
             fresh=stored_as(rows, new),
+            keys=[*held, *added.items()],
         )
         return len(new), read
 

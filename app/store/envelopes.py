@@ -72,21 +72,20 @@ def context_lock(context_id: str) -> str:
     return "context:" + context_id
 
 
-def store_items(session: Session, rows: Sequence[ItemRecord]) -> set[str]:
+def store_items(session: Session, rows: Sequence[ItemRecord], *, held: set[str]) -> set[str]:
     """Insert the items not stored yet, in one statement (a repeated receipt is a no-op).
     Returns the keys of those that were new.
 
-    Which keys are stored already is read first (``select_rows``), and the rest written
-    with the driver's ``executemany`` (``insert_ignore_many``): the caller holds the lock
-    of every case the rows name, and an item's key fixes its case, so no other writer can
-    store one of these keys in between. Through SQLAlchemy's INSERT .. RETURNING each row
-    cost as much Python as SQLite takes to store it."""
+    ``held``: the stored keys of every case the rows name (``case_keys``, read by the
+    caller, who holds those cases' locks): an item's key fixes its case, so a row's key is
+    stored already exactly when it is among them, and no other writer can store one in
+    between. The rest is written with the driver's ``executemany``
+    (``insert_ignore_many``): through SQLAlchemy's INSERT .. RETURNING each row cost as
+    much Python as SQLite takes to store it."""
     if not rows:
         return set()
     wanted = {r.key for r in rows}
-    stored: set[str] = set()
-    for chunk in _chunks(wanted):
-        stored.update(key for (key,) in select_rows(session, _KEYS_STORED, {"b_keys": chunk}))
+    stored = wanted & held
     new = [r for r in rows if r.key not in stored]
     insert_tuples(session, EnvelopeItemRow, ItemRecord._fields, new, ignore=["key"])
     return wanted - stored
@@ -106,7 +105,6 @@ _UNKNOWN_ITEMS = select(*_ITEM_COLUMNS).where(_T.case_id.is_(None))
 _CASES_KEYS = select(_T.key, _T.case_id).where(_T.case_id.in_(bindparam("b_cases", expanding=True)))
 _UNKNOWN_KEYS = select(_T.key, _T.case_id).where(_T.case_id.is_(None))
 _ITEMS_BY_KEY = select(*_ITEM_COLUMNS).where(_T.key.in_(bindparam("b_keys", expanding=True)))
-_KEYS_STORED = select(_T.key).where(_T.key.in_(bindparam("b_keys", expanding=True)))
 _CONTEXT_COLUMNS = (_T.key, _T.digest, _T.kind, _T.at, _T.context_id, _T.to_agent)
 # Only a message with a known receiver presents its context id to someone; an
 # acceptance's context id is its sender's own.

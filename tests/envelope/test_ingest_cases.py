@@ -287,10 +287,10 @@ def test_a_failing_capture_item_is_reported_alone_and_the_rest_of_its_batch_is_s
     # then each capture item is stored alone.
     store_items = envelope_ingest.store_items
 
-    def failing(session: Any, rows: Any) -> int:
+    def failing(session: Any, rows: Any, **kw: Any) -> int:
         if any(r.source == "capture.jsonl:3" for r in rows):
             raise DataError("INSERT", {}, Exception("value too long"))
-        return store_items(session, rows)
+        return store_items(session, rows, **kw)
 
     monkeypatch.setattr(envelope_ingest, "store_items", failing)
     report = run(engine, worked_example())
@@ -310,10 +310,10 @@ def test_a_database_that_cannot_be_written_stops_the_envelope_items_there(
     # first item not stored is acknowledged, and that item says it may be sent again.
     store_items = envelope_ingest.store_items
 
-    def failing(session: Any, rows: Any) -> int:
+    def failing(session: Any, rows: Any, **kw: Any) -> int:
         if any(r.source == "capture.jsonl:3" for r in rows):
             raise OperationalError("INSERT", {}, Exception("disk I/O error"))
-        return store_items(session, rows)
+        return store_items(session, rows, **kw)
 
     monkeypatch.setattr(envelope_ingest, "store_items", failing)
     report = run(engine, worked_example())

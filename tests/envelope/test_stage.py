@@ -29,7 +29,7 @@ from app.ingest.pipeline import Pipeline, ingest
 from app.ingest.verifying import VerifyOptions
 from app.store import db
 from app.store.db import Locks
-from app.store.envelopes import store_items
+from app.store.envelopes import ItemRecord, case_keys, store_items
 from app.store.models import EnvelopeItemRow
 from tests.conftest import T0
 
@@ -59,6 +59,12 @@ def rows_of(records: list[Any]) -> list[Any]:
     return rows
 
 
+def store_rows(session: Any, rows: list[ItemRecord]) -> set[str]:
+    """``store_items`` given the stored keys of the rows' cases, as the ingest reads them."""
+    held = case_keys(session, sorted({r.case_id or "" for r in rows}))
+    return store_items(session, rows, held={key for key, _ in held})
+
+
 def records() -> list[Any]:
     other = send_v1(message_v1(envelope(case_id=OTHER, epoch=0)))
     # A CBOR payload (a byte string): its envelope must be read back from the store.
@@ -71,7 +77,7 @@ def test_the_items_kept_in_memory_are_the_items_read_back(engine: Engine) -> Non
     rows = rows_of(records())
     assert sorted(r.format for r in rows) == ["cbor", *["json"] * (len(rows) - 1)]
     with db.transaction(engine) as session:
-        new = store_items(session, rows)
+        new = store_rows(session, rows)
         kept = stored_as(rows, new)
         read = cases_items(session, [CASE, OTHER])
     by_key = {i.key: i for found in read.values() for i in found}
@@ -83,7 +89,7 @@ def test_the_items_kept_in_memory_are_the_items_read_back(engine: Engine) -> Non
 def test_of_one_receipt_twice_in_a_batch_the_first_is_kept_as_stored(engine: Engine) -> None:
     rows = rows_of([*worked_example(), *worked_example()])
     with db.transaction(engine) as session:
-        new = store_items(session, rows)
+        new = store_rows(session, rows)
         kept = stored_as(rows, new)
         read = {i.key: i for i in cases_items(session, [CASE])[CASE]}
     assert len(new) == len(rows) // 2
@@ -94,9 +100,9 @@ def test_of_one_receipt_twice_in_a_batch_the_first_is_kept_as_stored(engine: Eng
 def test_a_receipt_stored_before_is_read_back_not_kept(engine: Engine) -> None:
     rows = rows_of(worked_example())
     with db.transaction(engine) as session:
-        store_items(session, rows[:2])
+        store_rows(session, rows[:2])
     with db.transaction(engine) as session:
-        new = store_items(session, rows)
+        new = store_rows(session, rows)
     assert new == {r.key for r in rows[2:]}
     assert set(stored_as(rows, new)) == new
 
@@ -107,7 +113,7 @@ def test_ledgers_derived_together_from_what_was_read_are_each_case_alone(engine:
     half = len(rows) // 2
     for part in (rows[:half], rows[half:]):
         with db.transaction(engine) as session:
-            new = store_items(session, part)
+            new = store_rows(session, part)
             read = derive_cases(
                 session,
                 {r.case_id or "" for r in part},
@@ -172,7 +178,7 @@ def test_a_payload_neither_json_nor_cbor_can_hold_is_stored(engine: Engine) -> N
     assert row.format == "json" and row.envelope is not None  # the envelope is JSON's
     assert row.octets.endswith(b'"note":"\xed\xa0\x80","big":Infinity}')
     with db.transaction(engine) as session:
-        new = store_items(session, [row])
+        new = store_rows(session, [row])
         read = cases_items(session, [OTHER])
     assert new == {row.key} and [i.key for i in read[OTHER]] == [row.key]
 
@@ -180,16 +186,16 @@ def test_a_payload_neither_json_nor_cbor_can_hold_is_stored(engine: Engine) -> N
 def test_the_driver_store_stores_what_sqlalchemy_insert_returning_stored(
     engine: Engine, databases: Any
 ) -> None:
-    """``store_items`` (the stored keys read first, the rest written with the driver's
-    executemany) answers the same new keys and writes the same rows, text for text, as the
-    INSERT .. ON CONFLICT DO NOTHING RETURNING it replaced."""
+    """``store_items`` (the stored keys of the rows' cases read first, the rest written with
+    the driver's executemany) answers the same new keys and writes the same rows, text for
+    text, as the INSERT .. ON CONFLICT DO NOTHING RETURNING it replaced."""
 
     rows = rows_of([*records(), *worked_example()])  # the worked example twice: dedupe
     other = db.make_engine(databases.new(engine.dialect.name))
     try:
         answers = []
         for target, store in (
-            (engine, store_items),
+            (engine, store_rows),
             (
                 other,
                 lambda session, rows: _insert_returning(session, [r._asdict() for r in rows]),
