@@ -118,6 +118,8 @@ class StoreMemory:
         self._replay_loaded: set[tuple[str, str]] = set()
         self._replay: dict[tuple[str, str], Remembered] = {}
         self._replay_rows: list[dict[str, object]] = []
+        # The content fingerprints of the elements ``store`` buffered, by digest.
+        self._contents: dict[bytes, bytes] = {}
         # Set by ``store_verifier``: the verifier's cached signature check (profile §6.1).
         self.check_signature: Callable[[Element], None] | None = None
         self._offers: dict[bytes, Element | None] = {}
@@ -183,7 +185,10 @@ class StoreMemory:
 
     def remember(self, element: Element) -> tuple[Remembered, bool]:
         p = element.payload
-        mine = Remembered(element.digest, content_fingerprint(element))
+        content = self._contents.get(element.digest)  # taken for its row (``store``)
+        if content is None:
+            content = content_fingerprint(element)
+        mine = Remembered(element.digest, content)
         row = {
             "iss": p.iss,
             "hop": p.hop,
@@ -267,7 +272,11 @@ class StoreMemory:
             return
         if self.writes is not None and self.writes.buffers_elements:
             # Exact (SQLite): not stored, so new; written with the batch.
-            self.writes.add_element(element, element_values(element, now=self.now))
+            # An offer is stored when its signature verifies, before the replay memory
+            # remembers it, which needs the same fingerprint.
+            content = self._contents[element.digest] = content_fingerprint(element)
+            row = element_values(element, now=self.now, content=content)
+            self.writes.add_element(element, row)
             self._note_inserted(element)
         elif store_element(self.session, element, now=self.now):
             self._note_inserted(element)

@@ -46,8 +46,12 @@ _SIGNATURE_CACHED = select(SignatureCacheRow.digest).where(
 )
 
 
-def element_values(element: Element, *, now: int) -> dict[str, object]:
-    """The element table's row for ``element`` (first seen at ``now``)."""
+def element_values(
+    element: Element, *, now: int, content: bytes | None = None
+) -> dict[str, object]:
+    """The element table's row for ``element`` (first seen at ``now``); ``content``: its
+    ``content_fingerprint`` when the caller takes it anyway (a SHA-256 of the signed
+    content, not taken twice)."""
     p = element.payload
     values: dict[str, object] = {
         "digest": element.digest,
@@ -59,7 +63,7 @@ def element_values(element: Element, *, now: int) -> dict[str, object]:
         "hop": p.hop,
         "iat": p.iat,
         "ref_count": len(p.refs),
-        "content": content_fingerprint(element),
+        "content": content_fingerprint(element) if content is None else content,
         "first_seen": now,
     }
     # Every column named for both types, so that rows of both go in one executemany.
