@@ -7,7 +7,15 @@ calls ``ingest()`` once per ``--chunk`` records (100) in capture order, as one w
 answering every request one after another would, on a fresh SQLite file, at the capture's
 clock. ``--whole``: one call over the whole capture instead; ``--pipelines 2``: chunks
 handed in turn to two pipelines (two engines, two ``KnownItems``) over one database, as
-two workers would; ``--dry``: everything but the ingest, the start-up to subtract. Under
+two workers would; ``--dry``: everything but the ingest, the start-up to subtract.
+``--server``: the same chunks POSTed in order, one at a time, to ``/api/v1/ingest`` of the
+real app (``create_app`` with the settings ``serve`` gives its workers, metrics in
+prometheus_client's multiprocess mode as with ``serve --workers 2``, an admin token made
+as the tests make one) through Starlette's ``TestClient``, so that the whole request
+path runs in this one process (the client's side of each request, building it and reading
+the answer, is counted too: less than uvicorn's parsing would be); with ``--dry`` it starts
+the app and stops it. ``--answers`` prints a digest of every answer's status and body, to
+compare two versions; its ``--rows`` leave out ``api_token`` (a new token every run). Under
 callgrind::
 
     .venv/bin/python bench/http_instructions.py --make /tmp/hcap --elements 1000
@@ -26,10 +34,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from handoff_context import TrustStore
 from http_ingest import make_chunks
@@ -52,6 +62,34 @@ def make(directory: Path, *, elements: int, seed: int) -> None:
         (directory / "now").write_text(json.dumps(cap["now"]))
 
 
+def serve_chunks(
+    chunks: list[bytes], trust: Path, path: Path, *, now: int, dry: bool
+) -> tuple[int, list[tuple[int, bytes]]]:
+    """POST every chunk in order to the real app (one worker of ``serve``), at the capture's
+    clock; the verdicts counted and every answer's status and body."""
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path.parent)  # before prometheus_client loads
+    from fastapi.testclient import TestClient
+
+    from app.store.db import transaction
+    from app.store.tokens import Role, create_token
+    from app.web.app import create_app
+
+    settings = Settings(database_url=f"sqlite:///{path}", trust_file=trust)
+    app = create_app(settings, clock=lambda: now, served=True)
+    answers: list[tuple[int, bytes]] = []
+    elements = 0
+    with TestClient(app) as client:
+        with transaction(app.state.service.engine) as session:
+            token = create_token(session, name="bench", role=Role.ADMIN, now=now)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": NDJSON}
+        for chunk in [] if dry else chunks:
+            answer = client.post("/api/v1/ingest", content=chunk, headers=headers)
+            answers.append((answer.status_code, answer.content))
+            body: dict[str, Any] = answer.json()
+            elements += body["counts"]["verdicts"]
+    return elements, answers
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -65,6 +103,10 @@ def main() -> None:
     parser.add_argument("--pipelines", type=int, default=1, help="workers taking turns")
     parser.add_argument("--dry", action="store_true", help="all but the ingest")
     parser.add_argument("--rows", action="store_true", help="print a digest of the stored rows")
+    parser.add_argument("--server", action="store_true", help="through the app (httpx, ASGI)")
+    parser.add_argument(
+        "--answers", action="store_true", help="--server: print a digest of every answer"
+    )
     args = parser.parse_args()
     if args.make:
         make(args.dir, elements=args.elements, seed=args.seed)
@@ -77,6 +119,25 @@ def main() -> None:
     trust = TrustStore.load(args.dir / "trust.json")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "http.db"
+        if args.server:
+            cpu = time.process_time()
+            elements, answers = serve_chunks(
+                chunks, args.dir / "trust.json", path, now=now, dry=args.dry
+            )
+            cpu = time.process_time() - cpu
+            print(
+                f"{len(answers)} requests, {elements} verdicts, "
+                f"statuses {sorted(set(s for s, _ in answers))}, "
+                f"{cpu / max(1, elements) * 1e6:.0f} us CPU/element (start-up included)"
+            )
+            if args.answers:
+                digest = hashlib.sha256()
+                for status, content in answers:
+                    digest.update(b"%d %d\n" % (status, len(content)) + content)
+                print("answers", digest.hexdigest()[:16])
+            if args.rows:
+                print_rows(path, leave_out="api_token")  # its token is new on every run
+            return
         engines = [db.make_engine(f"sqlite:///{path}") for _ in range(args.pipelines)]
         db.ensure_schema(engines[0])
         options = verify_options(settings, at=now)
@@ -108,9 +169,13 @@ def main() -> None:
             f"{cpu / max(1, elements) * 1e6:.0f} us CPU/element"
         )
         if args.rows:
-            tables = rows_digests(path)
-            whole = hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()
-            print("rows", whole[:16], json.dumps(tables))
+            print_rows(path)
+
+
+def print_rows(path: Path, *, leave_out: str | None = None) -> None:
+    tables = {k: v for k, v in rows_digests(path).items() if k != leave_out}
+    whole = hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()
+    print("rows", whole[:16], json.dumps(tables))
 
 
 if __name__ == "__main__":

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from app.store.db import transaction
 from app.store.models import TokenRow
-from app.store.tokens import Role, TokenError, authenticate, create_token, revoke_token
+from app.store.tokens import (
+    Principal,
+    Role,
+    TokenError,
+    authenticate,
+    create_token,
+    revoke_token,
+)
 from tests.web.conftest import ROLES, Api
 
 
@@ -80,3 +88,39 @@ def test_an_expiry_outside_one_second_to_ten_years_is_refused(
 ) -> None:
     with transaction(sqlite_api.engine) as session, pytest.raises(TokenError, match="expires"):
         create_token(session, name="odd", role=Role.READ, now=1, expires_in=expires_in)
+
+
+def _reference(session: Any, token: str, now: int) -> Principal | None:
+    """What ``authenticate`` answered through the ORM, before its prebuilt driver read."""
+    row = session.execute(
+        select(TokenRow).where(
+            TokenRow.token_hash == hashlib.sha256(token.encode()).hexdigest(),
+            TokenRow.revoked_at.is_(None),
+            or_(TokenRow.expires_at.is_(None), TokenRow.expires_at > now),
+        )
+    ).scalar_one_or_none()
+    return None if row is None else Principal(name=row.name, role=Role(row.role))
+
+
+def test_authenticate_answers_what_the_orm_query_answers(api: Api) -> None:
+    """Every role, with and without expiry, revoked or not, at and around each boundary."""
+    t = 10_000
+    with transaction(api.engine) as session:
+        made = dict(api.tokens)
+        for role in Role:
+            made[f"{role}-expiring"] = create_token(
+                session, name=f"{role}-expiring", role=role, now=t, expires_in=100
+            )
+        made["revoked"] = create_token(session, name="revoked", role=Role.ADMIN, now=t)
+        revoke_token(session, name="revoked", now=t + 50)
+    made["unknown"] = "ht_" + "B" * 43
+    with transaction(api.engine) as session:
+        seen = set()
+        for token in made.values():
+            for now in (0, t, t + 49, t + 50, t + 99, t + 100, t + 101, 2**40):
+                got = authenticate(session, token, now=now)
+                assert got == _reference(session, token, now), (token, now)
+                seen.add(got is None)
+                if got is not None:
+                    assert type(got.role) is Role and type(got.name) is str
+        assert seen == {True, False}
