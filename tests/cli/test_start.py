@@ -1,7 +1,7 @@
 """What starting the CLI imports (issue 15, item 7): ``--version`` and ``--help`` import no
 command module and nothing of the store, the web stack or the charts; ``verify`` imports no
-store, and nothing of signing (joserfc, and with it ``cryptography``'s X.509 layer: about a
-tenth of a second of every start). Timing itself is in bench/cli_start.py; here the cause
+store, and nothing of signing (joserfc, and with it ``cryptography``'s X.509 layer: about
+0.04 s, a quarter of every start). Timing itself is in bench/cli_start.py; here the cause
 of a slow start is guarded, in a fresh interpreter for each start.
 """
 
