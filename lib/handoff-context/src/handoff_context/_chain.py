@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from handoff_context._model import Element, Offer
-from handoff_context._verdict import ChainElementReport, ChainReport, Result
+from handoff_context._verdict import _PASS, ChainElementReport, ChainReport, Result
 from handoff_context.errors import CheckFailed, HandoffError, Reason
-
-# Read once: Python 3.11 reads ``Enum.X`` through the enum metaclass's ``__getattr__`` hook
-# (~900 instructions a read), and this is read for every chain element.
-_PASS = Result.PASS
 
 
 def check_too_deep(chain_length: int, max_chain: int) -> None:

@@ -10,13 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from handoff_context._encoding import MAX_ELEMENT_OCTETS
-from handoff_context._model import Form
+from handoff_context._model import _COSE, _JWS, Form
 from handoff_context._typed import as_json
 from handoff_context.errors import MalformedError
-
-# Enum members read on every element are module constants: Python 3.11 reads ``Enum.X``
-# through the enum metaclass's ``__getattr__`` hook, ~900 instructions a read.
-_JWS, _COSE = Form.JWS, Form.COSE
 
 
 @dataclass(frozen=True, slots=True)

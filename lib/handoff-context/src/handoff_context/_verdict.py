@@ -28,6 +28,11 @@ class Result(StrEnum):
     NOT_RUN = "not-run"
 
 
+# Read on every element (see ``_model._JWS``).
+_PASS, _NOT_CHECKED = Result.PASS, Result.NOT_CHECKED
+_ACCEPT = Outcome.ACCEPT
+
+
 class RefOutcome(StrEnum):
     VERIFIED = "verified"
     MISMATCH = "mismatch"

@@ -26,6 +26,7 @@ from handoff_context._memory import (
     replay_result,
 )
 from handoff_context._model import (
+    _JWS,
     Element,
     Form,
     Offer,
@@ -38,6 +39,9 @@ from handoff_context._refs import ObjectIndex, RefPolicy, check_refs
 from handoff_context._signature import verify_element
 from handoff_context._trust import TrustStore
 from handoff_context._verdict import (
+    _ACCEPT,
+    _NOT_CHECKED,
+    _PASS,
     OFFER_CHECKS,
     STATUS_CHECKS,
     ChainReport,
@@ -48,12 +52,6 @@ from handoff_context._verdict import (
     Verdict,
 )
 from handoff_context.errors import CheckFailed, EmbeddedKeyError, MalformedError, Reason
-
-# Enum members read on every element are module constants: Python 3.11 reads ``Enum.X``
-# through the enum metaclass's ``__getattr__`` hook, ~900 instructions a read.
-_PASS, _NOT_CHECKED = Result.PASS, Result.NOT_CHECKED
-_ACCEPT = Outcome.ACCEPT
-_JWS = Form.JWS
 
 
 @dataclass(frozen=True, slots=True)
