@@ -6,7 +6,8 @@ PostgreSQL (``postgresql+psycopg://``). Everything dialect-specific lives here:
 - SQLite runs in WAL mode with foreign keys on and a busy timeout, and every transaction
   starts with ``BEGIN IMMEDIATE``: SQLite has one writer at a time, and taking the write
   lock up front means a transaction never reads state another writer is about to change.
-  Writers on one file queue for it on a lock of their own first (``_sqlite_writer``).
+  Writers on one file queue for it on a lock of their own first (``_sqlite_writer``),
+  and the WAL is copied back into the file by a thread beside them (``checkpoint``).
 - PostgreSQL serialises the transactions that touch the same hops and elements with
   transaction-scoped advisory locks (``Locks``), so a re-derivation always sees every
   change that could alter it. (SERIALIZABLE would do the same without locks, but on the
@@ -49,6 +50,7 @@ from sqlmodel import Session
 from alembic import command
 from app import resources
 from app.errors import HandoffTraceError
+from app.store.checkpoint import AUTOCHECKPOINT_PAGES, checkpointer
 
 T = TypeVar("T")
 # The packaged copy of alembic/ (env.py and versions/), wherever the service is installed.
@@ -182,6 +184,8 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA synchronous=NORMAL")
+    # The bound on the WAL; this process's checkpoints run beside its writers (checkpoint.py).
+    cursor.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
     cursor.close()
 
 
@@ -268,6 +272,8 @@ def _sqlite_writer(engine: Engine, *, wait: bool = True) -> Iterator[None]:
             fcntl.flock(lock.fd, fcntl.LOCK_UN)
     finally:
         lock.thread_lock.release()
+    # Outside the write lock: the WAL copied back by a thread beside the writers.
+    checkpointer(str(engine.url.database)).committed()
 
 
 @dataclass
