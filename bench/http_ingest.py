@@ -28,6 +28,10 @@ Servers are started in their own process group and stopped (SIGTERM, then SIGKIL
 
     .venv/bin/python bench/http_ingest.py [--db sqlite|postgresql|both] [--seconds 60]
                                           [--clients 8] [--chunk 20] [--quick]
+                                          [--workers 1,2] [--rounds 1]
+
+``--workers 2 --rounds 3`` runs only the two-worker server, three times one after another
+(a fresh database each time): a run of ~10,000 elements is a few seconds, and runs vary.
 
 Prints a table and writes bench/results/http_ingest.json (``--quick``: http_ingest_quick.json).
 """
@@ -339,11 +343,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=8, help="untimed chunks sent first")
     parser.add_argument("--quick", action="store_true", help="smoke run: 5 s per run, SQLite")
+    parser.add_argument(
+        "--workers", default="1,2", help="worker counts to run, comma-separated (1,2)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of each worker count, one after another"
+    )
     args = parser.parse_args()
+    try:
+        args.workers = [int(w) for w in str(args.workers).split(",")]
+    except ValueError:
+        parser.error("--workers takes worker counts such as 1,2")
     if args.quick:
         args.seconds, args.elements, args.db = 5.0, 1_000, "sqlite"
-    if args.seconds <= 0 or args.clients < 1 or args.chunk < 1 or args.elements < 1:
-        parser.error("--seconds, --clients, --chunk and --elements must be positive")
+    if args.seconds <= 0 or min(args.clients, args.chunk, args.elements, args.rounds) < 1:
+        parser.error("--seconds, --clients, --chunk, --elements and --rounds must be positive")
+    if min(args.workers) < 1:
+        parser.error("--workers must be positive")
     backends = ["sqlite", "postgresql"] if args.db == "both" else [args.db]
 
     rows: list[dict] = []
@@ -359,16 +375,16 @@ def main() -> None:
         raw = RawVerifier(TrustStore.load(cap["paths"].trust), cap["cases"])
         raw.round()  # warm-up
         raw.samples.clear()
-        for backend in backends:
-            for workers in (1, 2):
-                if backend == "sqlite":
-                    url = f"sqlite:///{work / f'http-{workers}.db'}"
+        runs = [(b, w, r) for r in range(args.rounds) for b in backends for w in args.workers]
+        for backend, workers, round_ in runs:
+            if backend == "sqlite":
+                url = f"sqlite:///{work / f'http-{workers}-{round_}.db'}"
+                rows.append(run_one(backend, url, workers, cap, raw, args, work))
+            else:
+                with postgres() as cluster:
+                    url = cluster.create_database("bench")
                     rows.append(run_one(backend, url, workers, cap, raw, args, work))
-                else:
-                    with postgres() as cluster:
-                        url = cluster.create_database("bench")
-                        rows.append(run_one(backend, url, workers, cap, raw, args, work))
-                print_table(rows[-1:])
+            print_table(rows[-1:])
     print_table(rows)
     name = "http_ingest_quick" if args.quick else "http_ingest"
     path = write_results(name, {"params": vars(args), "results": rows})
