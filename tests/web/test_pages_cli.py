@@ -112,6 +112,11 @@ def test_run_demo_loads_once_and_prints_a_fresh_login(
     served: list[argparse.Namespace] = []
     monkeypatch.setattr("app.cli.serve.cmd_serve", lambda args: served.append(args) or 0)
     monkeypatch.delenv("DATABASE_URL", raising=False)
+    # run-demo puts the demo's log key into the environment for ``serve``: recorded as
+    # absent here, so that it is gone again after the test (a later test's ``export``
+    # would sign with it).
+    monkeypatch.setenv("HANDOFF_TRACE_LOG_KEY_FILE", "")
+    monkeypatch.delenv("HANDOFF_TRACE_LOG_KEY_FILE")
     monkeypatch.setenv("HANDOFF_TRACE_PORT", str(_free_port()))
     url = f"sqlite:///{tmp_path / 's.db'}"
     args = ["run-demo", "--db", url, "--dir", str(tmp_path / "demo"), "--dialogs", "3"]
@@ -144,6 +149,11 @@ def test_run_demo_says_a_taken_port_before_loading_or_printing_a_password(
         "app.cli.serve.cmd_serve", lambda args: served.append(args.sock.getsockname()[1]) or 0
     )
     monkeypatch.delenv("DATABASE_URL", raising=False)
+    # run-demo puts the demo's log key into the environment for ``serve``: recorded as
+    # absent here, so that it is gone again after the test (a later test's ``export``
+    # would sign with it).
+    monkeypatch.setenv("HANDOFF_TRACE_LOG_KEY_FILE", "")
+    monkeypatch.delenv("HANDOFF_TRACE_LOG_KEY_FILE")
     url = f"sqlite:///{tmp_path / 's.db'}"
     args = ["run-demo", "--db", url, "--dir", str(tmp_path / "demo"), "--dialogs", "2"]
     with socket.socket() as taken:
