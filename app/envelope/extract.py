@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from handoff_context import MAX_SAFE_INT
+from handoff_context._frozen import quick_init
 from handoff_context.carry import TASK_STATES_0_3 as _TASK_STATES_0_3
 from handoff_context.carry import a2a_member as _field
 
@@ -53,6 +54,7 @@ class ItemKind(StrEnum):
     INVALID = "invalid"  # schema failure, not exactly one envelope, drift only, bad event
 
 
+@quick_init
 @dataclass(frozen=True)
 class EnvelopeItem:
     """One envelope item as read. ``at`` is None when the capture gave no receive time

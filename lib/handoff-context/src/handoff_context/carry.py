@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar, overload
 
+from handoff_context._frozen import quick_init
 from handoff_context._handoff import is_handoff_like
 from handoff_context._typed import as_json, is_protobuf, is_pydantic
 
@@ -92,6 +93,7 @@ class Role(StrEnum):
     CANCEL = "cancel-carrier"  # A2A CancelTask / tasks/cancel, MCP notifications/cancelled
 
 
+@quick_init
 @dataclass(frozen=True)
 class Found:
     """One handoff or status object as found in a message, with what its carrier says.
