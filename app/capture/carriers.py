@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from handoff_context import MAX_SAFE_INT, carry, check_identifier
+from handoff_context._frozen import quick_init
 from handoff_context.carry import A2A_EXTENSION_URI, MCP_META_KEY, Carrier, Role
 from handoff_context.errors import MalformedError
 
@@ -67,6 +68,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Carried:
     """One handoff or status object as found, with its carrier's context."""

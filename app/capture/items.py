@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from handoff_context._frozen import quick_init
+
 from app.errors import ItemProblem
 
 
@@ -28,6 +30,7 @@ class CaptureFormat(StrEnum):
 CarrierError = ItemProblem
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CaptureItem:
     """One decoded payload of a capture file and where it came from."""

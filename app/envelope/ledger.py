@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from handoff_context import Flag
+from handoff_context._frozen import quick_init
 
 from app.envelope.extract import COUNT_ERROR, ItemKind
 from app.envelope.flags import ENVELOPE_SEVERITY, EnvelopeFlagKind
@@ -53,6 +54,7 @@ class CaseRules:
     transcript_bytes: int = 8192
 
 
+@quick_init
 @dataclass(frozen=True)
 class Item:
     """A stored envelope item, as the ledger needs it."""

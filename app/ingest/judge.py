@@ -44,6 +44,7 @@ from handoff_context import (
     parse_element,
     parse_object,
 )
+from handoff_context._frozen import quick_init
 from handoff_context.errors import HandoffError, MalformedError, Reason
 from sqlmodel import Session
 
@@ -149,6 +150,7 @@ class Done:
     judged_again: dict[int, Verdict] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Parsed:
     """An item's object and element, parsed once (the element size limit enforced here,

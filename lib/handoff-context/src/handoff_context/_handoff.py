@@ -10,11 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from handoff_context._encoding import MAX_ELEMENT_OCTETS
+from handoff_context._frozen import quick_init
 from handoff_context._model import _COSE, _JWS, Form
 from handoff_context._typed import as_json
 from handoff_context.errors import MalformedError
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class HandoffObject:
     """``{"offer": ..., "chain": [...]}``; chain oldest first (profile §1.4)."""
@@ -25,6 +27,7 @@ class HandoffObject:
     chain_carried: bool
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StatusObject:
     """``{"status": ...}`` (profile §1.4)."""

@@ -47,6 +47,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from handoff_context._frozen import quick_init
 from handoff_context._model import StatusState, is_expired
 
 
@@ -113,6 +114,7 @@ SEVERITY: dict[FlagKind, Severity] = {
 }
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class OfferFact:
     """The hop's offer as stored (the first verified offer for (iss, hop))."""
@@ -128,6 +130,7 @@ class OfferFact:
     prev: bytes | None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StatusFact:
     """A verified status linked to the hop's offer; ``refs`` is the number of its refs."""
@@ -175,6 +178,7 @@ class Flag:
     detail: str = ""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class HopView:
     state: HopState
@@ -244,6 +248,7 @@ def _total_key(s: StatusFact) -> tuple[int, int, str, str, bool, str, int, bytes
     return (s.received_at, s.iat, s.state._value_, s.iss, *reason, s.refs, s.digest)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class _Hop:
     """The facts of one hop and its derived state; each rule below reads only this."""

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from handoff_context._encoding import DIGEST_OCTETS, MAX_SAFE_INT, digest_text, parse_digest_text
+from handoff_context._frozen import quick_init
 from handoff_context.errors import MalformedError, Reason
 
 
@@ -222,6 +223,7 @@ def _hop(payload: Mapping[str, Any]) -> str:
     return hop
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Offer:
     """An offer payload (profile §1.1)."""
@@ -273,6 +275,7 @@ class Offer:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Status:
     """A status payload (profile §1.2)."""
@@ -356,6 +359,7 @@ class Header:
     content_type: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Element:
     """One signed element exactly as received, parsed but not yet verified.

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from handoff_context._encoding import digest_text
+from handoff_context._frozen import quick_init
 from handoff_context._model import StatusState
 from handoff_context.errors import Reason
 
@@ -65,6 +66,7 @@ class CheckResult:
         return out
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ChainElementReport:
     index: int

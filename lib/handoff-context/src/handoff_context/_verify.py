@@ -16,6 +16,7 @@ from handoff_context import _cose as cose
 from handoff_context import _jws as jws
 from handoff_context._chain import check_chain, check_too_deep
 from handoff_context._encoding import MAX_ELEMENT_OCTETS, handoff_digest
+from handoff_context._frozen import quick_init
 from handoff_context._handoff import HandoffObject, StatusObject, parse_object
 from handoff_context._memory import (
     InMemoryState,
@@ -66,6 +67,7 @@ class Policy:
     max_element: int = MAX_ELEMENT_OCTETS
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Context:
     """Per-item facts: who received it, when, and in which host dialog (profile §10)."""
@@ -157,6 +159,7 @@ class _Run:
         return _Run(copied, self.names, self.done)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Judged:
     """One element judged once, with and without the replay memory (profile §6.4).
