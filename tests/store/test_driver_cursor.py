@@ -3,7 +3,8 @@
 own cursor, not through ``exec_driver_sql``; they store and answer what they did through
 it, and a driver error is raised as ``exec_driver_sql`` raised it. A statement listener
 (``before_cursor_execute``, as tests and benches count statements) sends them back through
-SQLAlchemy, which is what the comparisons below run against."""
+SQLAlchemy, which is what the comparisons below run against. Host task states, once a Core
+INSERT, go through ``insert_many`` too, and store what that INSERT stored."""
 
 from __future__ import annotations
 
@@ -139,3 +140,47 @@ def test_a_driver_error_is_raised_as_exec_driver_sql_raises_it(engine: Engine) -
             (1, "n1", b"\x01", {"i": 1, "l": ["ü"]}),
             (2, "n2", b"\x02\x02", {"i": 2, "l": ["ü", "ü"]}),
         ]
+
+
+def test_host_states_are_stored_as_sqlalchemy_insert_stored_them(tmp_path: Path) -> None:
+    """``host.add_host_states`` (``insert_many``) stores what its Core INSERT stored."""
+    from sqlalchemy import insert
+
+    from app.store import host
+    from app.store.models import HostStateRow
+
+    base = {"task_state": "TASK_STATE_WORKING", "dialog": None, "received_at": 1_700_000_000}
+    rows = [
+        {
+            **base,
+            "task_id": f"t{i}",
+            "received_exact": exact,
+            "seq": i,
+            "received_by": by,
+            "source": "capture.jsonl",
+            "carrier": "a2a",
+            "element": i % 2 == 0,
+            "ingested_at": 1_700_000_100,
+            "observation_key": key,
+        }
+        for i, (exact, by, key) in enumerate(
+            [(1_700_000_000.25, "agent", "k1"), (None, None, None), (1.5e9, "b", "k2")]
+        )
+    ]
+    stored = []
+    for name, write in (
+        ("driver", lambda s: host.add_host_states(s, rows)),
+        ("core", lambda s: s.connection().execute(insert(HostStateRow), rows)),
+    ):
+        engine = db.make_engine(f"sqlite:///{tmp_path / name}.db")
+        try:
+            db.ensure_schema(engine)
+            with db.transaction(engine) as session:
+                write(session)
+            with engine.connect() as connection:
+                found = connection.exec_driver_sql("SELECT * FROM host_state ORDER BY id")
+                stored.append([tuple(map(repr, row)) for row in found])
+        finally:
+            engine.dispose()
+    assert stored[0] == stored[1]
+    assert len(stored[0]) == 3
