@@ -684,14 +684,15 @@ def _driver_cursor(
     A driver error is raised as ``exec_driver_sql`` raises it: SQLAlchemy's own handler
     wraps it (the same ``DBAPIError`` class, the driver's error as ``orig``, a disconnect
     invalidating the connection). Where someone listens for the statements
-    (``before_cursor_execute``: tests and benches count them), outside a transaction and
-    on PostgreSQL, ``exec_driver_sql`` runs it."""
+    (``before_cursor_execute``: tests and benches count them) or the engine logs them
+    (``echo``), outside a transaction and on PostgreSQL, ``exec_driver_sql`` runs it."""
     dispatch = connection.dispatch
     if (
         connection.dialect.name != "sqlite"
         or not connection.in_transaction()
         or dispatch.before_cursor_execute
         or dispatch.after_cursor_execute
+        or connection._echo
     ):
         result = connection.exec_driver_sql(sql, params)
         try:

@@ -184,3 +184,20 @@ def test_host_states_are_stored_as_sqlalchemy_insert_stored_them(tmp_path: Path)
             engine.dispose()
     assert stored[0] == stored[1]
     assert len(stored[0]) == 3
+
+
+def test_an_echoing_engine_still_logs_the_statements(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'echo.db'}")
+    try:
+        _METADATA.create_all(engine)
+        engine.echo = True
+        with caplog.at_level("INFO", logger="sqlalchemy.engine"), db.transaction(engine) as s:
+            db.insert_many(s, _Model, _ROWS[:1])
+            db.select_rows(s, _READ, {"b_ids": [1]})
+    finally:
+        engine.dispose()
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("INSERT INTO t ") for m in logged)
+    assert any(m.startswith("SELECT t.id") for m in logged)
