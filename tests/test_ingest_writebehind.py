@@ -172,10 +172,11 @@ def test_the_driver_insert_stores_what_sqlalchemy_insert_stores(
 def test_the_driver_select_reads_what_sqlalchemy_reads(db_url: str, world: World) -> None:
     """``db.select_rows`` (the driver's SQL, compiled once, plain tuples) answers exactly what
     SQLAlchemy's own execution of the same prebuilt statement answers, for every statement
-    the batch memories and the hop facts read through it, on both databases."""
+    the batch memories, the write-behind (ids, buffered verdicts' neighbours), the change
+    mark and the hop facts read through it, on both databases."""
     from sqlalchemy import CompoundSelect, Select
 
-    from app.store import db, derive, host, memory
+    from app.store import db, derive, host, memory, otlp, writebehind
     from app.store import records as store_records
     from app.store.db import make_engine, pair_params, select_rows
     from app.store.models import ElementRow
@@ -223,6 +224,12 @@ def test_the_driver_select_reads_what_sqlalchemy_reads(db_url: str, world: World
                 derive._OFFER_HOPS,
                 store_records._NAMED_BY_PENDING,
                 store_records._CHILDREN_OF,
+                store_records._CHILDREN,
+                store_records._OBSERVED_OFFERS,
+                store_records._PENDING_STATUSES,
+                writebehind._MAX_ID["observation"],
+                writebehind._MAX_ID["verdict"],
+                otlp._NEXT,
             ]
             answered = 0
             for statement in statements:

@@ -15,18 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from handoff_context import HostObservation
-from sqlalchemy import bindparam, insert, select, union
+from sqlalchemy import bindparam, select, union
 from sqlmodel import Session
 
-from app.store.db import select_rows
+from app.store.db import insert_many, select_rows
 from app.store.models import ElementRow, HostStateRow, ObservationRow, VerdictRow
-
-_ADD = insert(HostStateRow)
 
 
 def add_host_states(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    if rows:
-        session.connection().execute(_ADD, list(rows))
+    """Insert host task state rows (alike, as ``host_values`` builds them) in one
+    executemany, through the driver (``insert_many``): HTTP ingest stores a request's
+    states once per request."""
+    insert_many(session, HostStateRow, rows)
 
 
 _KNOWN_OBSERVATIONS = select(ObservationRow.observation_key).where(

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Integer, Select, bindparam, case, func, select, text, tuple_
 from sqlmodel import Session
 
-from app.store.db import execute
+from app.store.db import execute, select_rows
 from app.store.models import ElementRow, FlagRow, HopRow, LinkRow, ObservationRow, VerdictRow
 
 # A hop's position in the export order: (change, iss, hop).
@@ -120,8 +120,9 @@ def stamp_changes(session: Session, hops: list[dict[str, Any]]) -> list[dict[str
     if _postgresql(session):
         mark = int(session.connection().execute(_XACT_ID).scalar_one())
     else:
-        mark = int(session.connection().execute(_NEXT).scalar_one())
-    return [{**h, "change": mark} for h in hops]
+        # Through the driver (``select_rows``): once a batch, HTTP ingest's every request.
+        ((mark,),) = select_rows(session, _NEXT)
+    return [{**h, "change": int(mark)} for h in hops]
 
 
 def change_horizon(session: Session) -> int:

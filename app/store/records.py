@@ -16,7 +16,7 @@ from handoff_context import CheckResult, Context, Form, Outcome, Result, Verdict
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlmodel import Session
 
-from app.store.db import Locks, SharedJson, digest_lock, execute, select_rows
+from app.store.db import Locks, SharedJson, digest_lock, execute, select_named, select_rows
 from app.store.host import add_host_states
 from app.store.models import ElementRow, LinkRow, ObservationRow, RefOutcomeRow, VerdictRow
 
@@ -319,14 +319,14 @@ def pending_statuses(session: Session, offers: Collection[bytes]) -> list[Observ
     """Observations of statuses naming one of ``offers`` that are still pending."""
     if not offers:
         return []
-    return _observed(execute(session, _PENDING_STATUSES, {"b_offers": list(offers)}))
+    return _observed(select_named(session, _PENDING_STATUSES, {"b_offers": list(offers)}))
 
 
 def children(session: Session, offers: Collection[bytes]) -> list[bytes]:
     """Stored offers whose ``prev`` names one of ``offers``."""
     if not offers:
         return []
-    return list(execute(session, _CHILDREN, {"b_offers": list(offers)}).scalars())
+    return [offer for (offer,) in select_rows(session, _CHILDREN, {"b_offers": list(offers)})]
 
 
 def offers_judged_without_chain(session: Session, offers: Collection[bytes]) -> list[Observed]:
@@ -334,7 +334,7 @@ def offers_judged_without_chain(session: Session, offers: Collection[bytes]) -> 
     built from stored elements, and can be completed now that more of them are known."""
     if not offers:
         return []
-    rows = execute(session, _OBSERVED_OFFERS, {"b_offers": list(offers)})
+    rows = select_named(session, _OBSERVED_OFFERS, {"b_offers": list(offers)})
     return _observed(row for row in rows if without_chain(row.chain, row.outcome, row.reason))
 
 

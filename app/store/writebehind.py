@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from handoff_context import Element, Offer
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 from sqlmodel import Session
 
-from app.store.db import execute, insert_ignore_many, insert_many
+from app.store.db import execute, insert_ignore_many, insert_many, select_rows
 from app.store.models import (
     ElementRow,
     HostStateRow,
@@ -38,9 +38,11 @@ from app.store.models import (
 )
 from app.store.records import Observed, without_chain
 
+# Read through the driver (``select_rows``): twice a batch, and HTTP ingest runs a batch
+# per request.
 _MAX_ID = {
-    "observation": text("SELECT coalesce(max(id), 0) FROM observation"),
-    "verdict": text("SELECT coalesce(max(id), 0) FROM verdict"),
+    "observation": select(func.coalesce(func.max(ObservationRow.id), 0)),
+    "verdict": select(func.coalesce(func.max(VerdictRow.id), 0)),
 }
 _NEXTVAL = {
     table: text(
@@ -82,7 +84,8 @@ class _Ids:
                 self.free = sorted(rows.scalars(), reverse=True)
             return int(self.free.pop())
         if self.last is None:
-            self.last = int(execute(self.session, _MAX_ID[self.table]).scalar_one())
+            ((last,),) = select_rows(self.session, _MAX_ID[self.table])
+            self.last = int(last)
         self.last += 1
         return self.last
 
