@@ -39,17 +39,7 @@ from typing import Any, TypeVar
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import (
-    JSON,
-    Connection,
-    Engine,
-    and_,
-    bindparam,
-    create_engine,
-    event,
-    text,
-    tuple_,
-)
+from sqlalchemy import Connection, Engine, and_, bindparam, create_engine, event, text, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -473,70 +463,6 @@ def insert_ignore(
     return execute(session, stmt, values).first() is not None
 
 
-# ``json.dumps``'s own encoder, as it builds one for each call with its default arguments
-# (``JSONEncoder.iterencode``, one shot): None without the C accelerator.
-_JSON_DEFAULTS = json.JSONEncoder()
-_C_ENCODER = json.encoder.c_make_encoder  # type: ignore[attr-defined]
-
-
-def json_text(value: Any) -> str:
-    """``json.dumps(value)`` (default arguments, SQLAlchemy's JSON serializer): the same
-    text, from the same C encoder built with the same arguments, without the three Python
-    frames that ``json.dumps`` passes through to build it (~40 % of its instructions for
-    a JSON column's usual value; tests/store/test_json_text.py compares the two)."""
-    if _C_ENCODER is None:
-        return json.dumps(value)
-    d = _JSON_DEFAULTS
-    encode = _C_ENCODER(
-        {} if d.check_circular else None,
-        d.default,
-        json.encoder.encode_basestring_ascii,  # type: ignore[attr-defined]
-        d.indent,
-        d.key_separator,
-        d.item_separator,
-        d.sort_keys,
-        d.skipkeys,
-        d.allow_nan,
-    )
-    return "".join(encode(value, 0))
-
-
-def _json_bind(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """SQLAlchemy's JSON bind processor for SQLite (``json.dumps`` of the value, unless it
-    is a NULL marker or None), with an object or a list written by ``json_text``."""
-
-    def convert(value: Any) -> Any:
-        kind = type(value)
-        if kind is dict or kind is list or kind is SharedJson:
-            return json_text(value)
-        return process(value)
-
-    return convert
-
-
-def _bind_processor(column: Any, dialect: Any) -> Callable[[Any], Any] | None:
-    """How ``insert_many`` converts ``column``'s values: SQLAlchemy's bind processor, with
-    ``json_text`` for a JSON column on SQLite (where the processor is ``json.dumps``; on
-    PostgreSQL it is psycopg's own wrapper, left as it is)."""
-    process = column.type._cached_bind_processor(dialect)
-    plain = getattr(dialect, "_json_serializer", None) is None
-    if process is not None and isinstance(column.type, JSON) and dialect.name == "sqlite" and plain:
-        return _json_bind(process)
-    return process
-
-
-def _blanks(convert: Callable[[Any], Any] | None) -> tuple[Any, Any] | None:
-    """What ``convert`` makes of None and of an empty list (JSON's 'null' and '[]', the
-    usual values of a JSON column), once per statement plan: None when it converts no
-    list (not a JSON column). Converters are pure, so the answer never changes."""
-    if convert is None:
-        return None
-    try:
-        return convert(None), convert([])
-    except (TypeError, ValueError):
-        return None
-
-
 class SharedJson(list):  # type: ignore[type-arg]
     """A JSON list that many rows share (one object, never changed once built, such as a
     verdict's checks: a few dozen distinct lists among thousands of verdicts):
@@ -555,7 +481,6 @@ class _BulkInsert:
     columns: tuple[str, ...]
     convert: tuple[Callable[[Any], Any] | None, ...]
     defaults: tuple[Any, ...]
-    blanks: tuple[tuple[Any, Any] | None, ...]  # ``_blanks`` of each converter
     # What each SharedJson value was converted to, by its id (the value kept beside it).
     shared: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False)
 
@@ -582,22 +507,18 @@ class _BulkInsert:
             return picked
         by_column: list[Any] = list(zip(*picked, strict=True))
         for i, convert in converted:
-            by_column[i] = self._column(by_column[i], convert, self.blanks[i])
+            by_column[i] = self._column(by_column[i], convert)
         return list(zip(*by_column, strict=True))
 
-    def _column(
-        self,
-        values: Sequence[Any],
-        convert: Callable[[Any], Any],
-        blanks: tuple[Any, Any] | None,
-    ) -> list[Any]:
+    def _column(self, values: Sequence[Any], convert: Callable[[Any], Any]) -> list[Any]:
         """One column's values converted: every value through the converter, None too
         (JSON writes it as 'null'). None and an empty list (JSON's '[]', the usual value of
-        a list column) take what the plan converted once (``_blanks``)."""
-        if blanks is None:  # not a JSON column: a list is converted as it was
-            none = convert(None)
+        a list column) are converted once for the column, the converters being pure."""
+        none = convert(None)
+        try:
+            empty = convert([])
+        except (TypeError, ValueError):  # not a JSON column: a list is converted as it was
             return [none if v is None else convert(v) for v in values]
-        none, empty = blanks
         shared = self._shared
         return [
             none
@@ -658,15 +579,13 @@ def _bulk_insert(
             if update
             else "NOTHING"
         )
-    convert = tuple(_bind_processor(c, dialect) for c in chosen)
     return _BulkInsert(
         sql=sql,
         columns=tuple(c.name for c in chosen),
-        convert=convert,
+        convert=tuple(c.type._cached_bind_processor(dialect) for c in chosen),
         defaults=tuple(
             c.default.arg if c.default is not None and c.default.is_scalar else None for c in chosen
         ),
-        blanks=tuple(map(_blanks, convert)),
     )
 
 
