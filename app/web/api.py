@@ -102,10 +102,11 @@ ELEMENT_TYPES = {"jws": "application/jose", "cose": "application/cose"}
 # JSON ingests a worker runs at once; the others wait their turn in their worker thread.
 # With more, the one that holds SQLite's write lock (or a PostgreSQL batch's locks) shares
 # the worker's GIL with the others' parsing and waits for it while holding the lock: two
-# (one writing, one preparing the next batch) gave 5 to 30 % more elements/s and a third
-# lower p99 than eight (BENCHMARKS.md, "HTTP ingest"). NDJSON answers are not limited: a
-# slow reader of its stream would hold a turn.
-INGESTS_PER_WORKER = 2
+# gave 5 to 30 % more elements/s and a third lower p99 than eight, and one more again
+# than two, with less CPU per element (the other worker prepares while this one writes;
+# BENCHMARKS.md, "HTTP ingest"). NDJSON answers are not limited: a slow reader of its
+# stream would hold a turn.
+INGESTS_PER_WORKER = 1
 _INGESTS = threading.BoundedSemaphore(INGESTS_PER_WORKER)
 
 

@@ -572,12 +572,13 @@ def test_the_service_fails_closed_without_a_usable_trust_file(
         pass
 
 
-def test_a_worker_runs_two_json_ingests_at_a_time_and_the_third_waits_its_turn(
+def test_a_worker_runs_its_json_ingests_in_turns_and_one_more_waits(
     sqlite_api: Api, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 20: the batch that holds the write lock shares its worker's GIL with at most
-    one other ingest (app.web.api.INGESTS_PER_WORKER); a third waits, then is answered as
-    usual."""
+    """Issue 20: the batch that holds the write lock shares its worker's GIL with no more
+    than ``INGESTS_PER_WORKER`` - 1 other ingests (app.web.api); one more waits, then is
+    answered as usual."""
+    turns = api_module.INGESTS_PER_WORKER
     state = {"asked": 0, "active": 0, "most": 0}
     changed = threading.Condition()
     release = threading.Event()
@@ -606,9 +607,11 @@ def test_a_worker_runs_two_json_ingests_at_a_time_and_the_third_waits_its_turn(
             with changed:
                 state["active"] -= 1
 
-    monkeypatch.setattr(api_module, "_INGESTS", Turns(api_module.INGESTS_PER_WORKER))
+    monkeypatch.setattr(api_module, "_INGESTS", Turns(turns))
     monkeypatch.setattr(api_module, "ingest", ingest)
-    bodies = [jsonl([rec(bundle(offer(world.planner, world.coder)), T0 + 1)]) for _ in range(3)]
+    bodies = [
+        jsonl([rec(bundle(offer(world.planner, world.coder)), T0 + 1)]) for _ in range(turns + 1)
+    ]
     statuses: list[int] = []
 
     def post(body: bytes) -> None:
@@ -619,12 +622,14 @@ def test_a_worker_runs_two_json_ingests_at_a_time_and_the_third_waits_its_turn(
         thread.start()
     try:
         with changed:
-            # All three asked for a turn; two run, the third waits.
-            seen = changed.wait_for(lambda: state["asked"] == 3 and state["active"] == 2, 60)
+            # All asked for a turn; as many as there are turns run, one more waits.
+            seen = changed.wait_for(
+                lambda: state["asked"] == turns + 1 and state["active"] == turns, 60
+            )
             assert seen, state
     finally:
         release.set()
         for thread in threads:
             thread.join()
-    assert statuses == [200, 200, 200]
-    assert state["most"] == 2
+    assert statuses == [200] * (turns + 1)
+    assert state["most"] == turns
