@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from handoff_context import MAX_SAFE_INT
 from handoff_context._frozen import quick_init
+from handoff_context.carry import _MAPPING  # dict first, then the Mapping ABC
 from handoff_context.carry import TASK_STATES_0_3 as _TASK_STATES_0_3
 from handoff_context.carry import a2a_member as _field
 
@@ -142,8 +143,6 @@ def _media_needles(accepted: frozenset[str]) -> tuple[bytes, ...]:
     return (b".handoff", *(t for t in types if b".handoff" not in t))
 
 
-# Below, ``type(x) is dict`` comes before ``isinstance(x, Mapping)``: a decoded payload is
-# made of dicts, and the ABC check costs more than the rest of most of these tests.
 def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:
     if isinstance(value, list):
         if not where.in_batch:
@@ -151,7 +150,7 @@ def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:
                 inner = where._replace(source=f"{where.source}[{index}]", in_batch=True)
                 yield from _payload(one, inner)
         return
-    if not (type(value) is dict or isinstance(value, Mapping)):
+    if not isinstance(value, _MAPPING):
         return
     if "payload" in value and not where.in_record:
         yield from _record(value, where)
@@ -159,7 +158,7 @@ def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:
         yield _case_event(value["case_event"], where)
     elif isinstance(value.get("method"), str):
         params = value.get("params")
-        if value["method"] in _A2A_SEND and (type(params) is dict or isinstance(params, Mapping)):
+        if value["method"] in _A2A_SEND and isinstance(params, _MAPPING):
             yield from _message(params.get("message"), where)
     elif "result" in value:
         yield from _a2a(value["result"], where._replace(in_response=True))
@@ -187,7 +186,7 @@ def _record(record: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
 
 def _a2a(obj: object, where: _Where) -> Iterator[EnvelopeItem]:
     """A bare or returned A2A object: Message, Task, update event, or a 1.0 wrapper."""
-    if not (type(obj) is dict or isinstance(obj, Mapping)):
+    if not isinstance(obj, _MAPPING):
         return
     kind = obj.get("kind")
     if kind == "message":
@@ -236,7 +235,7 @@ def _text(value: object) -> str | None:
 
 def _task(task: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
     status = task.get("status")
-    status = status if (type(status) is dict or isinstance(status, Mapping)) else {}
+    status = status if isinstance(status, _MAPPING) else {}
     state = _state(status.get("state"))
     where = where._replace(
         task_id=_text(task.get("id")) or _text(_field(task, "taskId", "task_id")),
@@ -250,17 +249,13 @@ def _task(task: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
     artifacts = list(artifacts) if isinstance(artifacts, list) else []
     if isinstance(task.get("artifact"), Mapping):
         artifacts.append(task["artifact"])
-    carriers = [a for a in artifacts if (type(a) is dict or isinstance(a, Mapping))]
+    carriers = [a for a in artifacts if isinstance(a, _MAPPING)]
     if isinstance(status.get("message"), Mapping):
         carriers.append(status["message"])
     for carrier in carriers:
         for part in _parts(carrier):
             data = _data_of(part)
-            if (
-                (type(data) is dict or isinstance(data, Mapping))
-                and "accepted" in data
-                and "case_id" in data
-            ):
+            if isinstance(data, _MAPPING) and "accepted" in data and "case_id" in data:
                 yield _response(data, state, where)
 
 
@@ -318,11 +313,7 @@ def _epoch(value: object) -> int | None:
 
 def _parts(carrier: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     parts = carrier.get("parts")
-    return (
-        [p for p in parts if (type(p) is dict or isinstance(p, Mapping))]
-        if isinstance(parts, list)
-        else []
-    )
+    return [p for p in parts if isinstance(p, _MAPPING)] if isinstance(parts, list) else []
 
 
 def _data_of(part: Mapping[str, Any]) -> object:
@@ -342,7 +333,7 @@ def _media_type(part: Mapping[str, Any]) -> str | None:
 
 def _url_part(part: Mapping[str, Any]) -> UrlPart | None:
     meta = part.get("metadata")
-    meta = meta if (type(meta) is dict or isinstance(meta, Mapping)) else {}
+    meta = meta if isinstance(meta, _MAPPING) else {}
     if part.get("kind") == "file" and isinstance(part.get("file"), Mapping):
         file = part["file"]
         if not isinstance(file.get("uri"), str):
@@ -358,7 +349,7 @@ def _url_part(part: Mapping[str, Any]) -> UrlPart | None:
 
 
 def _message(message: object, where: _Where) -> Iterator[EnvelopeItem]:
-    if not (type(message) is dict or isinstance(message, Mapping)):
+    if not isinstance(message, _MAPPING):
         return
     parts = _parts(message)
     envelopes: list[tuple[str, object]] = []
@@ -381,7 +372,7 @@ def _message(message: object, where: _Where) -> Iterator[EnvelopeItem]:
         errors = (f"{COUNT_ERROR}, found {len(envelopes)}",)
     elif envelopes:
         errors = schema_errors(data)
-    body = data if (type(data) is dict or isinstance(data, Mapping)) else {}
+    body = data if isinstance(data, _MAPPING) else {}
     valid = len(envelopes) == 1 and not errors
     yield EnvelopeItem(
         kind=ItemKind.HANDOFF if valid else ItemKind.INVALID,
@@ -418,7 +409,7 @@ def _data_of_drift(parts: list[Mapping[str, Any]], media: str) -> object:
 
 
 def _case_event(event: object, where: _Where) -> EnvelopeItem:
-    if not (type(event) is dict or isinstance(event, Mapping)):
+    if not isinstance(event, _MAPPING):
         return EnvelopeItem(
             ItemKind.INVALID, where.source, where.at, errors=("case_event: must be an object",)
         )

@@ -222,9 +222,10 @@ def _json_object(obj: object) -> dict[str, Any]:
 
 # --- finding ------------------------------------------------------------------------------
 
-# Below, ``type(x) is dict`` comes before ``isinstance(x, Mapping)``: decoded JSON is made of
-# dicts, and the ABC check (a Python-level ``__instancecheck__``) costs some 600
-# instructions, more than the rest of most of these tests.
+# What the walks below take for an object: ``dict`` first, since decoded JSON is made of
+# dicts and ``isinstance`` matches it in C, while the ABC check (a Python-level
+# ``__instancecheck__``, some 600 instructions) is left to anything else.
+_MAPPING = (dict, Mapping)
 
 
 def find(message: object) -> list[Found | Unreadable]:
@@ -246,7 +247,7 @@ def find_all(message: object, *, path: str | None = None) -> list[Found | Unread
     to, for the A2A HTTP+JSON binding, whose cancel (``POST .../tasks/{id}:cancel``) is
     known only by it. Typed SDK messages are read as their JSON. Never raises on bad input."""
     message = as_json(message)
-    if not (type(message) is dict or isinstance(message, Mapping)):
+    if not isinstance(message, _MAPPING):
         return [Unreadable(f"the payload is {_type_name(message)}, not an object")]
     if path is not None and not is_bare_object(message):
         task = _rest_cancel(path)
@@ -299,7 +300,7 @@ def _found(
     task_id: str | None = None,
     task_state: str | None = None,
 ) -> Found | Unreadable:
-    if not (type(value) is dict or isinstance(value, Mapping)):
+    if not isinstance(value, _MAPPING):
         return Unreadable(f"the handoff entry in {where} is {_type_name(value)}, not an object")
     return Found(value, carrier, role, where, dialog, task_id, task_state)
 
@@ -331,7 +332,7 @@ _TASK_STATES_1_0 = frozenset(TASK_STATES_0_3.values())
 def _request(value: Mapping[str, Any]) -> Iterator[_Any]:
     method = value["method"]
     params = value.get("params")
-    if not (type(params) is dict or isinstance(params, Mapping)):
+    if not isinstance(params, _MAPPING):
         return
     if method in _A2A_SEND:
         carrier = _A2A_SEND[method]
@@ -349,7 +350,7 @@ def _cancel(
     # Profile §9: a delegator's canceled rides in the cancel request's own metadata. The
     # request names the task but no context, so the carrier dialog is unknown.
     metadata = params.get("metadata")
-    if (type(metadata) is dict or isinstance(metadata, Mapping)) and A2A_EXTENSION_URI in metadata:
+    if isinstance(metadata, _MAPPING) and A2A_EXTENSION_URI in metadata:
         yield _found(
             metadata[A2A_EXTENSION_URI],
             "params.metadata",
@@ -370,7 +371,7 @@ def _rest_cancel(path: str) -> str | None:
 
 
 def _response(result: object) -> Iterator[_Any]:
-    if not (type(result) is dict or isinstance(result, Mapping)):
+    if not isinstance(result, _MAPPING):
         return
     if isinstance(result.get("_meta"), Mapping):  # only MCP results have "_meta"
         yield from _mcp_meta(result, "result._meta", role=Role.STATUS)
@@ -383,7 +384,7 @@ def _mcp_meta(
 ) -> Iterator[Found | Unreadable]:
     # Only our key counts; io.modelcontextprotocol/* and every other _meta key are ignored.
     meta = container.get("_meta")
-    if (type(meta) is dict or isinstance(meta, Mapping)) and MCP_META_KEY in meta:
+    if isinstance(meta, _MAPPING) and MCP_META_KEY in meta:
         yield _found(meta[MCP_META_KEY], where, carrier=Carrier.MCP, role=role)
 
 
@@ -411,11 +412,11 @@ def _a2a_object(obj: Mapping[str, Any], *, role: Role | None) -> Iterator[_Any]:
     message = obj.get("message")
     task = obj.get("task")
     update = a2a_member(obj, "statusUpdate", "status_update")
-    if type(message) is dict or isinstance(message, Mapping):
+    if isinstance(message, _MAPPING):
         yield from _a2a_message(message, carrier=None, role=role)
-    elif type(task) is dict or isinstance(task, Mapping):
+    elif isinstance(task, _MAPPING):
         yield from _a2a_task(task, carrier=None)
-    elif type(update) is dict or isinstance(update, Mapping):
+    elif isinstance(update, _MAPPING):
         yield from _a2a_task(update, carrier=Carrier.A2A_1_0)
     elif a2a_member(obj, "messageId", "message_id") is not None:
         yield from _a2a_message(obj, carrier=None, role=role)
@@ -426,7 +427,7 @@ def _a2a_object(obj: Mapping[str, Any], *, role: Role | None) -> Iterator[_Any]:
 def _version_of(obj: Mapping[str, Any]) -> Carrier:
     """A2A version of an object without a version-bearing envelope (0.3 clues, else 1.0)."""
     status = obj.get("status")
-    state = status.get("state") if (type(status) is dict or isinstance(status, Mapping)) else None
+    state = status.get("state") if isinstance(status, _MAPPING) else None
     if (
         "kind" in obj
         or obj.get("role") in ("user", "agent")
@@ -449,11 +450,7 @@ def _sender_role(sender: object, value: object) -> Role:
     statuses. Without a known sender role the object itself tells."""
     if isinstance(sender, str) and sender in _SENDER_ROLES:
         return _SENDER_ROLES[sender]
-    return (
-        Role.OFFER
-        if (type(value) is dict or isinstance(value, Mapping)) and "offer" in value
-        else Role.STATUS
-    )
+    return Role.OFFER if isinstance(value, _MAPPING) and "offer" in value else Role.STATUS
 
 
 def _a2a_message(
@@ -465,13 +462,10 @@ def _a2a_message(
     task_context: str | None = None,
     task_state: str | None = None,
 ) -> Iterator[Found | Unreadable]:
-    if not (type(message) is dict or isinstance(message, Mapping)):
+    if not isinstance(message, _MAPPING):
         return
     metadata = message.get("metadata")
-    if (
-        not (type(metadata) is dict or isinstance(metadata, Mapping))
-        or A2A_EXTENSION_URI not in metadata
-    ):
+    if not isinstance(metadata, _MAPPING) or A2A_EXTENSION_URI not in metadata:
         return
     value = metadata[A2A_EXTENSION_URI]
     yield _found(
@@ -491,7 +485,7 @@ def _a2a_task(task: Mapping[str, Any], *, carrier: Carrier | None) -> Iterator[_
     """A Task or a status update event: the status rides in ``status.message``; the host
     task state is read whether or not it carries one."""
     status = task.get("status")
-    if not (type(status) is dict or isinstance(status, Mapping)):
+    if not isinstance(status, _MAPPING):
         return
     state = status.get("state")
     normal_state = None
