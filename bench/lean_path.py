@@ -310,7 +310,8 @@ def chain_cost(k: int, work: Path) -> dict[str, Any]:
         def element_rows(_c: Any, _cur: Any, sql: str, params: Any, _x: Any, many: bool) -> None:
             # A batch writes its new elements with one executemany: count its rows too.
             if sql.lstrip().upper().startswith("INSERT INTO ELEMENT "):
-                rows.append(len(params) if many else 1)
+                # A row per parameter set, or on PostgreSQL a column's values per array.
+                rows.append(len(params) if many else len(params[0]) if "unnest(" in sql else 1)
 
         event.listen(engine, "before_cursor_execute", element_rows)
         with counting_raw() as calls, counting_sql(engine) as statements:

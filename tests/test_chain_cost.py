@@ -56,10 +56,12 @@ def test_ingest_checks_each_signature_of_a_chain_once(
     element_inserts: list[str] = []
 
     def count(_conn: Any, _cursor: Any, statement: str, params: Any, _c: Any, many: bool) -> None:
-        # Element rows written, one per parameter set: a batch writes its new elements
-        # with one executemany (app.store.writebehind).
+        # Element rows written: a batch writes its new elements with one executemany
+        # (app.store.writebehind), a row per parameter set, or on PostgreSQL one statement
+        # of a column's values in each array parameter.
         if statement.lstrip().upper().startswith("INSERT INTO ELEMENT "):
-            element_inserts.extend([statement] * (len(params) if many else 1))
+            rows = len(params) if many else len(params[0]) if "unnest(" in statement else 1
+            element_inserts.extend([statement] * rows)
 
     event.listen(engine, "before_cursor_execute", count)
     try:
