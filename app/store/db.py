@@ -430,8 +430,9 @@ def pairs_in(first: Any, second: Any, name: str = "b_hops") -> Any:
     at once (a batch's hops). Each column's own ``IN`` stands beside the row-value one:
     given only the latter for a few hundred pairs, SQLite's planner scans the whole table
     and probes the list (1 s per batch at 500,000 elements, so ingest slowed as the store
-    grew); with both it searches the (first, second) index, ~100 times faster there, and
-    PostgreSQL's plan is no worse."""
+    grew); with both it searches the (first, second) index, ~100 times faster there. On
+    PostgreSQL ``select_rows`` sends each list as arrays (``_ArrayLists``), where the pairs
+    are joined to the (first, second) index once the table is large."""
     return and_(
         first.in_(bindparam(f"{name}_first", expanding=True)),
         second.in_(bindparam(f"{name}_second", expanding=True)),
@@ -780,7 +781,8 @@ class _Read:
     column types the driver reports, found at the first run), and the SQL text and
     parameter order of each shape of its expanding ``IN`` lists met so far (their
     lengths): the text is then the same for the same shape, so the driver can keep it
-    prepared (SQLite's statement cache, psycopg's prepared statements)."""
+    prepared (SQLite's statement cache). On PostgreSQL the lists are arrays instead
+    (``arrays``), one text for every length."""
 
     statement: Any  # kept so that its id stays its own while cached
     compiled: Any
@@ -958,7 +960,8 @@ def select_rows(
     """Run a prebuilt SELECT in the driver's own SQL and answer plain tuples in its column
     order: compiled once per dialect, its expanding ``IN`` lists filled in for these
     ``params`` (each list padded to a power of two by repeating a value, which leaves an
-    ``IN`` as it was, and filled in from a plan kept per shape) and each value
+    ``IN`` as it was, and filled in from a plan kept per shape; on PostgreSQL each list
+    an array per column, ``_ArrayLists``) and each value
     converted as SQLAlchemy would convert it, without its per-call cache key, compiler
     lookup or ``Row`` objects (the read side of ``insert_many``). Only for module-level
     statements built once."""
