@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -636,3 +637,30 @@ def test_state_lookup_is_the_enum_call(value: Any) -> None:
         assert exc.detail == "state must be one of " + ", ".join(model.StatusState)
         got = None
     assert got is expected
+
+
+def test_identifier_check_is_the_pattern_on_every_character() -> None:
+    # ``check_identifier`` asks three C string checks; the pattern they replaced is the
+    # reference, for each code point (surrogates included), alone and between valid ones.
+    pattern = re.compile(r"^[\x21-\x7e]+\Z")
+    for point in range(0x110000):
+        ch = chr(point)
+        for text in (ch, "a" + ch + "z") if point < 0x800 else (ch,):
+            try:
+                model.check_identifier(text, what="iss")
+                accepted = True
+            except MalformedError as exc:
+                assert exc.detail.startswith("iss must be printable ASCII")
+                accepted = False
+            assert accepted == bool(pattern.match(text)), repr(text)
+
+
+@PROPERTY
+@given(HOSTILE_TEXT.filter(bool) | st.text(st.characters(max_codepoint=0x80), min_size=1))
+def test_identifier_check_is_the_pattern(text: str) -> None:
+    try:
+        assert model.check_identifier(text, what="iss") is text
+        accepted = True
+    except MalformedError:
+        accepted = False
+    assert accepted == bool(re.fullmatch(r"[\x21-\x7e]+", text))
