@@ -394,6 +394,8 @@ def test_real_a2a_exchange_captured_as_har(version: str, carrier: Carrier) -> No
     assert task_id and carried[2].task_id == task_id
     assert carried[1].task_state == "TASK_STATE_WORKING"
     assert [c.dialog for c in carried] == ["ctx-1", "ctx-1", None]
+    # A request's URL path names no observation.
+    assert [(c.key, c.seq) for c in carried] == [(None, 0)] * 3
     # startedDateTime with its milliseconds: the checks floor it, the store keeps it.
     assert [c.received_at for c in carried] == [T0 + 0.75, T0 + 0.75, T0 + 1.75]
     # The cancel response's task repeats offer and status in its history: not read again.

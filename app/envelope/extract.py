@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from handoff_context import MAX_SAFE_INT
 from handoff_context._frozen import quick_init
+from handoff_context._typed import is_map
 from handoff_context.carry import _MAPPING  # dict first, then the Mapping ABC
 from handoff_context.carry import TASK_STATES_0_3 as _TASK_STATES_0_3
 from handoff_context.carry import a2a_member as _field
@@ -195,15 +196,15 @@ def _a2a(obj: object, where: _Where) -> Iterator[EnvelopeItem]:
         yield from _task(obj, where)
     elif kind is not None:
         return
-    elif isinstance(obj.get("message"), Mapping):
+    elif is_map(obj.get("message")):
         yield from _message(obj["message"], where)
-    elif isinstance(obj.get("task"), Mapping):
+    elif is_map(obj.get("task")):
         yield from _task(obj["task"], where)
-    elif isinstance(update := _update(obj), Mapping):
+    elif is_map(update := _update(obj)):
         yield from _task(update, where)
     elif _field(obj, "messageId", "message_id") is not None:
         yield from _message(obj, where)
-    elif isinstance(obj.get("status"), Mapping) or isinstance(obj.get("artifact"), Mapping):
+    elif is_map(obj.get("status")) or is_map(obj.get("artifact")):
         yield from _task(obj, where)
 
 
@@ -247,10 +248,10 @@ def _task(task: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
         yield from _message(message, where._replace(in_response=True))
     artifacts = task.get("artifacts")
     artifacts = list(artifacts) if isinstance(artifacts, list) else []
-    if isinstance(task.get("artifact"), Mapping):
+    if is_map(task.get("artifact")):
         artifacts.append(task["artifact"])
     carriers = [a for a in artifacts if isinstance(a, _MAPPING)]
-    if isinstance(status.get("message"), Mapping):
+    if is_map(status.get("message")):
         carriers.append(status["message"])
     for carrier in carriers:
         for part in _parts(carrier):
@@ -324,7 +325,7 @@ def _data_of(part: Mapping[str, Any]) -> object:
 
 def _media_type(part: Mapping[str, Any]) -> str | None:
     media = _field(part, "mediaType", "media_type")
-    if media is None and isinstance(part.get("metadata"), Mapping):
+    if media is None and is_map(part.get("metadata")):
         meta = part["metadata"]
         media = _field(meta, "mediaType", "media_type") or meta.get("mimeType")
     # Parameters (``; charset=utf-8``) do not change which envelope version a part holds.
@@ -333,8 +334,8 @@ def _media_type(part: Mapping[str, Any]) -> str | None:
 
 def _url_part(part: Mapping[str, Any]) -> UrlPart | None:
     meta = part.get("metadata")
-    meta = meta if isinstance(meta, _MAPPING) else {}
-    if part.get("kind") == "file" and isinstance(part.get("file"), Mapping):
+    meta = meta if is_map(meta) else {}
+    if part.get("kind") == "file" and is_map(part.get("file")):
         file = part["file"]
         if not isinstance(file.get("uri"), str):
             return None  # inline bytes: nothing referenced

@@ -147,6 +147,31 @@ def test_nesting(depth: int, opener: str) -> None:
 
 
 @PROPERTY
+@given(JSON_VALUES)
+def test_canonical_text(value: Any) -> None:
+    # Text that orjson writes back octet for octet skips the duplicate and integer checks
+    # (``_plain``): it is still read the same both ways, by orjson unless it nests too deep.
+    try:
+        data = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return  # an integer beyond 64 bits: orjson writes no text for it
+    same_both_ways(data)
+    deep = data.count(b"{") + data.count(b"[") > MAX_DEPTH
+    assert (_encoding._fast_loads(data) is _encoding._NOT_FAST) == deep
+
+
+@example('{"a":1,"a":[1E2,1E2,1E2]}')  # written back as {"a":[100.0,100.0,100.0]}
+@example('{"a":1,"a":[1E2,1E2,1E2] }')
+@example("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
+@given(st.just("{}"))
+def test_canonical_is_octet_for_octet(text: str) -> None:
+    # A duplicate whose text orjson writes back no shorter than it came, and brackets
+    # deeper than allowed in canonical text: refused both ways, with the strict path's
+    # detail.
+    same_both_ways(text.encode())
+
+
+@PROPERTY
 @given(JSON_VALUES.map(lambda v: json.dumps(v).encode()).flatmap(mutated))
 def test_mutated(data: bytes) -> None:
     same_both_ways(data)

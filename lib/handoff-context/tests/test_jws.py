@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 from handoff_context import (
+    Form,
     Offer,
     Signer,
     Status,
     StatusState,
+    b64url_decode,
     b64url_encode,
     offer_payload,
     sign_payload,
@@ -109,6 +111,12 @@ def test_parse_round_trip_keeps_octets_and_digest(world: World) -> None:
     assert element.digest == hashlib.sha256(octets).digest()
     assert element.signing_input == octets.rsplit(b".", 1)[0]
     assert element.signed_content == element.signing_input
+    # Each part where it belongs (``parse`` builds the element positionally).
+    header_b64, payload_b64, sig_b64 = octets.decode().split(".")
+    assert element.form is Form.JWS
+    assert element.raw_header == json.loads(b64url_decode(header_b64, what="header"))
+    assert element.raw_payload == json.loads(b64url_decode(payload_b64, what="payload"))
+    assert element.signature == b64url_decode(sig_b64, what="signature")
     assert isinstance(element.payload, Offer)
     assert element.payload.prev == DIGEST and element.payload.task == "t-1"
     assert element.header.alg == "Ed25519" and element.header.kid == "p-ed1"

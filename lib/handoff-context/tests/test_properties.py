@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import cbor2
@@ -42,6 +44,7 @@ from handoff_context import _handoff as handoff
 from handoff_context import _jws as jws
 from handoff_context import _model as model
 from handoff_context._signature import verify_element
+from handoff_context._typed import is_map
 from handoff_context.errors import CheckFailed, MalformedError, Reason
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -636,3 +639,63 @@ def test_state_lookup_is_the_enum_call(value: Any) -> None:
         assert exc.detail == "state must be one of " + ", ".join(model.StatusState)
         got = None
     assert got is expected
+
+
+def test_identifier_check_is_the_pattern_on_every_character() -> None:
+    # ``check_identifier`` asks three C string checks; the pattern they replaced is the
+    # reference, for each code point (surrogates included), alone and between valid ones.
+    pattern = re.compile(r"^[\x21-\x7e]+\Z")
+    for point in range(0x110000):
+        ch = chr(point)
+        for text in (ch, "a" + ch + "z") if point < 0x800 else (ch,):
+            try:
+                model.check_identifier(text, what="iss")
+                accepted = True
+            except MalformedError as exc:
+                assert exc.detail.startswith("iss must be printable ASCII")
+                accepted = False
+            assert accepted == bool(pattern.match(text)), repr(text)
+
+
+@PROPERTY
+@given(HOSTILE_TEXT.filter(bool) | st.text(st.characters(max_codepoint=0x80), min_size=1))
+def test_identifier_check_is_the_pattern(text: str) -> None:
+    try:
+        assert model.check_identifier(text, what="iss") is text
+        accepted = True
+    except MalformedError:
+        accepted = False
+    assert accepted == bool(re.fullmatch(r"[\x21-\x7e]+", text))
+
+
+class _TypedMap(Mapping[str, Any]):
+    """A map that is not a dict, as a typed SDK message's map is."""
+
+    def __init__(self, items: dict[str, Any]) -> None:
+        self._items = items
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class _Text(str):
+    """A leaf's subclass: not one of the leaf types themselves, so the ABC is asked."""
+
+
+@PROPERTY
+@given(
+    JSON_VALUES
+    | st.binary(max_size=4)
+    | JSON_VALUES.map(lambda v: _TypedMap({"v": v}))
+    | st.sampled_from([MappingProxyType({}), _Text("x"), (), frozenset(), object()])
+)
+def test_is_map_is_the_mapping_abc(value: Any) -> None:
+    # The walks of a message ask ``is_map``, which answers decoded JSON and CBOR without
+    # the ABC; the ABC's own answer is the reference.
+    assert is_map(value) is isinstance(value, Mapping)

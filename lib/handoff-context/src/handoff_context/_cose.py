@@ -435,18 +435,19 @@ def _parse(octets: bytes) -> Element:
     raw_header = {"alg": header.alg, "content_type": header.content_type}
     if header.kid is not None:
         raw_header["kid"] = header.kid
+    # Positional, in Element's order (as ``_jws.parse`` builds it, for the same reason).
     return Element(
-        form=Form.COSE,
-        octets=octets,
-        digest=handoff_digest(octets),
-        header=header,
-        payload=payload,
-        signing_input=sig_structure(sign1.protected, sign1.payload),
-        signature=sign1.signature,
+        Form.COSE,
+        octets,
+        handoff_digest(octets),
+        header,
+        payload,
+        sig_structure(sign1.protected, sign1.payload),
+        sign1.signature,
         # Header and payload exactly as signed, without the signature (profile §6.4 evidence).
-        signed_content=cbor2.dumps([sign1.protected, sign1.payload]),
-        raw_header=raw_header,
-        raw_payload=raw_payload,
+        cbor2.dumps([sign1.protected, sign1.payload]),
+        raw_header,
+        raw_payload,
     )
 
 

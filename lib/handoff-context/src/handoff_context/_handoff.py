@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from handoff_context._encoding import MAX_ELEMENT_OCTETS
 from handoff_context._frozen import quick_init
 from handoff_context._model import _COSE, _JWS, Form
-from handoff_context._typed import as_json
+from handoff_context._typed import as_json, is_map
 from handoff_context.errors import MalformedError
 
 
@@ -69,7 +69,7 @@ def parse_object(
     Raises MalformedError when it is neither, both, or its members have the wrong types.
     """
     value = as_json(value)  # a protobuf Struct from a2a-sdk metadata reads as its JSON
-    if not isinstance(value, Mapping):
+    if not is_map(value):
         raise MalformedError("a handoff or status object must be a map")
     has_offer = "offer" in value
     has_status = "status" in value

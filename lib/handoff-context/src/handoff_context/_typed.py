@@ -12,7 +12,19 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeGuard
+
+# The types decoded JSON and CBOR are made of besides maps, none of them a Mapping.
+_LEAVES = frozenset({type(None), bool, int, float, str, bytes, list})
+
+
+def is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``value`` is a map (``isinstance(value, Mapping)``), answered at once for
+    decoded JSON and CBOR: a dict is one, null (an absent member, the usual case in a walk
+    of a message) and the other leaves are not; only anything else (a typed SDK map) asks
+    the Mapping ABC, whose check costs some 1,800 instructions, ten times this one."""
+    return type(value) is dict or (type(value) not in _LEAVES and isinstance(value, Mapping))
 
 
 def is_protobuf(value: object) -> bool:

@@ -46,7 +46,7 @@ from typing import Any, TypeVar, overload
 
 from handoff_context._frozen import quick_init
 from handoff_context._handoff import is_handoff_like
-from handoff_context._typed import as_json, is_protobuf, is_pydantic
+from handoff_context._typed import as_json, is_map, is_protobuf, is_pydantic
 
 # A typed SDK message (an a2a-sdk protobuf message, an mcp pydantic model).
 _Typed = TypeVar("_Typed")
@@ -272,7 +272,7 @@ def is_bare_object(value: Mapping[str, Any]) -> bool:
     """True for a handoff or status object travelling bare (profile §1.4). An A2A Task or status
     update also has a "status" member, but it is a map; a status object's is a JWS string or
     COSE bytes."""
-    return is_handoff_like(value) and not isinstance(value.get("status"), Mapping)
+    return is_handoff_like(value) and not is_map(value.get("status"))
 
 
 _Any = Found | Unreadable | TaskState
@@ -373,7 +373,7 @@ def _rest_cancel(path: str) -> str | None:
 def _response(result: object) -> Iterator[_Any]:
     if not isinstance(result, _MAPPING):
         return
-    if isinstance(result.get("_meta"), Mapping):  # only MCP results have "_meta"
+    if is_map(result.get("_meta")):  # only MCP results have "_meta"
         yield from _mcp_meta(result, "result._meta", role=Role.STATUS)
     else:
         yield from _a2a_object(result, role=Role.STATUS)
@@ -412,22 +412,22 @@ def _a2a_object(obj: Mapping[str, Any], *, role: Role | None) -> Iterator[_Any]:
     message = obj.get("message")
     task = obj.get("task")
     update = a2a_member(obj, "statusUpdate", "status_update")
-    if isinstance(message, _MAPPING):
+    if is_map(message):
         yield from _a2a_message(message, carrier=None, role=role)
-    elif isinstance(task, _MAPPING):
+    elif is_map(task):
         yield from _a2a_task(task, carrier=None)
-    elif isinstance(update, _MAPPING):
+    elif is_map(update):
         yield from _a2a_task(update, carrier=Carrier.A2A_1_0)
     elif a2a_member(obj, "messageId", "message_id") is not None:
         yield from _a2a_message(obj, carrier=None, role=role)
-    elif isinstance(obj.get("status"), Mapping):
+    elif is_map(obj.get("status")):
         yield from _a2a_task(obj, carrier=None)
 
 
 def _version_of(obj: Mapping[str, Any]) -> Carrier:
     """A2A version of an object without a version-bearing envelope (0.3 clues, else 1.0)."""
     status = obj.get("status")
-    state = status.get("state") if isinstance(status, _MAPPING) else None
+    state = status.get("state") if is_map(status) else None
     if (
         "kind" in obj
         or obj.get("role") in ("user", "agent")
@@ -462,10 +462,10 @@ def _a2a_message(
     task_context: str | None = None,
     task_state: str | None = None,
 ) -> Iterator[Found | Unreadable]:
-    if not isinstance(message, _MAPPING):
+    if not is_map(message):
         return
     metadata = message.get("metadata")
-    if not isinstance(metadata, _MAPPING) or A2A_EXTENSION_URI not in metadata:
+    if not is_map(metadata) or A2A_EXTENSION_URI not in metadata:
         return
     value = metadata[A2A_EXTENSION_URI]
     yield _found(
