@@ -205,11 +205,7 @@ class _Context:
 
 
 def _item_context(item: CaptureItem) -> _Context:
-    # Positionally, in the fields' order (see ``_capture_record``): source, received_at,
-    # received_by, record_dialog, in_record, in_batch, key, seq, path.
-    return _Context(
-        item.source, item.received_at, None, None, False, False, None, item.seq, item.path
-    )
+    return _Context(source=item.source, received_at=item.received_at, seq=item.seq, path=item.path)
 
 
 def _found(payload: object, context: _Context) -> Iterator[Found | HostState]:
@@ -361,19 +357,17 @@ def _capture_record(record: Mapping[str, Any], context: _Context) -> Iterator[Fo
         yield CarrierError(context.source, f"capture record: {exc.detail}")
         return
     # Built field by field rather than with ``dataclasses.replace``, which looks the
-    # fields up again for every record (a tenth of reading a capture line), and
-    # positionally, in the fields' order: a class called with keywords gets them as a dict,
-    # built and unpacked again.
+    # fields up again for every record (a tenth of reading a capture line).
     inner = _Context(
-        context.source,
-        received_at,
-        received_by,
-        record_dialog,
-        True,  # in_record
-        context.in_batch,
-        key,
-        context.seq,
-        context.path,
+        source=context.source,
+        received_at=received_at,
+        received_by=received_by,
+        record_dialog=record_dialog,
+        in_record=True,
+        in_batch=context.in_batch,
+        key=key,
+        seq=context.seq,
+        path=context.path,
     )
     yield from _payload(record["payload"], inner)
 

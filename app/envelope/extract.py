@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 from handoff_context import MAX_SAFE_INT
 from handoff_context._frozen import quick_init
 from handoff_context._typed import is_map
-from handoff_context.carry import _MAPPING  # dict first, then the Mapping ABC
 from handoff_context.carry import TASK_STATES_0_3 as _TASK_STATES_0_3
 from handoff_context.carry import a2a_member as _field
 
@@ -151,7 +150,7 @@ def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:
                 inner = where._replace(source=f"{where.source}[{index}]", in_batch=True)
                 yield from _payload(one, inner)
         return
-    if not isinstance(value, _MAPPING):
+    if not is_map(value):
         return
     if "payload" in value and not where.in_record:
         yield from _record(value, where)
@@ -159,7 +158,7 @@ def _payload(value: object, where: _Where) -> Iterator[EnvelopeItem]:
         yield _case_event(value["case_event"], where)
     elif isinstance(value.get("method"), str):
         params = value.get("params")
-        if value["method"] in _A2A_SEND and isinstance(params, _MAPPING):
+        if value["method"] in _A2A_SEND and is_map(params):
             yield from _message(params.get("message"), where)
     elif "result" in value:
         yield from _a2a(value["result"], where._replace(in_response=True))
@@ -187,7 +186,7 @@ def _record(record: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
 
 def _a2a(obj: object, where: _Where) -> Iterator[EnvelopeItem]:
     """A bare or returned A2A object: Message, Task, update event, or a 1.0 wrapper."""
-    if not isinstance(obj, _MAPPING):
+    if not is_map(obj):
         return
     kind = obj.get("kind")
     if kind == "message":
@@ -236,7 +235,7 @@ def _text(value: object) -> str | None:
 
 def _task(task: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
     status = task.get("status")
-    status = status if isinstance(status, _MAPPING) else {}
+    status = status if is_map(status) else {}
     state = _state(status.get("state"))
     where = where._replace(
         task_id=_text(task.get("id")) or _text(_field(task, "taskId", "task_id")),
@@ -250,13 +249,13 @@ def _task(task: Mapping[str, Any], where: _Where) -> Iterator[EnvelopeItem]:
     artifacts = list(artifacts) if isinstance(artifacts, list) else []
     if is_map(task.get("artifact")):
         artifacts.append(task["artifact"])
-    carriers = [a for a in artifacts if isinstance(a, _MAPPING)]
+    carriers = [a for a in artifacts if is_map(a)]
     if is_map(status.get("message")):
         carriers.append(status["message"])
     for carrier in carriers:
         for part in _parts(carrier):
             data = _data_of(part)
-            if isinstance(data, _MAPPING) and "accepted" in data and "case_id" in data:
+            if is_map(data) and "accepted" in data and "case_id" in data:
                 yield _response(data, state, where)
 
 
@@ -314,7 +313,7 @@ def _epoch(value: object) -> int | None:
 
 def _parts(carrier: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     parts = carrier.get("parts")
-    return [p for p in parts if isinstance(p, _MAPPING)] if isinstance(parts, list) else []
+    return [p for p in parts if is_map(p)] if isinstance(parts, list) else []
 
 
 def _data_of(part: Mapping[str, Any]) -> object:
@@ -350,7 +349,7 @@ def _url_part(part: Mapping[str, Any]) -> UrlPart | None:
 
 
 def _message(message: object, where: _Where) -> Iterator[EnvelopeItem]:
-    if not isinstance(message, _MAPPING):
+    if not is_map(message):
         return
     parts = _parts(message)
     envelopes: list[tuple[str, object]] = []
@@ -373,7 +372,7 @@ def _message(message: object, where: _Where) -> Iterator[EnvelopeItem]:
         errors = (f"{COUNT_ERROR}, found {len(envelopes)}",)
     elif envelopes:
         errors = schema_errors(data)
-    body = data if isinstance(data, _MAPPING) else {}
+    body = data if is_map(data) else {}
     valid = len(envelopes) == 1 and not errors
     yield EnvelopeItem(
         kind=ItemKind.HANDOFF if valid else ItemKind.INVALID,
@@ -410,7 +409,7 @@ def _data_of_drift(parts: list[Mapping[str, Any]], media: str) -> object:
 
 
 def _case_event(event: object, where: _Where) -> EnvelopeItem:
-    if not isinstance(event, _MAPPING):
+    if not is_map(event):
         return EnvelopeItem(
             ItemKind.INVALID, where.source, where.at, errors=("case_event: must be an object",)
         )

@@ -222,10 +222,8 @@ def _json_object(obj: object) -> dict[str, Any]:
 
 # --- finding ------------------------------------------------------------------------------
 
-# What the walks below take for an object: ``dict`` first, since decoded JSON is made of
-# dicts and ``isinstance`` matches it in C, while the ABC check (a Python-level
-# ``__instancecheck__``, some 600 instructions) is left to anything else.
-_MAPPING = (dict, Mapping)
+# What the walks below take for an object: ``is_map`` (a dict at once, the ABC only for
+# anything that is neither a dict nor a JSON leaf).
 
 
 def find(message: object) -> list[Found | Unreadable]:
@@ -247,7 +245,7 @@ def find_all(message: object, *, path: str | None = None) -> list[Found | Unread
     to, for the A2A HTTP+JSON binding, whose cancel (``POST .../tasks/{id}:cancel``) is
     known only by it. Typed SDK messages are read as their JSON. Never raises on bad input."""
     message = as_json(message)
-    if not isinstance(message, _MAPPING):
+    if not is_map(message):
         return [Unreadable(f"the payload is {_type_name(message)}, not an object")]
     if path is not None and not is_bare_object(message):
         task = _rest_cancel(path)
@@ -300,7 +298,7 @@ def _found(
     task_id: str | None = None,
     task_state: str | None = None,
 ) -> Found | Unreadable:
-    if not isinstance(value, _MAPPING):
+    if not is_map(value):
         return Unreadable(f"the handoff entry in {where} is {_type_name(value)}, not an object")
     return Found(value, carrier, role, where, dialog, task_id, task_state)
 
@@ -332,7 +330,7 @@ _TASK_STATES_1_0 = frozenset(TASK_STATES_0_3.values())
 def _request(value: Mapping[str, Any]) -> Iterator[_Any]:
     method = value["method"]
     params = value.get("params")
-    if not isinstance(params, _MAPPING):
+    if not is_map(params):
         return
     if method in _A2A_SEND:
         carrier = _A2A_SEND[method]
@@ -350,7 +348,7 @@ def _cancel(
     # Profile §9: a delegator's canceled rides in the cancel request's own metadata. The
     # request names the task but no context, so the carrier dialog is unknown.
     metadata = params.get("metadata")
-    if isinstance(metadata, _MAPPING) and A2A_EXTENSION_URI in metadata:
+    if is_map(metadata) and A2A_EXTENSION_URI in metadata:
         yield _found(
             metadata[A2A_EXTENSION_URI],
             "params.metadata",
@@ -371,7 +369,7 @@ def _rest_cancel(path: str) -> str | None:
 
 
 def _response(result: object) -> Iterator[_Any]:
-    if not isinstance(result, _MAPPING):
+    if not is_map(result):
         return
     if is_map(result.get("_meta")):  # only MCP results have "_meta"
         yield from _mcp_meta(result, "result._meta", role=Role.STATUS)
@@ -384,7 +382,7 @@ def _mcp_meta(
 ) -> Iterator[Found | Unreadable]:
     # Only our key counts; io.modelcontextprotocol/* and every other _meta key are ignored.
     meta = container.get("_meta")
-    if isinstance(meta, _MAPPING) and MCP_META_KEY in meta:
+    if is_map(meta) and MCP_META_KEY in meta:
         yield _found(meta[MCP_META_KEY], where, carrier=Carrier.MCP, role=role)
 
 
@@ -450,7 +448,7 @@ def _sender_role(sender: object, value: object) -> Role:
     statuses. Without a known sender role the object itself tells."""
     if isinstance(sender, str) and sender in _SENDER_ROLES:
         return _SENDER_ROLES[sender]
-    return Role.OFFER if isinstance(value, _MAPPING) and "offer" in value else Role.STATUS
+    return Role.OFFER if is_map(value) and "offer" in value else Role.STATUS
 
 
 def _a2a_message(
@@ -485,7 +483,7 @@ def _a2a_task(task: Mapping[str, Any], *, carrier: Carrier | None) -> Iterator[_
     """A Task or a status update event: the status rides in ``status.message``; the host
     task state is read whether or not it carries one."""
     status = task.get("status")
-    if not isinstance(status, _MAPPING):
+    if not is_map(status):
         return
     state = status.get("state")
     normal_state = None
