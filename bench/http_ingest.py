@@ -17,8 +17,12 @@ from ``handoff-trace tokens create`` (its last line of output).
 Reported per backend and worker count: elements/s (verdicts returned in 200 answers, over the
 wall time of the run), requests/s, p50/p99 request latency (client side, whole request), non-200
 answers and item errors, the CPU time the server's processes spent per element (every
-worker and thread, from ``/proc``) and what this script's own clients spent (building,
-sending and reading requests, on the same two cores), and the ratio of elements/s to raw
+worker and thread, from ``/proc``) and, on PostgreSQL, its cluster's (``db us``: the
+postmaster and its backends), what this script's own clients spent (building, sending and
+reading requests, on the same two cores), on SQLite the share of the run's wall time some
+worker held the file's one write lock (``lock``, from the service's
+``handoff_trace_sqlite_write_lock_*`` metrics: near 100 % the writers, not the cores, set
+the rate), and the ratio of elements/s to raw
 ``cryptography`` verify of a sample of the same capture's signatures, measured in this
 process just before and just after each run (one core). Target (issue 20): >= 2,000
 elements/s with 2 workers and p99 under 250 ms per request of 100 records (``--chunk 100``).
@@ -66,6 +70,7 @@ from _support import (
     write_results,
 )
 from handoff_context import TrustStore
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.capture.carriers import Carried, read_capture
 from app.demo import DemoConfig, DemoPaths, write_demo
@@ -178,6 +183,39 @@ def group_cpu(pgid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu(parent: int) -> float:
+    """CPU seconds spent so far by ``parent`` and its live children (a PostgreSQL
+    cluster's postmaster: its backends, one per connection of the service's pools)."""
+    ticks = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(entry.name) == parent or int(fields[1]) == parent:  # fields[1]: the ppid
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+WRITE_LOCK = {
+    "wait": "handoff_trace_sqlite_write_lock_wait_seconds_total",
+    "held": "handoff_trace_sqlite_write_lock_held_seconds_total",
+    "transactions": "handoff_trace_sqlite_write_transactions_total",
+}
+
+
+def write_lock(base: str, token: str) -> dict[str, float]:
+    """The service's SQLite write-lock counters, summed over its workers (``GET
+    /api/v1/metrics``; zeros on PostgreSQL)."""
+    text = httpx.get(
+        f"{base}/api/v1/metrics", headers={"authorization": f"Bearer {token}"}, timeout=30
+    ).text
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return {key: samples[name] for key, name in WRITE_LOCK.items()}
+
+
 def stop_group(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         try:
@@ -278,8 +316,17 @@ def load(
 
 
 def run_one(
-    backend: str, url: str, workers: int, cap: dict, raw: RawVerifier, args: Any, work: Path
+    backend: str,
+    url: str,
+    workers: int,
+    cap: dict,
+    raw: RawVerifier,
+    args: Any,
+    work: Path,
+    database: int | None = None,
 ) -> dict:
+    """One timed run; ``database``: the PostgreSQL postmaster's pid, whose processes' CPU
+    is counted too."""
     token = make_token(url)  # also brings the fresh database to the schema head
     log = work / f"serve-{backend}-{workers}.log"
     raw.round()
@@ -288,9 +335,13 @@ def run_one(
     with server(url, cap["paths"].trust, workers, log) as (base, group):
         # Untimed: the first requests of a fresh process pay imports and statement compiling.
         load(base, token, warm, len(warm), 120, fresh=True)
+        lock = write_lock(base, token)
+        db_cpu = 0.0 if database is None else children_cpu(database)
         cpu = group_cpu(group)
         res = load(base, token, chunks, args.clients, args.seconds)
         server_cpu = group_cpu(group) - cpu
+        db_cpu = 0.0 if database is None else children_cpu(database) - db_cpu
+        lock = {k: v - lock[k] for k, v in write_lock(base, token).items()}
     raw.round()
     raw_ps = statistics.median(raw.samples[-2:])
     ratio = res["elements_per_second"] / raw_ps
@@ -301,6 +352,12 @@ def run_one(
         **res,
         "server_cpu_s": round(server_cpu, 2),
         "server_cpu_us_per_element": round(1e6 * server_cpu / max(1, res["elements"])),
+        "database_cpu_us_per_element": round(1e6 * db_cpu / max(1, res["elements"])),
+        # The share of the run's wall time that some worker held SQLite's write lock (the
+        # two metrics scrapes around the run add a little), and the time spent queueing.
+        "write_lock_held_share": round(lock["held"] / res["seconds"], 3),
+        "write_lock_wait_s": round(lock["wait"], 2),
+        "write_transactions": int(lock["transactions"]),
         "raw_per_second": round(raw_ps, 1),
         "ratio_to_raw": round(ratio, 4),
     }
@@ -316,8 +373,8 @@ def run_one(
 def print_table(rows: list[dict]) -> None:
     print(
         f"{'backend':10} {'wk':>2} {'elements':>9} {'s':>6} {'elem/s':>7} {'req/s':>6} "
-        f"{'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} {'us/el':>6} {'cli s':>5} {'raw/s':>7} "
-        f"{'x raw':>7} target"
+        f"{'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} {'us/el':>6} {'db us':>6} {'lock':>5} "
+        f"{'cli s':>5} {'raw/s':>7} {'x raw':>7} target"
     )
     for r in rows:
         bad = sum(v for k, v in r["statuses"].items() if k != "200")
@@ -325,7 +382,8 @@ def print_table(rows: list[dict]) -> None:
             f"{r['backend']:10} {r['workers']:>2} {r['elements']:>9,} {r['seconds']:>6.1f} "
             f"{r['elements_per_second']:>7,.1f} {r['requests_per_second']:>6.1f} "
             f"{r['p50_ms']:>7,.0f} {r['p99_ms']:>7,.0f} {bad:>7} "
-            f"{r['server_cpu_us_per_element']:>6,} {r['client_cpu_s']:>5.1f} "
+            f"{r['server_cpu_us_per_element']:>6,} {r['database_cpu_us_per_element']:>6,} "
+            f"{r['write_lock_held_share']:>5.0%} {r['client_cpu_s']:>5.1f} "
             f"{r['raw_per_second']:>7,.0f} "
             f"{r['ratio_to_raw']:>7.4f} {r.get('target', '')}"
         )
@@ -383,7 +441,8 @@ def main() -> None:
             else:
                 with postgres() as cluster:
                     url = cluster.create_database("bench")
-                    rows.append(run_one(backend, url, workers, cap, raw, args, work))
+                    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+                    rows.append(run_one(backend, url, workers, cap, raw, args, work, postmaster))
             print_table(rows[-1:])
     print_table(rows)
     name = "http_ingest_quick" if args.quick else "http_ingest"

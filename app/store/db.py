@@ -277,6 +277,7 @@ def _sqlite_writer(engine: Engine, *, wait: bool = True) -> Iterator[None]:
         yield
         return
     lock = _writer_lock(path)
+    asked = time.perf_counter()
     if not lock.thread_lock.acquire(blocking=wait):
         raise WriterBusy
     try:
@@ -284,14 +285,29 @@ def _sqlite_writer(engine: Engine, *, wait: bool = True) -> Iterator[None]:
             fcntl.flock(lock.fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise WriterBusy from None
+        got = time.perf_counter()
         try:
             yield
         finally:
             fcntl.flock(lock.fd, fcntl.LOCK_UN)
+            if _write_lock_observer is not None:
+                _write_lock_observer(got - asked, time.perf_counter() - got)
     finally:
         lock.thread_lock.release()
     # Outside the write lock: the WAL copied back by a thread beside the writers.
     checkpointer(str(engine.url.database)).committed()
+
+
+# Called with the seconds each SQLite write transaction waited for the write lock and held
+# it (``app.web.metrics`` counts them); None: nobody asked.
+_write_lock_observer: Callable[[float, float], None] | None = None
+
+
+def observe_write_lock(observer: Callable[[float, float], None] | None) -> None:
+    """Have ``observer(waited, held)`` called, in seconds, after every transaction that took
+    an SQLite file's write lock, in the thread that ran it; it must not raise."""
+    global _write_lock_observer
+    _write_lock_observer = observer
 
 
 @dataclass

@@ -44,6 +44,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    literal_column,
     or_,
     select,
     union_all,
@@ -123,11 +124,19 @@ _IN_OFFERS = bindparam("b_offers", expanding=True)
 
 def _counts(digest_column: Any) -> Any:
     """EXISTS an observation by which the offer counts: it passed checks 1-3 (profile §6.4),
-    or it was carried in a verified chain."""
+    or it was carried in a verified chain.
+
+    ``OFFSET 0`` keeps PostgreSQL from turning the EXISTS into a join: it then probes the
+    observations of each row by index, whatever the statistics say. Flattened, it read
+    every observation and verdict into a hash on each call while the tables had no
+    statistics yet (a new store's first minute, until autovacuum's first ANALYZE): 13 to
+    22 ms a call at 10,000 elements, growing with the store, against about 1 ms. SQLite
+    runs an EXISTS per row either way."""
     return (
         select(ObservationRow.id)
         .outerjoin(VerdictRow, VerdictRow.observation_id == ObservationRow.id)
         .where(ObservationRow.digest == digest_column, _COUNTING)
+        .offset(literal_column("0"))
         .exists()
     )
 

@@ -27,6 +27,7 @@ from app.notify.targets import TargetError, load_targets
 from app.notify.worker import Notifier
 from app.otlp.export import Exporter, Sender
 from app.settings import Settings
+from app.store import db
 from app.web import api, errors, metrics, otlp, pages, tlog
 from app.web.guard import Guard
 from app.web.observe import Observe
@@ -120,6 +121,7 @@ def create_app(settings: Settings, *, clock: Clock = wall_clock, served: bool = 
     app.state.service = None
     # prometheus_client's multiprocess mode (``serve --workers N`` sets the directory).
     app.state.metrics_multiprocess = bool(os.environ.get(metrics.MULTIPROC_ENV))
+    db.observe_write_lock(metrics.count_write_lock)
     errors.install(app)
     app.include_router(api.router)
     app.include_router(otlp.router)  # POST /v1/traces (app/web/otlp.py)

@@ -2,8 +2,9 @@
 
 - Counters and histograms are this process's, in prometheus_client's registry: HTTP requests
   by route template, method and status (500s included, counted by ``app.web.observe``),
-  request latency by route, and ingest items by route and outcome (``error``: an item that
-  could not be stored). Every known label combination is present from the start, zeros
+  request latency by route, ingest items by route and outcome (``error``: an item that
+  could not be stored), and on SQLite the time write transactions waited for and held the
+  file's one write lock. Every known label combination is present from the start, zeros
   included, so a rate never starts from a missing series.
 - With several workers (``serve --workers N``), ``serve`` points ``PROMETHEUS_MULTIPROC_DIR``
   at an empty directory before the workers start; each worker writes its counters there and
@@ -68,6 +69,20 @@ INGEST_ITEMS = Counter(
     "Verdicts answered by POST /ingest and /verify, by route and outcome "
     "(error: an item that could not be stored).",
     ["route", "outcome"],
+)
+# SQLite's one write lock: where several writers queue (``app.store.db._sqlite_writer``).
+# Held most of the time means the writers, not the cores, bound ingest: PostgreSQL then.
+WRITE_LOCK_WAIT = Counter(
+    "handoff_trace_sqlite_write_lock_wait_seconds",
+    "Time write transactions waited for the SQLite file's write lock (0 on PostgreSQL).",
+)
+WRITE_LOCK_HELD = Counter(
+    "handoff_trace_sqlite_write_lock_held_seconds",
+    "Time write transactions held the SQLite file's write lock (0 on PostgreSQL).",
+)
+WRITE_TRANSACTIONS = Counter(
+    "handoff_trace_sqlite_write_transactions",
+    "Write transactions that took the SQLite file's write lock (0 on PostgreSQL).",
 )
 for _route in INGEST_ROUTES:
     for _outcome in ITEM_OUTCOMES:
@@ -223,3 +238,10 @@ def count_ingest(route: str, status: int, outcomes: dict[str, int] | None = None
     INGEST_REQUESTS.labels(route=route, status=str(status)).inc()
     for outcome, n in (outcomes or {}).items():
         INGEST_ITEMS.labels(route=route, outcome=outcome).inc(n)
+
+
+def count_write_lock(waited: float, held: float) -> None:
+    """One write transaction on an SQLite file (``app.store.db.observe_write_lock``)."""
+    WRITE_LOCK_WAIT.inc(waited)
+    WRITE_LOCK_HELD.inc(held)
+    WRITE_TRANSACTIONS.inc()

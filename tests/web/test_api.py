@@ -532,6 +532,21 @@ def test_metrics_in_the_prometheus_text_format(loaded: tuple[Api, Scenario]) -> 
     )
 
 
+def test_metrics_say_how_long_writers_held_sqlite_s_write_lock(
+    sqlite_api: Api, world: World
+) -> None:
+    """The counters ``app.store.db.observe_write_lock`` feeds, moved by one ingest."""
+    names = [
+        f"handoff_trace_sqlite_write_{n}_total"
+        for n in ("lock_wait_seconds", "lock_held_seconds", "transactions")
+    ]
+    before = scrape(sqlite_api)
+    _load(sqlite_api, world)
+    after = scrape(sqlite_api)
+    waited, held, transactions = (after[(n, ())] - before[(n, ())] for n in names)
+    assert transactions >= 1 and held > 0 and waited >= 0
+
+
 def test_metrics_may_go_without_a_token(databases: Any, trust_file: Any) -> None:
     for api in start(databases.new("sqlite"), trust_file, metrics_require_token=False):
         assert api.get("/api/v1/metrics", role=None).status_code == 200
