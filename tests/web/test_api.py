@@ -532,7 +532,7 @@ def test_metrics_in_the_prometheus_text_format(loaded: tuple[Api, Scenario]) -> 
     )
 
 
-def test_metrics_say_how_long_writers_held_sqlite_s_write_lock(
+def test_metrics_say_how_long_writers_waited_for_and_held_the_sqlite_write_lock(
     sqlite_api: Api, world: World
 ) -> None:
     """The counters ``app.store.db.observe_write_lock`` feeds, moved by one ingest."""
