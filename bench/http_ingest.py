@@ -54,7 +54,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -168,8 +168,10 @@ def wait_ready(proc: subprocess.Popen[bytes], base: str, workers: int, log: Path
         time.sleep(2)  # let every worker finish its start-up, not just the first
 
 
-def group_cpu(pgid: int) -> float:
-    """CPU seconds (user + system) spent so far by the live processes of ``pgid``."""
+def _cpu(picked: Callable[[int, list[str]], bool]) -> float:
+    """CPU seconds (user + system) spent so far by the live processes ``picked(pid,
+    fields)`` chooses; ``fields`` are those of ``/proc/PID/stat`` after the command name
+    (proc(5): 0 the state, 1 the parent's pid, 2 the process group)."""
     ticks = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -178,25 +180,20 @@ def group_cpu(pgid: int) -> float:
             fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # gone meanwhile
-        if int(fields[2]) == pgid:  # fields[2] is the pgrp (proc(5), after comm)
+        if picked(int(entry.name), fields):
             ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds spent so far by the live processes of process group ``pgid``."""
+    return _cpu(lambda _pid, fields: int(fields[2]) == pgid)
 
 
 def children_cpu(parent: int) -> float:
     """CPU seconds spent so far by ``parent`` and its live children (a PostgreSQL
     cluster's postmaster: its backends, one per connection of the service's pools)."""
-    ticks = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(entry.name) == parent or int(fields[1]) == parent:  # fields[1]: the ppid
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return _cpu(lambda pid, fields: parent in (pid, int(fields[1])))
 
 
 WRITE_LOCK = {
