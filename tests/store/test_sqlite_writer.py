@@ -7,6 +7,7 @@ import fcntl
 import time
 from pathlib import Path
 
+from app.store import db
 from app.store.db import make_engine, observe_write_lock, read_only, transaction
 
 
@@ -40,6 +41,7 @@ def test_the_observer_is_told_how_long_each_writer_waited_and_held_the_lock(
     write transaction, after it let go of the lock; none for a read-only one."""
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     told: list[tuple[float, float]] = []
+    before = db._write_lock_observer  # a served app's metrics, if one was made earlier
     observe_write_lock(lambda waited, held: told.append((waited, held)))
     try:
         outer = time.perf_counter()
@@ -55,5 +57,5 @@ def test_the_observer_is_told_how_long_each_writer_waited_and_held_the_lock(
         waited, held = told[0]
         assert waited >= 0 and inner <= held and waited + held <= outer
     finally:
-        observe_write_lock(None)
+        observe_write_lock(before)
         engine.dispose()
