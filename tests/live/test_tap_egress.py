@@ -45,7 +45,7 @@ from app.cli.tap import Listeners, forwarding_app, upstream_client
 
 from .agents import Worker, a2a_app, card, offer_of
 from .hostile import hostile_offers, message
-from .servers import free_port, serving, serving_twice, wait_until
+from .servers import free_ports, serving, serving_twice, wait_until
 from .system import CLIENT, CODER, PLANNER, TESTER, TOOL, TRUST_STORE
 from .test_enforce import (
     MCP_HEADERS,
@@ -129,7 +129,8 @@ def sidecar(
             untied=untied,
             client=client,
         )
-        ports = (free_port(), free_port())
+        first, second = free_ports(2)  # distinct: the two listeners of one server
+        ports = (first, second)
         app = Listeners(enforcer, egress, ("127.0.0.1", ports[1]))
         with serving_twice(app, ports) as (ingress, proxy):
             yield Sidecar(ingress, proxy, verdicts)

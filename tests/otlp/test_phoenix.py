@@ -25,7 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from app.otlp.ids import span_hex, trace_hex
 from app.store import db
 from app.store.otlp import HopTrace, traces_since
-from tests.live.servers import free_port, wait_until
+from tests.live.servers import free_ports, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PHOENIX = ROOT / ".venv-phoenix" / "bin" / "phoenix"
@@ -45,12 +45,12 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "(or set HANDOFF_TRACE_NO_PHOENIX=1 to skip this test)"
         )
     work = tmp_path_factory.mktemp("phoenix")
-    port = free_port()
+    port, grpc = free_ports(2)
     env = {
         **os.environ,
         "PHOENIX_WORKING_DIR": str(work),
         "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_GRPC_PORT": str(grpc),
         "PHOENIX_HOST": "127.0.0.1",
         "PHOENIX_TELEMETRY_ENABLED": "false",
     }
