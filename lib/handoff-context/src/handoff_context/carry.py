@@ -222,9 +222,6 @@ def _json_object(obj: object) -> dict[str, Any]:
 
 # --- finding ------------------------------------------------------------------------------
 
-# What the walks below take for an object: ``is_map`` (a dict at once, the ABC only for
-# anything that is neither a dict nor a JSON leaf).
-
 
 def find(message: object) -> list[Found | Unreadable]:
     """Every handoff or status object in one decoded message, in message order.
